@@ -1,0 +1,1 @@
+"""Lambda handler sources, embedded into templates at synth time."""

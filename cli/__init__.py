@@ -1,0 +1,1 @@
+"""The hpq command line: thin click commands over library code."""

@@ -1,0 +1,89 @@
+"""The ``hpq`` click application.
+
+Commands are registered by dotted path and imported only when invoked, so that
+``hpq --help`` never pays for boto3, troposphere or kubernetes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from hpq import __version__
+from hpq.errors import EXIT_USAGE, HpqError
+
+# name -> (module, attribute, one-line help). Help lives here so listing commands imports nothing.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "synth": ("hpq.cli.synth", "synth", "Render CloudFormation templates for a variant (no AWS calls)."),
+    "lint": ("hpq.cli.synth", "lint", "Run cfn-lint over rendered templates; non-zero on any finding."),
+    "nccl-env": ("hpq.cli.nccl", "nccl_env", "Show the EFA/NCCL environment a node of a type gets."),
+    "nccl-report": ("hpq.cli.report", "nccl_report", "Parse nccl-tests output and judge it against the catalog."),
+    "deploy": ("hpq.cli.deploy", "deploy", "Package, create or update a variant's stack, follow it."),
+    "publish": ("hpq.cli.deploy", "publish", "Upload every variant and print Launch Stack links."),
+    "status": ("hpq.cli.stacks", "status", "Show a stack's state and outputs."),
+    "destroy": ("hpq.cli.stacks", "destroy", "Delete a stack (with confirmation) and follow the deletion."),
+    "stack-errors": ("hpq.cli.stacks", "stack_errors", "Root-cause failures through nested stacks."),
+    "check-quotas": ("hpq.cli.quotas", "check_quotas", "Check the service quotas a deploy of that size needs."),
+    "connect": ("hpq.cli.connect", "connect", "Open an SSM session on a HyperPod node."),
+    "remote": ("hpq.cli.remote", "remote", "Run a command on the controller over SSH through SSM."),
+    "remote-nccl-test": ("hpq.cli.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
+    "eks": ("hpq.cli.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hpq")
+def cli() -> None:
+    """hpq: stand up SageMaker HyperPod clusters (Slurm or EKS) and prove they run at full speed.
+
+    \b
+    Examples:
+      hpq synth --all -o out/          render every variant offline
+      hpq lint out/                    cfn-lint them
+      hpq nccl-env ml.p5.48xlarge      the NCCL environment a p5 node gets
+      hpq deploy slurm-gpu my-bucket   deploy and follow progress
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: expected errors become one line on stderr and an exit code, never a traceback."""
+    try:
+        rv = cli.main(args=argv, prog_name="hpq", standalone_mode=False)
+    except HpqError as exc:
+        click.echo(f"hpq: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("hpq: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        # Usage errors from click itself: keep them to one line plus the usage hint.
+        click.echo(f"hpq: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""``hpq nccl-env``: show what the transport function gives a node of a type."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog, transport
+
+
+def k8s_env(env: transport.NodeEnvironment) -> list[dict[str, str]]:
+    """Container ``env:`` entries, in a stable order."""
+    return [{"name": k, "value": v} for k, v in sorted(env.variables.items())]
+
+
+def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(env.variables, indent=2, sort_keys=True) + "\n"
+    if fmt == "k8s":
+        lines = ["env:"]
+        for item in k8s_env(env):
+            lines.append(f"  - name: {item['name']}")
+            lines.append(f"    value: {json.dumps(item['value'])}")
+        return "\n".join(lines) + "\n"
+    out = [f"# hpq nccl-env {env.instance_type}: transport {env.transport}, torch backend {env.torch_backend}"]
+    out += [f"# note: {n}" for n in env.notes]
+    return "\n".join(out) + "\n" + env.as_shell()
+
+
+@click.command("nccl-env")
+@click.argument("instance_type")
+@click.option("--efa/--no-efa", default=None,
+              help="Pretend the node probe found (or did not find) EFA devices. Default: trust the catalog.")
+@click.option("--profile", type=click.Choice(transport.PROFILES), default="default", show_default=True,
+              help="'legacy' adds NCCL_BUFFSIZE/NCCL_P2P_NET_CHUNKSIZE (AWS dropped them as neutral).")
+@click.option("--iface", default=None, help="Default-route interface for the TCP path (else ^docker,lo,veth).")
+@click.option("--format", "fmt", type=click.Choice(["sh", "json", "k8s"]), default="sh", show_default=True)
+def nccl_env(instance_type: str, efa: bool | None, profile: str, iface: str | None, fmt: str) -> None:
+    """Print the EFA transport and NCCL environment a node of INSTANCE_TYPE gets.
+
+    \b
+    Examples:
+      hpq nccl-env ml.p5.48xlarge
+      hpq nccl-env g5.16xlarge --format json
+      hpq nccl-env ml.g5.48xlarge --no-efa --iface ens5
+      eval "$(hpq nccl-env ml.p4d.24xlarge)"    # apply for a manual mpirun
+    """
+    try:
+        entry = catalog.lookup(instance_type)
+    except catalog.UnknownInstanceType as exc:
+        raise UsageError(str(exc)) from None
+    probe = transport.NodeProbe(
+        efa_devices=None if efa is None else (max(entry.efa_interfaces, 1) if efa else 0),
+        default_iface=iface,
+    )
+    env = transport.node_environment(entry.name, probe, profile)
+    click.echo(render_environment(env, fmt), nl=False)

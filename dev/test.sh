@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything (system + Python packages) and run the whole test suite with pytest.
+# Idempotent; safe as root on a brand-new Debian machine with no standard input.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote).
+APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+missing=""
+for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+    echo "== installing system packages:$missing"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+PY=${PYTHON:-python3}
+echo "== installing Python packages"
+# torch pinned exactly: takes the CPU wheel; anything looser pulls GBs of CUDA packages.
+$PY -m pip install -q "torch==2.13.0"
+$PY -m pip install -q -e ".[test]"
+
+echo "== ruff"
+$PY -m ruff check .
+echo "== pytest"
+exec $PY -m pytest "$@"

@@ -1,0 +1,3 @@
+from hpq.cli.main import main
+
+main()

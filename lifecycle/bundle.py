@@ -1,0 +1,45 @@
+"""What ships to the nodes: the files of the node bundle and their keys.
+
+The bundle keeps the import names (``hpq/lifecycle/...``, ``hpq/scripts/...``)
+so node code imports exactly as it does when installed; ``hpq/__init__.py`` and
+``hpq/errors.py`` come along as the (standard-library-only) parent package.
+Used on the laptop by deploy/publish; standard library only like the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP_DIRS = {"__pycache__"}
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+
+
+def _hpq_dir() -> str:
+    import hpq
+
+    return os.path.dirname(os.path.abspath(hpq.__file__))
+
+
+def _scripts_dir() -> str:
+    import hpq.scripts
+
+    return os.path.dirname(os.path.abspath(hpq.scripts.__file__))
+
+
+def node_bundle_files() -> Dict[str, str]:
+    """Map of bundle key (posix path, e.g. ``hpq/lifecycle/on_create.sh``) to source file path."""
+    files: Dict[str, str] = {}
+    root = _hpq_dir()
+    for name in ("__init__.py", "errors.py"):
+        files["hpq/" + name] = os.path.join(root, name)
+    for sub, src in (("lifecycle", _PKG_DIR), ("scripts", _scripts_dir())):
+        for dirpath, dirnames, filenames in os.walk(src):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            for fn in sorted(filenames):
+                if fn.endswith(_SKIP_SUFFIXES):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, fn), src).replace(os.sep, "/")
+                files["hpq/%s/%s" % (sub, rel)] = os.path.join(dirpath, fn)
+    return files

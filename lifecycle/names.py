@@ -1,0 +1,67 @@
+"""Names and tags shared by templates, lifecycle scripts and the CLI, written once.
+
+Standard library only: the lifecycle code on the node finds the cluster's FSx
+filesystem by the same tag the templates put on it.
+"""
+
+from __future__ import annotations
+
+import re
+
+VARIANTS = ("slurm-gpu", "slurm-trn", "eks-gpu", "eks-trn")
+SIZES = ("small", "medium", "large")
+
+# Exact-match discovery tag on the FSx filesystem (value: the HyperPod cluster name).
+CLUSTER_TAG_KEY = "hpq:cluster-name"
+MANAGED_BY_TAG_KEY = "hpq:managed-by"
+MANAGED_BY_TAG_VALUE = "hyperpod-quickstart"
+
+# S3 key layout under the artifact bucket: <prefix>/<version>/...
+S3_ROOT_PREFIX = "hpq"
+TEMPLATES_DIR = "templates"
+NODE_BUNDLE_DIR = "node"
+# Inside the node bundle the code keeps its import names (hpq.lifecycle, hpq.scripts).
+ON_CREATE_SCRIPT = "hpq/lifecycle/on_create.sh"
+ROOT_TEMPLATE = "root.json"
+
+# On the node.
+RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
+PROVISIONING_PARAMETERS = "provisioning_parameters.json"
+NODE_INFO = "/etc/hpq/node-info.json"
+FSX_MOUNT_POINT = "/fsx"
+NODE_INSTALL_DIR = "/opt/hpq"
+
+# Stack output names (consumed across nested stacks and printed by the CLI).
+OUT_VPC_ID = "VpcId"
+OUT_NODE_SUBNET_ID = "NodeSubnetId"
+OUT_EKS_SUBNET_IDS = "EksSubnetIds"
+OUT_SECURITY_GROUP_ID = "SecurityGroupId"
+OUT_FSX_ID = "FsxFileSystemId"
+OUT_FSX_DNS = "FsxDnsName"
+OUT_FSX_MOUNT = "FsxMountName"
+OUT_LIFECYCLE_BUCKET = "LifecycleBucketName"
+OUT_LIFECYCLE_URI = "LifecycleS3Uri"
+OUT_EXECUTION_ROLE_ARN = "ExecutionRoleArn"
+OUT_EKS_CLUSTER_NAME = "EksClusterName"
+OUT_EKS_CLUSTER_ARN = "EksClusterArn"
+OUT_CLUSTER_NAME = "ClusterName"
+OUT_CLUSTER_ARN = "ClusterArn"
+
+_CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+def s3_version_prefix(version: str) -> str:
+    return "%s/%s" % (S3_ROOT_PREFIX, version)
+
+
+def template_key(version: str, variant: str, stack_file: str = ROOT_TEMPLATE) -> str:
+    return "%s/%s/%s/%s" % (s3_version_prefix(version), TEMPLATES_DIR, variant, stack_file)
+
+
+def node_bundle_prefix(version: str) -> str:
+    return "%s/%s/" % (s3_version_prefix(version), NODE_BUNDLE_DIR)
+
+
+def valid_cluster_name(name: str) -> bool:
+    """HyperPod cluster names: letters, digits and hyphens, 1-63 chars, no leading hyphen."""
+    return bool(_CLUSTER_NAME_RE.match(name))
