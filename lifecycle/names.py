@@ -16,6 +16,14 @@ CLUSTER_TAG_KEY = "hpq:cluster-name"
 MANAGED_BY_TAG_KEY = "hpq:managed-by"
 MANAGED_BY_TAG_VALUE = "hyperpod-quickstart"
 
+# HyperPod instance group names the templates create (also in provisioning_parameters.json and in
+# SSM targets ``sagemaker-cluster:<cluster-id>_<group>-<instance-id>``).
+CONTROLLER_GROUP = "controller"
+LOGIN_GROUP = "login"
+WORKER_GROUP = "worker"
+# Key prefix inside the lifecycle bucket that HyperPod's LifeCycleConfig.SourceS3Uri points at.
+LIFECYCLE_PREFIX = "lifecycle"
+
 # S3 key layout under the artifact bucket: <prefix>/<version>/...
 S3_ROOT_PREFIX = "hpq"
 TEMPLATES_DIR = "templates"

@@ -1,0 +1,90 @@
+"""Helm stack: the Lambda-backed custom resource that installs HyperPod's dependency chart.
+
+CloudFormation has no Helm, and the chart (device plugins, EFA plugin, training
+and MPI operators, health agent) must be in place before the HyperPod cluster is
+created. The handler source is cfn/handlers/helm.py, embedded verbatim.
+
+The function runs outside the VPC: the EKS endpoint is public+private, so it can
+reach the API server, and a VPC-attached Lambda would leave hyperplane ENIs that
+hold up deletion of the subnet and security group for a long time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from troposphere import GetAtt, If, Ref, Sub, awslambda, cloudformation, logs
+
+from hpq.cfn import common
+
+HANDLER = "helm"
+RESOURCE_TYPE = "Custom::HyperPodHelmChart"
+DEFAULT_NAMESPACE = "kube-system"
+DEFAULT_RELEASE = "hyperpod-dependencies"
+DEFAULT_CHART_SOURCE = "https://github.com/aws/sagemaker-hyperpod-cli.git"
+DEFAULT_CHART_PATH = "helm_chart/HyperPodHelmChart"
+DEFAULT_CHART_VERSION = "main"
+LAMBDA_TIMEOUT_S = 900
+LAYER_ARN_PATTERN = r"^$|^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+$"
+OUT_RELEASE = "HelmReleaseId"
+
+
+class HelmChart(cloudformation.CustomResource):
+    resource_type = RESOURCE_TYPE
+
+
+@dataclass(frozen=True)
+class HelmConfig:
+    # Chart values; ${AWS::Region} and other pseudo parameters are substituted at deploy time.
+    values: dict = field(default_factory=lambda: {"health-monitoring-agent": {"region": "${AWS::Region}"}})
+
+
+def build(cfg: HelmConfig) -> common.Template:
+    t = common.new_template("hpq helm: installs the HyperPod dependency Helm chart before the cluster.")
+    cluster = common.param(t, "EksClusterName", "EKS cluster to install into.", MinLength=1, MaxLength=100,
+                           AllowedPattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$",
+                           ConstraintDescription="an EKS cluster name.")
+    role = common.param(t, "HelmRoleArn", "Execution role of the Helm Lambda (from the IAM stack).",
+                        AllowedPattern=common.ROLE_ARN_PATTERN, ConstraintDescription="an IAM role ARN.")
+    layer = common.param(t, "KubectlLayerArn", "Lambda layer version ARN with kubectl and helm; empty: none.",
+                         Default="", AllowedPattern=LAYER_ARN_PATTERN,
+                         ConstraintDescription="empty or a Lambda layer version ARN.")
+    source = common.param(t, "HelmChartSource", "Git repository (https) or s3:// URL holding the chart.",
+                          Default=DEFAULT_CHART_SOURCE, AllowedPattern=r"^(https|s3)://\S+$",
+                          ConstraintDescription="an https:// or s3:// URL.")
+    path = common.param(t, "HelmChartPath", "Chart directory inside the source.", Default=DEFAULT_CHART_PATH,
+                        AllowedPattern=r"^[A-Za-z0-9._/-]*$", ConstraintDescription="a relative path.")
+    version = common.param(t, "HelmChartVersion", "Git ref (branch, tag, commit) or chart version.",
+                           Default=DEFAULT_CHART_VERSION, AllowedPattern=r"^[A-Za-z0-9._/+-]+$",
+                           ConstraintDescription="a git ref or version string.")
+    namespace = common.param(t, "Namespace", "Kubernetes namespace of the release.", Default=DEFAULT_NAMESPACE,
+                             AllowedPattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", MaxLength=63,
+                             ConstraintDescription="a Kubernetes namespace name.")
+    release = common.param(t, "ReleaseName", "Helm release name.", Default=DEFAULT_RELEASE,
+                           AllowedPattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", MaxLength=53,
+                           ConstraintDescription="a Helm release name.")
+    t.add_condition("HasKubectlLayer", {"Fn::Not": [{"Fn::Equals": [layer, ""]}]})
+
+    log_group = t.add_resource(logs.LogGroup("HelmFunctionLogs", RetentionInDays=30,
+                                             DeletionPolicy="Delete", UpdateReplacePolicy="Delete"))
+    fn = t.add_resource(awslambda.Function(
+        "HelmFunction",
+        Description="Installs, upgrades and uninstalls the HyperPod dependency Helm chart.",
+        Runtime=common.LAMBDA_RUNTIME, Handler="index.handler", Timeout=LAMBDA_TIMEOUT_S, MemorySize=1024,
+        EphemeralStorage=awslambda.EphemeralStorage(Size=2048),
+        Role=role, Layers=If("HasKubectlLayer", [layer], Ref("AWS::NoValue")),
+        Code=awslambda.Code(ZipFile=common.handler_source(HANDLER)),
+        LoggingConfig=awslambda.LoggingConfig(LogGroup=Ref(log_group)),
+        Tags=common.tags(),
+    ))
+    chart = HelmChart("HelmChart", ServiceToken=GetAtt(fn, "Arn"), ServiceTimeout=LAMBDA_TIMEOUT_S + 120)
+    for key, value in {
+        "ClusterName": cluster, "Namespace": namespace, "ReleaseName": release, "ChartSource": source,
+        "ChartPath": path, "ChartVersion": version,
+        "Values": Sub(json.dumps(cfg.values, sort_keys=True, separators=(",", ":"))),
+    }.items():
+        setattr(chart, key, value)
+    t.add_resource(chart)
+    common.output(t, OUT_RELEASE, Ref(chart), "The installed release (HyperPod waits for it).")
+    return t

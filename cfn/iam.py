@@ -1,0 +1,115 @@
+"""IAM stack: the HyperPod execution role, and for EKS variants the EKS cluster role and Helm Lambda role.
+
+Every ARN is built with AWS::Partition, never an ``arn:aws:`` literal, so the
+templates deploy in GovCloud and China too. Roles have generated names, so the
+stack needs only CAPABILITY_IAM and leaves no orphaned named roles behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from troposphere import GetAtt, Sub
+from troposphere import iam as iam
+
+from hpq.cfn import common
+from hpq.lifecycle import names
+
+CLUSTER_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+EKS_CLUSTER_POLICY = "AmazonEKSClusterPolicy"
+LAMBDA_BASIC_POLICY = "service-role/AWSLambdaBasicExecutionRole"
+
+OUT_HELM_ROLE_ARN = "HelmRoleArn"
+OUT_EKS_CLUSTER_ROLE_ARN = "EksClusterRoleArn"
+
+
+@dataclass(frozen=True)
+class IamConfig:
+    eks: bool
+
+
+def _statement(sid: str, actions: list[str], resource, condition: dict | None = None) -> dict:
+    s = {"Sid": sid, "Effect": "Allow", "Action": sorted(actions), "Resource": resource}
+    if condition:
+        s["Condition"] = condition
+    return s
+
+
+def _execution_statements(eks: bool) -> list[dict]:
+    bucket = Sub("arn:${AWS::Partition}:s3:::${LifecycleBucketName}")
+    out = [
+        _statement("LifecycleBucketList", ["s3:ListBucket"], bucket),
+        _statement("LifecycleBucketRead", ["s3:GetObject"], Sub("arn:${AWS::Partition}:s3:::${LifecycleBucketName}/*")),
+        # Lifecycle scripts find FSx by exact tag; these describe calls do not support resource scoping.
+        _statement("FsxDiscover", ["fsx:DescribeFileSystems", "fsx:ListTagsForResource"], "*"),
+        # HyperPod attaches node ENIs in the customer VPC (VpcConfig) on the node's behalf.
+        _statement("VpcNetworkInterfaces", [
+            "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
+            "ec2:DeleteNetworkInterfacePermission", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
+            "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups",
+            "ec2:DetachNetworkInterface",
+        ], "*"),
+        _statement("TagNetworkInterfaces", ["ec2:CreateTags"], common.arn("ec2", "network-interface/*")),
+        _statement("EcrPull", ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                               "ecr:BatchCheckLayerAvailability"], "*"),
+        _statement("ClusterLogs", ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                   "logs:DescribeLogStreams"],
+                   common.arn("logs", "log-group:/aws/sagemaker/*")),
+        _statement("ClusterMetrics", ["cloudwatch:PutMetricData"], "*"),
+    ]
+    if eks:
+        cluster = common.arn("eks", "cluster/${ClusterName}")
+        out += [
+            _statement("EksDescribe", ["eks:DescribeCluster"], cluster),
+            _statement("EksPodIdentity", ["eks-auth:AssumeRoleForPodIdentity"], cluster),
+            # The VPC CNI on HyperPod nodes runs with the node role.
+            _statement("VpcCni", [
+                "ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:DescribeInstances",
+                "ec2:DescribeInstanceTypes", "ec2:DescribeTags", "ec2:ModifyNetworkInterfaceAttribute",
+                "ec2:UnassignPrivateIpAddresses",
+            ], "*"),
+        ]
+    return out
+
+
+def build(cfg: IamConfig) -> common.Template:
+    t = common.new_template("hpq iam: HyperPod execution role" + (", EKS cluster role, Helm Lambda role."
+                                                                  if cfg.eks else "."))
+    if cfg.eks:
+        common.cluster_name_param(t)
+    common.param(t, "LifecycleBucketName", "Lifecycle bucket the nodes read OnCreate from.",
+                 AllowedPattern=common.BUCKET_NAME_PATTERN, ConstraintDescription="an S3 bucket name.")
+    role = t.add_resource(iam.Role(
+        "ExecutionRole",
+        AssumeRolePolicyDocument=common.assume_role("sagemaker"),
+        ManagedPolicyArns=[common.managed_policy(CLUSTER_INSTANCE_POLICY)],
+        Policies=[iam.Policy(PolicyName="hpq-node", PolicyDocument={
+            "Version": "2012-10-17", "Statement": _execution_statements(cfg.eks)})],
+        Tags=common.tags(),
+    ))
+    common.output(t, names.OUT_EXECUTION_ROLE_ARN, GetAtt(role, "Arn"), "HyperPod execution (node) role ARN.")
+    if not cfg.eks:
+        return t
+
+    common.param(t, "AssetsBucket", "Bucket holding hpq assets (the Helm handler may read charts from it).",
+                 AllowedPattern=common.BUCKET_NAME_PATTERN, ConstraintDescription="an S3 bucket name.")
+    eks_role = t.add_resource(iam.Role(
+        "EksClusterRole",
+        AssumeRolePolicyDocument=common.assume_role("eks"),
+        ManagedPolicyArns=[common.managed_policy(EKS_CLUSTER_POLICY)],
+        Tags=common.tags(),
+    ))
+    helm_role = t.add_resource(iam.Role(
+        "HelmRole",
+        AssumeRolePolicyDocument=common.assume_role("lambda"),
+        ManagedPolicyArns=[common.managed_policy(LAMBDA_BASIC_POLICY)],
+        Policies=[iam.Policy(PolicyName="hpq-helm", PolicyDocument={"Version": "2012-10-17", "Statement": [
+            # Kubernetes access itself comes from the EKS access entry (cluster admin) in the EKS stack.
+            _statement("EksDescribe", ["eks:DescribeCluster"], common.arn("eks", "cluster/${ClusterName}")),
+            _statement("AssetsRead", ["s3:GetObject"], Sub("arn:${AWS::Partition}:s3:::${AssetsBucket}/*")),
+        ]})],
+        Tags=common.tags(),
+    ))
+    common.output(t, OUT_EKS_CLUSTER_ROLE_ARN, GetAtt(eks_role, "Arn"), "EKS cluster service role ARN.")
+    common.output(t, OUT_HELM_ROLE_ARN, GetAtt(helm_role, "Arn"), "Helm Lambda execution role ARN.")
+    return t

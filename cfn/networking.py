@@ -1,0 +1,113 @@
+"""Networking stack: VPC, NAT, one private node subnet in ONE AZ, VPC endpoints.
+
+All HyperPod nodes live in one subnet in one AZ because EFA traffic cannot cross
+AZs. EKS wants control-plane subnets in two AZs, so EKS variants get a second,
+small private subnet used by the EKS control plane only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from troposphere import Cidr, GetAtt, Join, Ref, Select, Sub
+from troposphere import ec2 as ec2
+
+from hpq.cfn import common
+from hpq.lifecycle import names
+
+AZ_ID_PATTERN = r"^[a-z]{2,5}[0-9]{1,2}-az[0-9]{1,2}$"
+AZ_ID_HELP = "an Availability Zone ID such as use1-az4 or usw2-az2 (not a zone name)."
+VPC_CIDR_PATTERN = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])/16$"
+# Interface endpoints nodes need without going through the NAT (image pulls, SSM sessions, logs).
+INTERFACE_ENDPOINTS = ("ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages")
+
+
+@dataclass(frozen=True)
+class NetworkingConfig:
+    eks: bool  # add the second control-plane subnet
+
+
+def _endpoint_id(service: str) -> str:
+    return "Endpoint" + "".join(part.capitalize() for part in service.split("."))
+
+
+def build(cfg: NetworkingConfig) -> common.Template:
+    t = common.new_template("hpq networking: VPC, NAT, node subnet in one AZ, VPC endpoints.")
+    az = common.param(t, "AvailabilityZoneId", "AZ ID for every HyperPod node: " + AZ_ID_HELP,
+                      AllowedPattern=AZ_ID_PATTERN, ConstraintDescription=AZ_ID_HELP)
+    vpc_cidr = common.param(t, "VpcCidr", "VPC CIDR block (a /16).", Default="10.0.0.0/16",
+                            AllowedPattern=VPC_CIDR_PATTERN, ConstraintDescription="an IPv4 /16 CIDR block.")
+    # /16 -> eight /19 blocks: 0 nodes (EFA instances use many addresses), 1 public, 2 EKS-only.
+    blocks = Cidr(vpc_cidr, 8, 13)
+
+    vpc = t.add_resource(ec2.VPC(
+        "Vpc", CidrBlock=vpc_cidr, EnableDnsHostnames=True, EnableDnsSupport=True,
+        Tags=common.tags(Sub("${AWS::StackName}-vpc")),
+    ))
+    igw = t.add_resource(ec2.InternetGateway("InternetGateway", Tags=common.tags(Sub("${AWS::StackName}-igw"))))
+    attach = t.add_resource(ec2.VPCGatewayAttachment("GatewayAttachment", VpcId=Ref(vpc),
+                                                     InternetGatewayId=Ref(igw)))
+
+    public = t.add_resource(ec2.Subnet(
+        "PublicSubnet", VpcId=Ref(vpc), AvailabilityZoneId=az, CidrBlock=Select(1, blocks),
+        MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-public")),
+    ))
+    public_rt = t.add_resource(ec2.RouteTable("PublicRouteTable", VpcId=Ref(vpc),
+                                              Tags=common.tags(Sub("${AWS::StackName}-public"))))
+    t.add_resource(ec2.Route("PublicDefaultRoute", RouteTableId=Ref(public_rt), DestinationCidrBlock="0.0.0.0/0",
+                             GatewayId=Ref(igw), DependsOn=attach.title))
+    t.add_resource(ec2.SubnetRouteTableAssociation("PublicSubnetRoutes", SubnetId=Ref(public),
+                                                   RouteTableId=Ref(public_rt)))
+    eip = t.add_resource(ec2.EIP("NatAddress", Domain="vpc", DependsOn=attach.title,
+                                 Tags=common.tags(Sub("${AWS::StackName}-nat"))))
+    nat = t.add_resource(ec2.NatGateway("NatGateway", SubnetId=Ref(public), AllocationId=GetAtt(eip, "AllocationId"),
+                                        Tags=common.tags(Sub("${AWS::StackName}-nat"))))
+
+    node = t.add_resource(ec2.Subnet(
+        "NodeSubnet", VpcId=Ref(vpc), AvailabilityZoneId=az, CidrBlock=Select(0, blocks),
+        MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-nodes")),
+    ))
+    private_rt = t.add_resource(ec2.RouteTable("PrivateRouteTable", VpcId=Ref(vpc),
+                                               Tags=common.tags(Sub("${AWS::StackName}-private"))))
+    t.add_resource(ec2.Route("PrivateDefaultRoute", RouteTableId=Ref(private_rt), DestinationCidrBlock="0.0.0.0/0",
+                             NatGatewayId=Ref(nat)))
+    t.add_resource(ec2.SubnetRouteTableAssociation("NodeSubnetRoutes", SubnetId=Ref(node),
+                                                   RouteTableId=Ref(private_rt)))
+
+    t.add_resource(ec2.VPCEndpoint(
+        "EndpointS3", VpcId=Ref(vpc), VpcEndpointType="Gateway",
+        ServiceName=Sub("com.amazonaws.${AWS::Region}.s3"), RouteTableIds=[Ref(private_rt)],
+    ))
+    endpoint_sg = t.add_resource(ec2.SecurityGroup(
+        "EndpointSecurityGroup", VpcId=Ref(vpc),
+        GroupDescription="HTTPS from the VPC to the interface endpoints",
+        SecurityGroupIngress=[ec2.SecurityGroupRule(IpProtocol="tcp", FromPort=443, ToPort=443, CidrIp=vpc_cidr,
+                                                    Description="HTTPS from inside the VPC")],
+        SecurityGroupEgress=[ec2.SecurityGroupRule(IpProtocol="-1", CidrIp="0.0.0.0/0",
+                                                   Description="responses and endpoint traffic")],
+        Tags=common.tags(Sub("${AWS::StackName}-endpoints")),
+    ))
+    for service in INTERFACE_ENDPOINTS:
+        t.add_resource(ec2.VPCEndpoint(
+            _endpoint_id(service), VpcId=Ref(vpc), VpcEndpointType="Interface", PrivateDnsEnabled=True,
+            ServiceName=Sub(f"com.amazonaws.${{AWS::Region}}.{service}"), SubnetIds=[Ref(node)],
+            SecurityGroupIds=[Ref(endpoint_sg)],
+        ))
+
+    common.output(t, names.OUT_VPC_ID, Ref(vpc), "VPC ID.")
+    common.output(t, "VpcCidr", GetAtt(vpc, "CidrBlock"), "VPC CIDR block.")
+    common.output(t, names.OUT_NODE_SUBNET_ID, Ref(node), "The one private subnet every HyperPod node uses.")
+    if cfg.eks:
+        eks_az = common.param(t, "EksAvailabilityZoneId",
+                              "Second AZ ID, used only by the EKS control plane; must differ from "
+                              "AvailabilityZoneId.", AllowedPattern=AZ_ID_PATTERN,
+                              ConstraintDescription=AZ_ID_HELP)
+        eks_subnet = t.add_resource(ec2.Subnet(
+            "EksSubnet", VpcId=Ref(vpc), AvailabilityZoneId=eks_az, CidrBlock=Select(2, blocks),
+            MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-eks")),
+        ))
+        t.add_resource(ec2.SubnetRouteTableAssociation("EksSubnetRoutes", SubnetId=Ref(eks_subnet),
+                                                       RouteTableId=Ref(private_rt)))
+        common.output(t, names.OUT_EKS_SUBNET_IDS, Join(",", [Ref(node), Ref(eks_subnet)]),
+                      "Comma-separated EKS control-plane subnets (node subnet + EKS-only subnet).")
+    return t

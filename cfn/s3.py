@@ -1,0 +1,136 @@
+"""S3 stack: the lifecycle bucket HyperPod reads OnCreate from, plus its contents custom resource.
+
+The custom resource (cfn/handlers/bucket_cleanup.py) copies the node bundle from
+the assets bucket into the lifecycle prefix, writes provisioning_parameters.json,
+and on delete empties every version and delete marker so the stack can go away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam, logs
+from troposphere import s3 as s3
+
+from hpq.cfn import common
+from hpq.lifecycle import names
+
+HANDLER = "bucket_cleanup"
+PROVISIONING_VERSION = "1.0.0"
+PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
+
+
+class LifecycleContents(cloudformation.CustomResource):
+    resource_type = "Custom::LifecycleBucketContents"
+
+
+@dataclass(frozen=True)
+class S3Config:
+    slurm: bool  # provisioning_parameters.json carries controller/login groups only for Slurm
+    worker_groups: tuple[str, ...] = (names.WORKER_GROUP,)
+    controller_group: str = names.CONTROLLER_GROUP
+    login_group: str = names.LOGIN_GROUP
+    lambda_timeout_s: int = 600
+
+
+def lifecycle_uri(bucket) -> Sub:
+    return Sub(f"s3://${{Bucket}}/{names.LIFECYCLE_PREFIX}", Bucket=bucket)
+
+
+def build(cfg: S3Config) -> common.Template:
+    t = common.new_template("hpq s3: lifecycle bucket, node bundle copy, cleanup of every version on delete.")
+    cluster = common.cluster_name_param(t)
+    assets_bucket = common.param(t, "AssetsBucket", "Bucket holding the node bundle.",
+                                 AllowedPattern=common.BUCKET_NAME_PATTERN, ConstraintDescription="an S3 bucket name.")
+    assets_prefix = common.param(t, "AssetsPrefix", "Key prefix of the node bundle, ending in '/'.",
+                                 AllowedPattern=PREFIX_PATTERN, ConstraintDescription="a key prefix ending in '/'.")
+    if cfg.slurm:
+        common.param(t, "EnableLoginGroup", "Whether the cluster has a login group.", Default="false",
+                     AllowedValues=["true", "false"])
+        t.add_condition("HasLoginGroup", {"Fn::Equals": [Ref("EnableLoginGroup"), "true"]})
+
+    # sagemaker-hpq-<account>-<region>-<8 hex of this stack's id>: unique, <= 63 chars, lowercase, and
+    # readable by AmazonSageMakerClusterInstanceRolePolicy too (it grants sagemaker-* buckets).
+    stack_suffix = Select(0, Split("-", Select(2, Split("/", Ref("AWS::StackId")))))
+    bucket = t.add_resource(s3.Bucket(
+        "LifecycleBucket",
+        DeletionPolicy="Delete", UpdateReplacePolicy="Delete",
+        BucketName=Join("-", ["sagemaker-hpq", Ref("AWS::AccountId"), Ref("AWS::Region"), stack_suffix]),
+        BucketEncryption=s3.BucketEncryption(ServerSideEncryptionConfiguration=[
+            s3.ServerSideEncryptionRule(ServerSideEncryptionByDefault=s3.ServerSideEncryptionByDefault(
+                SSEAlgorithm="AES256"))]),
+        PublicAccessBlockConfiguration=s3.PublicAccessBlockConfiguration(
+            BlockPublicAcls=True, BlockPublicPolicy=True, IgnorePublicAcls=True, RestrictPublicBuckets=True),
+        OwnershipControls=s3.OwnershipControls(Rules=[s3.OwnershipControlsRule(ObjectOwnership="BucketOwnerEnforced")]),
+        VersioningConfiguration=s3.VersioningConfiguration(Status="Enabled"),
+        Tags=common.tags(Sub("${ClusterName}-lifecycle")),
+    ))
+    bucket_arn = GetAtt(bucket, "Arn")
+    t.add_resource(s3.BucketPolicy(
+        "LifecycleBucketPolicy", Bucket=Ref(bucket),
+        PolicyDocument={"Version": "2012-10-17", "Statement": [{
+            "Sid": "TlsOnly", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": [bucket_arn, Join("", [bucket_arn, "/*"])],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }]},
+    ))
+
+    log_group = t.add_resource(logs.LogGroup("ContentsFunctionLogs", RetentionInDays=30,
+                                             DeletionPolicy="Delete", UpdateReplacePolicy="Delete"))
+    assets_arn = Sub("arn:${AWS::Partition}:s3:::${AssetsBucket}")
+    role = t.add_resource(iam.Role(
+        "ContentsFunctionRole",
+        AssumeRolePolicyDocument=common.assume_role("lambda"),
+        Policies=[iam.Policy(PolicyName="lifecycle-bucket-contents", PolicyDocument={
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                 "Resource": GetAtt(log_group, "Arn")},
+                {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketVersions"], "Resource": bucket_arn},
+                {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                               "s3:DeleteObjectVersion"],
+                 "Resource": Join("", [bucket_arn, "/*"])},
+                {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": assets_arn,
+                 "Condition": {"StringLike": {"s3:prefix": [Sub("${AssetsPrefix}*")]}}},
+                {"Effect": "Allow", "Action": "s3:GetObject",
+                 "Resource": Sub("arn:${AWS::Partition}:s3:::${AssetsBucket}/${AssetsPrefix}*")},
+            ],
+        })],
+        Tags=common.tags(),
+    ))
+    fn = t.add_resource(awslambda.Function(
+        "ContentsFunction",
+        Description="Copies the node bundle into the lifecycle bucket; empties every version on delete.",
+        Runtime=common.LAMBDA_RUNTIME, Handler="index.handler", Timeout=cfg.lambda_timeout_s, MemorySize=256,
+        Role=GetAtt(role, "Arn"),
+        Code=awslambda.Code(ZipFile=common.handler_source(HANDLER)),
+        LoggingConfig=awslambda.LoggingConfig(LogGroup=Ref(log_group)),
+        Tags=common.tags(),
+    ))
+
+    provisioning = {"version": PROVISIONING_VERSION, "cluster_name": cluster,
+                    "worker_groups": list(cfg.worker_groups)}
+    if cfg.slurm:
+        provisioning["controller_group"] = cfg.controller_group
+        provisioning["login_group"] = If("HasLoginGroup", cfg.login_group, Ref("AWS::NoValue"))
+    prefix = names.LIFECYCLE_PREFIX + "/"
+    contents = LifecycleContents(
+        "LifecycleContents",
+        ServiceToken=GetAtt(fn, "Arn"),
+        ServiceTimeout=cfg.lambda_timeout_s + 60,
+    )
+    for key, value in {
+        "BucketName": Ref(bucket),
+        "SourceBucket": assets_bucket,
+        "SourcePrefix": assets_prefix,
+        "DestinationPrefix": prefix,
+        "ProvisioningParametersKey": prefix + names.PROVISIONING_PARAMETERS,
+        "ProvisioningParameters": provisioning,
+    }.items():
+        setattr(contents, key, value)
+    t.add_resource(contents)
+
+    common.output(t, names.OUT_LIFECYCLE_BUCKET, Ref(bucket), "Lifecycle bucket name.")
+    common.output(t, names.OUT_LIFECYCLE_URI, lifecycle_uri(Ref(bucket)),
+                  "LifeCycleConfig.SourceS3Uri (holds the node bundle and provisioning_parameters.json).")
+    return t

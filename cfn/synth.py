@@ -1,0 +1,146 @@
+"""Synthesis: variant + size + parameter overrides -> deterministic template JSON files.
+
+The public API other parts of hpq use (deploy, publish, tests):
+``synthesize``, ``to_json``, ``write_variant``, ``root_parameters``, ``stack_files``.
+``--param K=V`` sets the Default of root parameter K after validating V against
+the parameter's own constraints, so bad input fails here with one line, not
+minutes later in CloudFormation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+
+ROOT_FILE = "root.json"
+INSTANCE_TYPE_PARAMS = ("WorkerInstanceType", "ControllerInstanceType", "LoginInstanceType")
+
+
+def variant_names() -> list[str]:
+    from hpq.cfn.variants import VARIANTS
+
+    return list(VARIANTS)
+
+
+def size_names() -> list[str]:
+    from hpq.cfn.variants import SIZES
+
+    return list(SIZES)
+
+
+def _resolve(variant: str, size: str):
+    from hpq.cfn.variants import SIZES, VARIANTS
+
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(VARIANTS)}")
+    if size not in SIZES:
+        raise UsageError(f"unknown size {size!r}; choose one of: {', '.join(SIZES)}")
+    return VARIANTS[variant], SIZES[size]
+
+
+def _check_instance_type(variant, key: str, value: str, allowed: list[str]) -> str:
+    """Accept ``p5.48xlarge`` for ``ml.p5.48xlarge``; explain a type of the wrong kind."""
+    try:
+        entry = catalog.lookup(value)
+    except catalog.UnknownInstanceType as exc:
+        raise UsageError(f"{key}: {exc}") from None
+    if entry.name in allowed:
+        return entry.name
+    kind = "controller/login (CPU)" if key != "WorkerInstanceType" else variant.accelerator_label
+    raise UsageError(f"{key}: {entry.name} is not a {kind} type for {variant.name}; "
+                     f"allowed: {', '.join(allowed)}")
+
+
+def _check_value(variant, key: str, value: str, spec: dict[str, Any]) -> str:
+    if key in INSTANCE_TYPE_PARAMS:
+        return _check_instance_type(variant, key, value, spec.get("AllowedValues", []))
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in allowed:
+        raise UsageError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+    pattern = spec.get("AllowedPattern")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        hint = spec.get("ConstraintDescription", f"must match {pattern}")
+        raise UsageError(f"{key}={value!r} is invalid: {hint}")
+    if spec.get("Type") == "Number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"{key}={value!r} is not a number") from None
+        lo, hi = spec.get("MinValue"), spec.get("MaxValue")
+        if (lo is not None and number < lo) or (hi is not None and number > hi):
+            raise UsageError(f"{key}={value} is out of range [{lo}, {hi}]")
+    for bound, test in (("MinLength", lambda n: len(value) < n), ("MaxLength", lambda n: len(value) > n)):
+        if bound in spec and test(spec[bound]):
+            raise UsageError(f"{key}={value!r} violates {bound} {spec[bound]}")
+    return value
+
+
+def synthesize(variant: str, size: str = "small", params: dict[str, str] | None = None) -> dict[str, dict]:
+    """File name -> template dict: ``root.json`` plus ``<Stack>.json`` per nested stack of the variant."""
+    v, s = _resolve(variant, size)
+    from hpq.cfn import root, variants
+
+    nested = variants.nested_templates(v, s)
+    root_t = root.build(v, s, nested)
+    for key, value in (params or {}).items():
+        if key not in root_t.parameters:
+            raise UsageError(f"unknown parameter {key!r} for {variant}; valid: {', '.join(sorted(root_t.parameters))}")
+        spec = root_t.parameters[key].to_dict()
+        root_t.parameters[key].Default = _check_value(v, key, str(value), spec)
+    files = {root.stack_file(name): tmpl.to_dict() for name, tmpl in nested.items()}
+    files[ROOT_FILE] = root_t.to_dict()
+    return dict(sorted(files.items()))
+
+
+def to_json(template: dict) -> str:
+    """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(template, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_variant(variant: str, out_dir: str | Path, size: str = "small",
+                  params: dict[str, str] | None = None) -> list[Path]:
+    """Write OUT/<variant>/<file>.json for the root and every nested stack; return the paths."""
+    files = synthesize(variant, size, params)
+    target = Path(out_dir) / variant
+    target.mkdir(parents=True, exist_ok=True)
+    for stale in target.glob("*.json"):
+        if stale.name not in files:
+            stale.unlink()
+    written = []
+    for name, template in files.items():
+        path = target / name
+        text = to_json(template)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def root_parameters(variant: str, size: str = "small") -> list[dict[str, Any]]:
+    """The root stack's parameters as data: name plus its CloudFormation definition."""
+    root_t = synthesize(variant, size)[ROOT_FILE]
+    return [{"Name": name, **spec} for name, spec in root_t["Parameters"].items()]
+
+
+def stack_files(variant: str) -> list[str]:
+    """Nested template file names of a variant (what TemplateBaseUrl must hold besides root.json)."""
+    v, _ = _resolve(variant, "small")
+    from hpq.cfn import root, variants
+
+    return [root.stack_file(name) for name in variants.stack_names(v)]
+
+
+def parse_params(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["K=V", ...]`` -> dict; a pair without '=' is a usage error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out

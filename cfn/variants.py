@@ -1,0 +1,103 @@
+"""The four variants and the size presets: which nested stacks, with which typed configs.
+
+Variants differ only here, at the top: orchestrator (Slurm or EKS) and accelerator
+(GPU or Trainium). Every stack module is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpq.cfn import (
+    common,
+    eks,
+    helm,
+    hyperpod,
+    iam,
+    networking,
+    observability,
+    s3,
+    security,
+    storage,
+    validation,
+)
+from hpq.lifecycle import catalog, names
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    orchestrator: str  # "slurm" | "eks"
+    accelerator: str  # catalog.GPU | catalog.TRAINIUM
+    default_worker_type: str
+
+    @property
+    def eks(self) -> bool:
+        return self.orchestrator == "eks"
+
+    @property
+    def slurm(self) -> bool:
+        return self.orchestrator == "slurm"
+
+    @property
+    def accelerator_label(self) -> str:
+        return "GPU" if self.accelerator == catalog.GPU else "Trainium"
+
+    def worker_types(self) -> list[str]:
+        return catalog.names([self.accelerator])
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    worker_count: int
+    fsx_capacity_gib: int
+    ebs_gb: int
+
+
+VARIANTS: dict[str, Variant] = {
+    # g5.16xlarge: the cheapest GPU node seed 004 validated end to end (TCP transport).
+    "slurm-gpu": Variant("slurm-gpu", "slurm", catalog.GPU, "ml.g5.16xlarge"),
+    "slurm-trn": Variant("slurm-trn", "slurm", catalog.TRAINIUM, "ml.trn1.32xlarge"),
+    "eks-gpu": Variant("eks-gpu", "eks", catalog.GPU, "ml.g5.16xlarge"),
+    "eks-trn": Variant("eks-trn", "eks", catalog.TRAINIUM, "ml.trn1.32xlarge"),
+}
+SIZES: dict[str, Size] = {
+    "small": Size("small", worker_count=2, fsx_capacity_gib=1200, ebs_gb=500),
+    "medium": Size("medium", worker_count=4, fsx_capacity_gib=4800, ebs_gb=1000),
+    "large": Size("large", worker_count=16, fsx_capacity_gib=19200, ebs_gb=2000),
+}
+assert tuple(VARIANTS) == names.VARIANTS and tuple(SIZES) == names.SIZES
+DEFAULT_CONTROLLER_TYPE = "ml.m5.xlarge"
+
+# Stack names, in creation order; each becomes <Name>.json and root resource <Name>Stack.
+NETWORKING, SECURITY, STORAGE, S3, IAM, EKS, HELM, HYPERPOD, OBSERVABILITY, VALIDATION = (
+    "Networking", "Security", "Storage", "S3", "IAM", "EKS", "Helm", "HyperPod", "Observability", "Validation")
+
+
+def stack_names(variant: Variant) -> list[str]:
+    out = [NETWORKING, SECURITY, STORAGE, S3, IAM]
+    if variant.eks:
+        out += [EKS, HELM]
+    return out + [HYPERPOD, OBSERVABILITY, VALIDATION]
+
+
+def nested_templates(variant: Variant, size: Size) -> dict[str, common.Template]:
+    """Stack name -> troposphere Template for every nested stack of the variant."""
+    builders = {
+        NETWORKING: lambda: networking.build(networking.NetworkingConfig(eks=variant.eks)),
+        SECURITY: lambda: security.build(security.SecurityConfig()),
+        STORAGE: lambda: storage.build(storage.StorageConfig(default_capacity_gib=size.fsx_capacity_gib)),
+        S3: lambda: s3.build(s3.S3Config(slurm=variant.slurm)),
+        IAM: lambda: iam.build(iam.IamConfig(eks=variant.eks)),
+        EKS: lambda: eks.build(eks.EksConfig()),
+        HELM: lambda: helm.build(helm.HelmConfig()),
+        HYPERPOD: lambda: hyperpod.build(hyperpod.HyperPodConfig(
+            orchestrator=variant.orchestrator, worker_types=tuple(variant.worker_types()),
+            default_worker_type=variant.default_worker_type, default_worker_count=size.worker_count,
+            default_ebs_gb=size.ebs_gb, controller_types=tuple(catalog.controller_types()),
+            default_controller_type=DEFAULT_CONTROLLER_TYPE)),
+        OBSERVABILITY: lambda: observability.build(observability.ObservabilityConfig()),
+        VALIDATION: lambda: validation.build(validation.ValidationConfig()),
+    }
+    return {name: builders[name]() for name in stack_names(variant)}

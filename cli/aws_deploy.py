@@ -1,0 +1,289 @@
+"""Package a release (templates + node bundle) into the bucket, then create or update the root stack.
+
+The pieces are functions so tests drive them directly; ``hpq deploy``/``hpq publish`` only parse
+options and print. ``transform`` lets a test adapt a *copy* of the synthesized templates to an
+emulator's gaps without the real templates ever changing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpq import __version__
+from hpq.cli import aws_s3, aws_stacks
+from hpq.cli.aws_session import client, make_session, region_of
+from hpq.errors import UsageError
+from hpq.lifecycle import names
+
+Templates = dict[str, dict[str, Any]]
+Transform = Callable[[str, Templates], Templates]
+
+P_TEMPLATE_BASE_URL = "TemplateBaseUrl"
+P_ASSETS_BUCKET = "AssetsBucket"
+P_ASSETS_PREFIX = "AssetsPrefix"
+P_CLUSTER_NAME = "ClusterName"
+LAUNCH_BUTTON = "https://s3.amazonaws.com/cloudformation-examples/cloudformation-launch-stack.png"
+
+
+def check_variant(variant: str) -> str:
+    if variant not in names.VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
+    return variant
+
+
+def check_size(size: str) -> str:
+    if size not in names.SIZES:
+        raise UsageError(f"unknown size {size!r}; choose one of: {', '.join(names.SIZES)}")
+    return size
+
+
+def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``K=V`` strings -> dict; a malformed pair is a usage error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+def synthesize(variant: str, size: str, params: dict[str, str] | None = None) -> Templates:
+    """The real templates; ``params`` are validated by synth (one-line UsageErrors) and become Defaults."""
+    from hpq.cfn import synth
+
+    return synth.synthesize(variant, size=size, params=params or None)
+
+
+def template_json(template: dict[str, Any]) -> str:
+    try:
+        from hpq.cfn.synth import to_json
+    except ImportError:  # pragma: no cover - synth always ships with the CLI
+        return json.dumps(template, indent=1, sort_keys=True)
+    return to_json(template)
+
+
+@dataclass
+class Release:
+    """One uploaded, content-addressed release in a bucket."""
+
+    bucket: str
+    region: str
+    version: str
+    variants: list[str]
+    objects: dict[str, bytes]
+    templates: dict[str, Templates]
+    upload: aws_s3.Upload | None = None
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def template_url(self, variant: str, stack_file: str = names.ROOT_TEMPLATE) -> str:
+        return aws_s3.object_url(self.bucket, self.region, names.template_key(self.version, variant, stack_file))
+
+    def base_url(self, variant: str) -> str:
+        return self.template_url(variant, "x").rsplit("/", 1)[0]
+
+    @property
+    def assets_prefix(self) -> str:
+        return names.node_bundle_prefix(self.version)
+
+    def root_parameters(self, variant: str) -> dict[str, str]:
+        """Where the root stack finds its nested templates and the node bundle."""
+        return {
+            P_TEMPLATE_BASE_URL: self.base_url(variant),
+            P_ASSETS_BUCKET: self.bucket,
+            P_ASSETS_PREFIX: self.assets_prefix,
+        }
+
+
+def node_bundle_objects() -> dict[str, bytes]:
+    from hpq.lifecycle.bundle import node_bundle_files
+
+    return {key: Path(src).read_bytes() for key, src in sorted(node_bundle_files().items())}
+
+
+def build_release(bucket: str, region: str, variants: list[str], size: str = "small",
+                  transform: Transform | None = None, params: dict[str, str] | None = None) -> Release:
+    """Synthesize, hash and lay out every object; no AWS calls."""
+    templates: dict[str, Templates] = {}
+    files: dict[str, bytes] = {}
+    for variant in variants:
+        rendered = synthesize(variant, size, params)
+        if transform:
+            rendered = transform(variant, json.loads(json.dumps(rendered)))
+        templates[variant] = rendered
+        for fname, body in rendered.items():
+            files[f"templates/{variant}/{fname}"] = template_json(body).encode()
+    bundle = node_bundle_objects()
+    files.update({f"node/{k}": v for k, v in bundle.items()})
+    version = f"{__version__}-{aws_s3.content_hash(files)}"
+    objects: dict[str, bytes] = {}
+    for variant, rendered in templates.items():
+        for fname in rendered:
+            objects[names.template_key(version, variant, fname)] = files[f"templates/{variant}/{fname}"]
+    for key, body in bundle.items():
+        objects[names.node_bundle_prefix(version) + key] = body
+    totals = {v: sum(len(t.get("Resources", {})) for t in r.values()) for v, r in templates.items()}
+    return Release(bucket, region, version, list(variants), objects, templates, totals=totals)
+
+
+def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Release:
+    release.upload = aws_s3.upload_objects(s3, release.bucket, release.objects, on_progress)
+    return release
+
+
+def stack_parameters(release: Release, variant: str, user: dict[str, str], stack_name: str) -> dict[str, str]:
+    """Root parameters: release locations + ClusterName default + the user's ``--param``s, checked locally."""
+    root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
+    declared: dict[str, Any] = root.get("Parameters", {}) or {}
+    params = {k: v for k, v in release.root_parameters(variant).items() if k in declared or not declared}
+    unknown = sorted(set(user) - set(declared)) if declared else []
+    if unknown:
+        raise UsageError(
+            f"unknown parameter(s) {', '.join(unknown)} for {variant}; known: {', '.join(sorted(declared))}"
+        )
+    for key, value in user.items():
+        spec = declared.get(key, {})
+        # synth validated the value and stored it normalized (p5.48xlarge -> ml.p5.48xlarge) as the Default.
+        value = str(spec.get("Default", value)) if "Default" in spec else value
+        allowed = spec.get("AllowedValues")
+        if allowed and value not in [str(a) for a in allowed]:
+            raise UsageError(f"--param {key}={value}: allowed values are {', '.join(map(str, allowed))}")
+        params[key] = value
+    if P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user and names.valid_cluster_name(stack_name):
+        params[P_CLUSTER_NAME] = stack_name
+    if P_CLUSTER_NAME in params and not names.valid_cluster_name(params[P_CLUSTER_NAME]):
+        raise UsageError(f"invalid cluster name {params[P_CLUSTER_NAME]!r}: letters, digits and '-', 1-63 chars")
+    return params
+
+
+AZ_PARAMS = ("AvailabilityZoneId", "EksAvailabilityZoneId")
+
+
+def missing_parameters(release: Release, variant: str, params: dict[str, str]) -> list[str]:
+    """Root parameters without a Default that nobody set."""
+    declared = release.templates[variant].get(names.ROOT_TEMPLATE, {}).get("Parameters", {}) or {}
+    return sorted(k for k, spec in declared.items() if "Default" not in spec and k not in params)
+
+
+def default_zone_ids(ec2: Any, how_many: int) -> list[str]:
+    """The region's first available AZ ids (sorted, so the choice is stable)."""
+    from hpq.cli.aws_session import aws_errors
+
+    with aws_errors("ec2:DescribeAvailabilityZones"):
+        zones = ec2.describe_availability_zones(
+            Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}]
+        )["AvailabilityZones"]
+    ids = sorted(z["ZoneId"] for z in zones if z.get("ZoneId"))
+    if len(ids) < how_many:
+        raise UsageError(f"the region has {len(ids)} available AZ(s); pass --param AvailabilityZoneId=... explicitly")
+    return ids[:how_many]
+
+
+def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, str],
+                  on_note: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Pick AZ ids the user left out (the first ones of the region, distinct); anything else missing is an error."""
+    missing = missing_parameters(release, variant, params)
+    azs = [k for k in AZ_PARAMS if k in missing]
+    if azs:
+        taken = {params[k] for k in AZ_PARAMS if k in params}
+        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken)) if z not in taken]
+        for key, zone in zip(azs, choices, strict=False):
+            params[key] = zone
+            if on_note:
+                on_note(f"{key} not given: using {zone} (choose with --param {key}=<zone id>, e.g. where your "
+                        "instance capacity is)")
+    rest = [k for k in missing_parameters(release, variant, params)]
+    if rest:
+        raise UsageError(f"missing parameter(s) for {variant}: " + ", ".join(f"--param {k}=..." for k in rest))
+    return params
+
+
+def quick_create_url(release: Release, variant: str, stack_name: str | None = None) -> str:
+    """Console Launch Stack link with the release locations pre-filled (param_ fields)."""
+    console = "console.amazonaws.cn" if release.region.startswith("cn-") else "console.aws.amazon.com"
+    query = [("templateURL", release.template_url(variant)), ("stackName", stack_name or f"hpq-{variant}")]
+    query += [(f"param_{k}", v) for k, v in release.root_parameters(variant).items()]
+    fragment = "/stacks/quickcreate?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+    return f"https://{console}/cloudformation/home?region={release.region}#{fragment}"
+
+
+def markdown_table(release: Release) -> str:
+    rows = ["| Variant | Launch | Template |", "|---|---|---|"]
+    for variant in release.variants:
+        url = quick_create_url(release, variant)
+        rows.append(f"| `{variant}` | [![Launch Stack]({LAUNCH_BUTTON})]({url}) | {release.template_url(variant)} |")
+    return "\n".join(rows)
+
+
+@dataclass
+class Deployment:
+    stack_name: str
+    variant: str
+    release: Release
+    submit: aws_stacks.SubmitResult
+    parameters: dict[str, str]
+
+
+def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None = None, size: str = "small",
+                 user_params: dict[str, str] | None = None, transform: Transform | None = None,
+                 on_changes: Any = None, on_progress: Any = None, on_note: Any = None) -> Deployment:
+    """Check the bucket, upload the release, create the stack or update it through a change set."""
+    check_variant(variant)
+    check_size(size)
+    aws_s3.validate_bucket_name(bucket)
+    name = stack_name or f"hpq-{variant}"
+    region = region_of(session)
+    s3 = client(session, "s3")
+    cfn = client(session, "cloudformation")
+    aws_s3.check_bucket(s3, bucket, region)
+    release = build_release(bucket, region, [variant], size, transform, user_params)
+    params = stack_parameters(release, variant, user_params or {}, name)
+    existing = aws_stacks.exists(cfn, name)
+    if existing is None:
+        params = fill_defaults(client(session, "ec2"), release, variant, params, on_note)
+    upload_release(s3, release, on_progress)
+    tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant, "hpq:version": release.version}
+    if existing is None:
+        submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
+    else:
+        submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags, on_changes)
+    return Deployment(name, variant, release, submit, params)
+
+
+def publish(session: Any, bucket: str, size: str = "small", variants: list[str] | None = None,
+            transform: Transform | None = None, on_progress: Any = None) -> Release:
+    """Upload every variant (one shared node bundle) for console Launch Stack links."""
+    aws_s3.validate_bucket_name(bucket)
+    check_size(size)
+    region = region_of(session)
+    s3 = client(session, "s3")
+    aws_s3.check_bucket(s3, bucket, region)
+    release = build_release(bucket, region, list(variants or names.VARIANTS), size, transform)
+    return upload_release(s3, release, on_progress)
+
+
+def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str) -> list[str]:
+    cluster = outputs.get(names.OUT_CLUSTER_NAME) or stack
+    cmds = []
+    if variant.startswith("slurm"):
+        cmds += [f"hpq connect {cluster} --region {region}", f"hpq remote-nccl-test {cluster} 2 --region {region}"]
+    else:
+        eks = outputs.get(names.OUT_EKS_CLUSTER_NAME) or "<EksClusterName>"
+        cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}", "hpq eks nccl-test --help"]
+    cmds += [f"hpq status {stack} --region {region}", f"hpq destroy {stack} --region {region}"]
+    return cmds
+
+
+def session_for(region: str | None, profile: str | None) -> Any:
+    return make_session(region, profile)
+
+
+def elapsed_since(started: float) -> str:
+    mins, secs = divmod(int(time.time() - started), 60)
+    return f"{mins}m{secs:02d}s"

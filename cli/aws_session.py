@@ -1,0 +1,204 @@
+"""One way to reach AWS from every command: session, retried clients, one-line errors.
+
+Every laptop command that talks to AWS goes through here so that ``--region``,
+``--profile``, the ``AWS_*`` environment variables and ``AWS_ENDPOINT_URL``
+(moto in tests) behave the same everywhere, throttling is retried, and botocore
+exceptions become :class:`hpq.errors.HpqError` lines instead of tracebacks.
+boto3/botocore are imported inside functions so ``hpq --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import click
+
+from hpq.errors import OperationFailed, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Error codes AWS uses for "not allowed" across services.
+_ACCESS_DENIED = {
+    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthorizationError",
+    "UnauthorizedException", "Forbidden", "403",
+}
+# Credentials that exist but are wrong or expired: a configuration problem (exit 2).
+_BAD_CREDENTIALS = {
+    "InvalidClientTokenId", "UnrecognizedClientException", "ExpiredToken", "ExpiredTokenException",
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthFailure", "RequestExpired",
+}
+_THROTTLED = {
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+    "TooManyRequestsException", "ProvisionedThroughputExceededException", "SlowDown",
+    "RequestThrottled", "RequestThrottledException", "Rate exceeded",
+}
+_NOT_FOUND = {"NoSuchBucket", "ResourceNotFound", "ResourceNotFoundException", "NoSuchEntity", "NotFound", "404"}
+
+CREDENTIALS_HINT = (
+    "configure credentials: `aws configure`, `aws sso login --profile P` then --profile P, "
+    "or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+)
+
+
+class CredentialsError(UsageError):
+    """No usable AWS credentials: the user must configure them (exit 2)."""
+
+
+class AccessDenied(OperationFailed):
+    """The identity is not allowed to do the action (exit 1)."""
+
+
+class Throttled(OperationFailed):
+    """AWS kept throttling after every retry (exit 1)."""
+
+
+class NotFound(UsageError):
+    """The named stack, bucket or cluster does not exist (exit 2: bad input)."""
+
+
+class AwsFailure(OperationFailed):
+    """Any other AWS error, as one line (exit 1)."""
+
+
+def make_session(region: str | None = None, profile: str | None = None) -> Any:
+    """A boto3 Session; ``None`` falls back to AWS_REGION/AWS_DEFAULT_REGION/AWS_PROFILE and config files."""
+    import boto3
+    import botocore.exceptions as bex
+
+    try:
+        return boto3.Session(region_name=region or None, profile_name=profile or None)
+    except bex.ProfileNotFound:
+        raise CredentialsError(f"AWS profile {profile!r} not found; list them with `aws configure list-profiles`") from None
+
+
+def _retry_config() -> Any:
+    """Standard retry mode (retries throttling with backoff) unless the user chose one via env/config."""
+    from botocore.config import Config
+
+    retries: dict[str, Any] = {}
+    if not os.environ.get("AWS_RETRY_MODE"):
+        retries["mode"] = "standard"
+    if not os.environ.get("AWS_MAX_ATTEMPTS"):
+        retries["max_attempts"] = 8
+    return Config(retries=retries, user_agent_extra="hpq") if retries else Config(user_agent_extra="hpq")
+
+
+def client(session: Any, service: str, region: str | None = None) -> Any:
+    """A client with throttling retried; AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_<SERVICE> are honoured by botocore."""
+    import botocore.exceptions as bex
+
+    try:
+        return session.client(service, region_name=region, config=_retry_config())
+    except bex.NoRegionError:
+        raise UsageError("no AWS region: pass --region or set AWS_REGION") from None
+
+
+def region_of(session: Any) -> str:
+    """The session's region, or a one-line usage error if none is configured anywhere."""
+    if not session.region_name:
+        raise UsageError("no AWS region: pass --region or set AWS_REGION")
+    return str(session.region_name)
+
+
+def account_id(session: Any) -> str:
+    with aws_errors("sts:GetCallerIdentity"):
+        return str(client(session, "sts").get_caller_identity()["Account"])
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a ClientError ('' for anything else)."""
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def error_message(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    msg = response.get("Error", {}).get("Message") or str(exc)
+    return " ".join(str(msg).split())
+
+
+def translate(exc: BaseException, action: str) -> Exception | None:
+    """The HpqError for a botocore exception, or None if it is not one we know."""
+    import botocore.exceptions as bex
+
+    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+        return CredentialsError(f"no AWS credentials for {action}: {CREDENTIALS_HINT}")
+    if isinstance(exc, bex.TokenRetrievalError | bex.SSOTokenLoadError | bex.UnauthorizedSSOTokenError):
+        return CredentialsError(f"AWS SSO session expired for {action}: run `aws sso login` and retry")
+    if isinstance(exc, bex.NoRegionError):
+        return UsageError("no AWS region: pass --region or set AWS_REGION")
+    if isinstance(exc, bex.ProfileNotFound):
+        return CredentialsError(f"{exc}; list profiles with `aws configure list-profiles`")
+    if isinstance(exc, bex.EndpointConnectionError | bex.ConnectTimeoutError | bex.ReadTimeoutError):
+        return AwsFailure(f"{action}: cannot reach AWS ({exc}); check network, --region and AWS_ENDPOINT_URL")
+    if isinstance(exc, bex.ParamValidationError):
+        return UsageError(f"{action}: {' '.join(str(exc).split())}")
+    if isinstance(exc, bex.ClientError):
+        code, msg = error_code(exc), error_message(exc)
+        if code in _BAD_CREDENTIALS:
+            return CredentialsError(f"AWS rejected the credentials for {action} ({code}): {CREDENTIALS_HINT}")
+        if code in _ACCESS_DENIED:
+            return AccessDenied(f"access denied: not allowed to {action} ({msg})")
+        if code in _THROTTLED or "rate exceeded" in msg.lower():
+            return Throttled(f"{action}: AWS is throttling requests even after retries; wait a minute and retry")
+        if code == "ValidationError" and "does not exist" in msg:
+            return NotFound(f"{action}: {msg}")
+        if code in _NOT_FOUND:
+            return NotFound(f"{action}: {msg or code}")
+        return AwsFailure(f"{action} failed ({code}): {msg}")
+    if type(exc).__name__ == "ResponseParserError" or isinstance(exc, bex.BotoCoreError):
+        if type(exc).__name__ == "ResponseParserError":
+            return AwsFailure(f"{action} failed: the endpoint returned an unreadable response (HTTP 5xx?)")
+        return AwsFailure(f"{action} failed: {' '.join(str(exc).split())}")
+    return None
+
+
+@contextlib.contextmanager
+def aws_errors(action: str) -> Iterator[None]:
+    """Turn botocore exceptions raised inside into one-line HpqErrors naming ``action`` (e.g. 's3:PutObject')."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - filtered by translate()
+        mapped = translate(exc, action)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def aws_options(func: F) -> F:
+    """Add ``--region`` and ``--profile`` (received as ``region``/``profile`` keyword args).
+
+    Also translates any botocore error the command lets escape (e.g. missing credentials on the
+    first call) into a one-line HpqError, so no command can end in a traceback for an AWS problem.
+    """
+    import functools
+
+    inner = func
+
+    @functools.wraps(inner)
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        name = getattr(inner, "__name__", "command").replace("_", "-")
+        with aws_errors(f"hpq {name}"):
+            return inner(*args, **kwargs)
+
+    func = translated  # type: ignore[assignment]
+    func = click.option(
+        "--profile", envvar=None, default=None, metavar="NAME",
+        help="AWS profile (default: AWS_PROFILE or the default profile).",
+    )(func)
+    func = click.option(
+        "--region", default=None, metavar="REGION",
+        help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / profile).",
+    )(func)
+    return func
+
+
+def output_option(func: F) -> F:
+    """Add ``--output json|table`` (received as ``output``)."""
+    return click.option(
+        "--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+        help="Output format.",
+    )(func)

@@ -1,0 +1,129 @@
+"""Run one command over SSH through a ProxyCommand (SSM in production), streaming its output live.
+
+paramiko speaks SSH over the ProxyCommand's stdin/stdout, so nothing listens locally and no
+port is opened on the node: SSM's ``AWS-StartSSHSession`` document carries the bytes to the
+node's sshd. The remote exit status becomes ours.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from hpq.errors import OperationFailed, UsageError
+
+DEFAULT_USER = "ubuntu"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/hpq_known_hosts"
+
+
+@dataclass
+class SshTarget:
+    host: str  # the name the host key is stored under (the SSM target)
+    proxy_command: str | None
+    user: str = DEFAULT_USER
+    port: int = 22
+    key_filename: str | None = None
+    known_hosts: str | None = DEFAULT_KNOWN_HOSTS
+    connect_timeout: float = 60.0
+
+
+def remote_command(args: Sequence[str], login: bool = True) -> str:
+    """One argument is a shell string (like ssh); several are quoted word by word.
+
+    ``login`` runs it under ``bash -l`` so /etc/profile.d puts the hpq node commands on PATH.
+    """
+    if not args:
+        raise UsageError("no command given: hpq remote CLUSTER -- COMMAND...")
+    cmd = args[0] if len(args) == 1 else shlex.join(args)
+    return f"bash -lc {shlex.quote(cmd)}" if login else cmd
+
+
+def _client(target: SshTarget) -> Any:
+    import paramiko
+
+    client = paramiko.SSHClient()
+    path = os.path.expanduser(target.known_hosts) if target.known_hosts else None
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        client.load_host_keys(path)  # AutoAddPolicy then saves a first-seen key back to this file
+    # The SSM tunnel authenticates the node through IAM; pin its key on first use, refuse if it changes.
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    return client
+
+
+def connect(target: SshTarget) -> Any:
+    import paramiko
+
+    if target.key_filename and not os.path.exists(os.path.expanduser(target.key_filename)):
+        raise UsageError(f"SSH key {target.key_filename} not found")
+    client = _client(target)
+    sock = paramiko.ProxyCommand(target.proxy_command) if target.proxy_command else None
+    try:
+        client.connect(
+            target.host, port=target.port, username=target.user, sock=sock,
+            key_filename=os.path.expanduser(target.key_filename) if target.key_filename else None,
+            allow_agent=True, look_for_keys=target.key_filename is None,
+            timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
+            auth_timeout=target.connect_timeout,
+        )
+    except paramiko.BadHostKeyException as exc:
+        raise OperationFailed(
+            f"host key for {target.host} changed: remove its line from {target.known_hosts} if the node was replaced"
+        ) from exc
+    except paramiko.AuthenticationException:
+        raise OperationFailed(
+            f"SSH authentication as {target.user} failed: pass --key PATH or add the key to ssh-agent; "
+            "the public key must be in ~/.ssh/authorized_keys on the node"
+        ) from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise OperationFailed(f"SSH to {target.host} failed: {exc or type(exc).__name__}"
+                              + (" (is the SSM session manager plugin installed?)" if target.proxy_command else "")
+                              ) from None
+    return client
+
+
+def run(target: SshTarget, command: str, stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None,
+        on_stdout: Callable[[bytes], None] | None = None) -> int:
+    """Run ``command``, copy its output as it arrives, return its exit status (255 if none came)."""
+    out = stdout or sys.stdout.buffer
+    err = stderr or sys.stderr.buffer
+    client = connect(target)
+    try:
+        transport = client.get_transport()
+        transport.set_keepalive(30)
+        chan = transport.open_session()
+        chan.exec_command(command)
+        try:
+            while True:
+                busy = False
+                if chan.recv_ready():
+                    data = chan.recv(32768)
+                    out.write(data)
+                    out.flush()
+                    if on_stdout:
+                        on_stdout(data)
+                    busy = True
+                if chan.recv_stderr_ready():
+                    err.write(chan.recv_stderr(32768))
+                    err.flush()
+                    busy = True
+                if not busy:
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    time.sleep(0.02)
+        except KeyboardInterrupt:
+            chan.close()
+            raise
+        status = chan.recv_exit_status()
+        return 255 if status < 0 else status
+    finally:
+        client.close()

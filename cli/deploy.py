@@ -1,0 +1,139 @@
+"""``hpq deploy`` and ``hpq publish``: thin commands over hpq.cli.aws_deploy."""
+
+from __future__ import annotations
+
+import click
+
+from hpq.cli.aws_session import aws_options, output_option
+from hpq.lifecycle import names
+
+
+def _upload_progress(console):  # type: ignore[no-untyped-def]
+    def report(i: int, n: int, key: str) -> None:
+        if i == n or i % 10 == 0:
+            console.print(f"uploaded {i}/{n} objects", highlight=False)
+
+    return report
+
+
+@click.command("deploy")
+@click.argument("variant", metavar="VARIANT")
+@click.argument("bucket")
+@aws_options
+@click.option("--stack-name", default=None, help="Root stack name (default: hpq-VARIANT; also the cluster name).")
+@click.option("--size", default="small", show_default=True, help=f"Size preset: {', '.join(names.SIZES)}.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Root stack parameter (repeatable).")
+@click.option("--no-wait", is_flag=True, help="Start the create/update and return without following it.")
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@output_option
+def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None, size: str,
+           params: tuple[str, ...], no_wait: bool, poll_seconds: float, output: str) -> None:
+    """Package VARIANT into BUCKET, create or update its stack, follow it to the end.
+
+    VARIANT is one of slurm-gpu, slurm-trn, eks-gpu, eks-trn. BUCKET must exist in the
+    region; templates and the node bundle go under a versioned prefix (hpq/<version>-<hash>/).
+    An existing stack is updated through a change set whose changes are shown first.
+    Ctrl-C stops following, not the stack.
+
+    \b
+    Examples:
+      hpq deploy slurm-gpu my-artifacts --region us-west-2
+      hpq deploy eks-gpu my-artifacts --size medium --param WorkerInstanceType=ml.p5.48xlarge
+      hpq deploy slurm-gpu my-artifacts --stack-name team-a --no-wait
+    """
+    from rich.console import Console
+
+    from hpq.cli import aws_deploy, aws_report
+    from hpq.cli.aws_session import client, region_of
+
+    aws_deploy.check_variant(variant)
+    aws_deploy.check_size(size)
+    from hpq.cli.aws_s3 import validate_bucket_name
+
+    validate_bucket_name(bucket)
+    user_params = aws_deploy.parse_params(params)
+    session = aws_deploy.session_for(region, profile)
+    err = Console(stderr=True, soft_wrap=True)
+
+    def show_changes(changes):  # type: ignore[no-untyped-def]
+        err.print(f"change set: {len(changes)} change(s)", highlight=False)
+        for c in changes:
+            repl = f" (replacement: {c.replacement})" if c.replacement and c.replacement != "False" else ""
+            err.print(f"  {c.action:<8} {c.logical_id} [{c.resource_type}]{repl}", highlight=False, markup=False)
+
+    dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params,
+                                  on_changes=show_changes, on_progress=_upload_progress(err),
+                                  on_note=lambda msg: err.print(msg, highlight=False))
+    rel = dep.release
+    up = rel.upload
+    err.print(f"release {rel.version}: {len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} "
+              f"unchanged, s3://{bucket}/{names.s3_version_prefix(rel.version)}/", highlight=False)
+    cfn = client(session, "cloudformation")
+    reg = region_of(session)
+    result = {"stack": dep.stack_name, "stack_id": dep.submit.stack_id, "action": dep.submit.kind,
+              "version": rel.version, "template_url": rel.template_url(variant)}
+    if dep.submit.kind == "no-changes":
+        err.print(f"no changes: stack {dep.stack_name} is up to date", highlight=False)
+    elif no_wait:
+        err.print(f"{dep.submit.kind} started; follow with: hpq status {dep.stack_name} --follow --region {reg}",
+                  highlight=False)
+        if output == "json":
+            aws_report.echo_json(result)
+        return
+    if dep.submit.kind == "no-changes":
+        from hpq.cli.aws_stacks import describe
+
+        info = describe(cfn, dep.submit.stack_id)
+    else:
+        info = aws_report.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
+                                             dep.submit.started, rel.totals.get(variant), poll_seconds)
+    nxt = aws_deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
+    if output == "json":
+        aws_report.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
+        return
+    click.echo(f"stack {dep.stack_name}: {info.status}")
+    aws_report.print_outputs(info.outputs)
+    click.echo("next:")
+    for cmd in nxt:
+        click.echo(f"  {cmd}")
+
+
+@click.command("publish")
+@click.argument("bucket")
+@aws_options
+@click.option("--size", default="small", show_default=True, help=f"Size preset baked into the templates: {', '.join(names.SIZES)}.")
+@output_option
+def publish(bucket: str, region: str | None, profile: str | None, size: str, output: str) -> None:
+    """Upload all four variants to BUCKET and print console Launch Stack links.
+
+    The links open CloudFormation's quick-create page with the template and the release
+    locations filled in; the markdown table is ready to paste into a README. The bucket
+    must allow CloudFormation to read the templates (same account, or a bucket policy).
+
+    \b
+    Examples:
+      hpq publish my-artifacts --region us-east-1
+      hpq publish my-artifacts --output json | jq -r '.links["slurm-gpu"]'
+    """
+    from rich.console import Console
+
+    from hpq.cli import aws_deploy, aws_report
+    from hpq.cli.aws_s3 import validate_bucket_name
+
+    validate_bucket_name(bucket)
+    aws_deploy.check_size(size)
+    session = aws_deploy.session_for(region, profile)
+    err = Console(stderr=True, soft_wrap=True)
+    rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
+    links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
+    if output == "json":
+        aws_report.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
+                              "templates": {v: rel.template_url(v) for v in rel.variants}})
+        return
+    up = rel.upload
+    click.echo(f"published {rel.version} to s3://{bucket}/{names.s3_version_prefix(rel.version)}/ "
+               f"({len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} unchanged)")
+    for variant, url in links.items():
+        click.echo(f"\n{variant}:\n  {url}")
+    click.echo("\nMarkdown:\n")
+    click.echo(aws_deploy.markdown_table(rel))

@@ -1,0 +1,213 @@
+"""``hpq eks``: the cluster tests as Kubernetes jobs (render offline, or run them on an EKS cluster).
+
+Thin click layer over :mod:`hpq.manifests.render` (manifests),
+:mod:`hpq.cli.eks_kube` (API access from the EKS API + an STS token) and
+:mod:`hpq.cli.eks_jobs` (apply, wait, logs, verdict, cleanup).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from hpq.cli.aws_session import aws_options, output_option
+from hpq.errors import UsageError
+
+RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
+
+
+@click.group("eks", context_settings={"help_option_names": ["-h", "--help"]})
+def eks() -> None:
+    """Run the validation tests as Kubernetes jobs on an EKS-orchestrated HyperPod cluster.
+
+    \b
+    Examples:
+      hpq eks render nccl-test --instance-type ml.p5.48xlarge --nodes 2
+      hpq eks render validate --instance-type ml.g5.16xlarge --nodes 2 > validate.yaml
+      hpq eks nccl-test my-eks-cluster 2 8 --region us-west-2
+      hpq eks nanogpt my-eks-cluster 2 --instance-type ml.g5.16xlarge
+    """
+
+
+def _request(test: str, **kw: Any) -> Any:
+    from hpq.manifests.render import RenderRequest
+
+    return RenderRequest(test=test, **{k: v for k, v in kw.items() if v is not None})
+
+
+@eks.command("render")
+@click.argument("test", type=click.Choice(RENDER_TESTS))
+@click.option("--instance-type", "-t", default=None, help="GPU or Trainium type, e.g. ml.p5.48xlarge (not for fsx).")
+@click.option("--nodes", "-n", type=int, default=2, show_default=True, help="Nodes (one worker pod per node).")
+@click.option("--gpus", "-g", type=int, default=None, help="GPUs (Neuron devices) per node; default: all.")
+@click.option("--image", default=None, help="Container image (defaults are documented in docs/eks.md).")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--name", default=None, help="Object name (default hpq-<test>).")
+@click.option("--program", type=click.Path(dir_okay=False), default=None,
+              help="nanogpt: training program to ship in the ConfigMap (default: the one in hpq's scripts/).")
+@click.option("--program-args", default="", help="nanogpt: arguments for the training program.")
+@click.option("--fsx-claim", default=None, help="Mount this PersistentVolumeClaim at /fsx in the test pods.")
+@click.option("--fsx-id", default=None, help="fsx: filesystem id (stack output FsxFileSystemId).")
+@click.option("--fsx-dns", default=None, help="fsx: DNS name (stack output FsxDnsName).")
+@click.option("--fsx-mount-name", default=None, help="fsx: mount name (stack output FsxMountName).")
+@click.option("--fsx-capacity", type=int, default=1200, show_default=True, help="fsx: capacity in GiB.")
+def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | None, image: str | None,
+               namespace: str, name: str | None, program: str | None, program_args: str,
+               fsx_claim: str | None, fsx_id: str | None, fsx_dns: str | None, fsx_mount_name: str | None,
+               fsx_capacity: int) -> None:
+    """Print the manifests of TEST (nccl-test, nanogpt, validate, fsx) as YAML; no cluster needed.
+
+    Resources (nvidia.com/gpu or aws.amazon.com/neuron, vpc.amazonaws.com/efa,
+    hugepages) come from the instance catalog and the NCCL/EFA environment from
+    the same function Slurm nodes use (see `hpq nccl-env`).
+
+    \b
+    Examples:
+      hpq eks render nccl-test --instance-type ml.p5.48xlarge --nodes 2
+      hpq eks render nccl-test -t ml.g5.16xlarge -n 2 --image my.ecr/nccl-tests:2.23
+      hpq eks render nanogpt -t ml.g5.48xlarge -n 2 --fsx-claim hpq-fsx | kubectl apply -f -
+      hpq eks render fsx --fsx-id fs-0abc... --fsx-dns fs-0abc....fsx.us-west-2.amazonaws.com --fsx-mount-name abcdefgh
+    """
+    from hpq.manifests.render import render
+
+    req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
+                   name=name, program=program, program_args=program_args, fsx_claim=fsx_claim, fsx_id=fsx_id,
+                   fsx_dns=fsx_dns, fsx_mount_name=fsx_mount_name, fsx_capacity_gib=fsx_capacity)
+    click.echo(render(req), nl=False)
+
+
+def run_options(func: Any) -> Any:
+    """Options shared by the commands that run a test on a cluster."""
+    for opt in reversed([
+        click.option("--instance-type", "-t", default=None,
+                     help="Node type to test (default: the most common GPU/Trainium type among Ready nodes)."),
+        click.option("--image", default=None, help="Container image (default: see docs/eks.md)."),
+        click.option("--namespace", default="default", show_default=True),
+        click.option("--name", default=None, help="Job name (default hpq-<test>)."),
+        click.option("--timeout", "timeout_s", type=int, default=3600, show_default=True,
+                     help="Give up after this many seconds."),
+        click.option("--keep", is_flag=True, help="Do not delete the job afterwards (for kubectl debugging)."),
+        output_option,
+        aws_options,
+    ]):
+        func = opt(func)
+    return func
+
+
+def _echo_for(output: str) -> Any:
+    # With --output json the progress goes to stderr so stdout stays one JSON document.
+    return (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
+
+
+def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_type: str | None,
+             image: str | None, namespace: str, name: str | None, timeout_s: int, keep: bool, output: str,
+             region: str | None, profile: str | None, program: str | None = None, program_args: str = "",
+             client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
+    """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
+    from hpq.cli import eks_jobs
+    from hpq.manifests.render import render_objects
+
+    echo = echo or _echo_for(output)
+    if nodes < 1:
+        raise UsageError("NODES must be at least 1")
+    if client is None:
+        client = connect(cluster, region, profile)
+    itype = eks_jobs.pick_instance_type(client, instance_type, nodes)
+    objects = render_objects(_request(test, instance_type=itype, nodes=nodes, gpus=gpus, image=image,
+                                      namespace=namespace, name=name, program=program,
+                                      program_args=program_args))
+    plan = eks_jobs.plan_for(test, objects)
+    echo(f"running {test} on {nodes} x {itype} in {cluster} (namespace {namespace}, job {plan.name})")
+    runner = eks_jobs.Runner(client, plan, echo=echo, poll_s=poll_s, timeout_s=timeout_s)
+    try:
+        outcome = runner.run()
+    finally:
+        if keep:
+            echo(f"--keep: leaving {plan.job_kind} {plan.name} in namespace {namespace}")
+        else:
+            echo("cleaning up")
+            runner.cleanup()
+    if test == "nccl-test":
+        verdict = eks_jobs.judge_nccl(outcome, itype)
+    elif test == "nanogpt":
+        verdict = eks_jobs.judge_nanogpt(outcome)
+    else:
+        verdict = eks_jobs.judge_validate(outcome, nodes)
+    if output == "json":
+        click.echo(json.dumps({"test": test, "cluster": cluster, "instance_type": itype, "nodes": nodes,
+                               "ok": verdict.ok, "message": verdict.message, **verdict.data}, indent=2))
+    else:
+        click.echo(verdict.message)
+    return verdict
+
+
+def connect(cluster: str, region: str | None, profile: str | None) -> Any:
+    from hpq.cli.aws_session import make_session
+    from hpq.cli.eks_kube import KubeClient, cluster_access
+
+    session = make_session(region, profile)
+    return KubeClient(cluster_access(session, cluster), token_refresh=lambda: cluster_access(session, cluster))
+
+
+def _finish(verdict: Any) -> None:
+    if verdict.exit_code:
+        sys.exit(verdict.exit_code)
+
+
+@eks.command("nccl-test")
+@click.argument("cluster")
+@click.argument("nodes", type=int, default=2, required=False)
+@click.argument("gpus", type=int, default=None, required=False)
+@run_options
+def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
+    """NCCL all-reduce (nccl-tests MPIJob; nccom-test on Trainium) on NODES nodes, judged against the catalog.
+
+    CLUSTER is the EKS cluster name (or the HyperPod cluster name). The
+    kubeconfig is built in-process from the EKS API and an STS token; the
+    identity needs an EKS access entry. Exit 0 on PASS, 1 on FAIL.
+
+    \b
+    Examples:
+      hpq eks nccl-test my-eks 2 8 --region us-west-2
+      hpq eks nccl-test my-eks 2 --instance-type ml.g5.16xlarge --output json
+      hpq eks nccl-test my-eks 4 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:pinned
+    """
+    _finish(run_test("nccl-test", cluster, nodes, gpus, **kw))
+
+
+@eks.command("nanogpt")
+@click.argument("cluster")
+@click.argument("nodes", type=int, default=2, required=False)
+@click.argument("gpus", type=int, default=None, required=False)
+@click.option("--program", type=click.Path(dir_okay=False), default=None,
+              help="Training program to run (default: hpq's nanoGPT program from scripts/).")
+@click.option("--program-args", default="", help="Arguments for the training program.")
+@run_options
+def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
+    """Multi-node nanoGPT training (PyTorchJob + torchrun); PASS when the loss goes down.
+
+    \b
+    Examples:
+      hpq eks nanogpt my-eks 2 --region us-west-2
+      hpq eks nanogpt my-eks 2 1 --instance-type ml.g5.16xlarge --program-args "--iters 200"
+    """
+    _finish(run_test("nanogpt", cluster, nodes, gpus, **kw))
+
+
+@eks.command("validate")
+@click.argument("cluster")
+@click.argument("nodes", type=int, default=2, required=False)
+@run_options
+def validate(cluster: str, nodes: int, **kw: Any) -> None:
+    """Per-node check: every GPU (nvidia-smi) or Neuron device (neuron-ls) and EFA device is visible.
+
+    \b
+    Examples:
+      hpq eks validate my-eks 4 --region us-west-2
+    """
+    _finish(run_test("validate", cluster, nodes, None, **kw))
+
+

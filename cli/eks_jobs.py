@@ -1,0 +1,364 @@
+"""Run one test as Kubernetes objects: apply, wait with progress, follow the result log, judge, clean up.
+
+The runner talks only through :class:`hpq.cli.eks_kube.KubeClient` (create, get,
+delete, list pods/nodes, logs), so tests drive it over real HTTP against a small
+local server. Cleanup runs in ``finally`` by the caller, also on Ctrl-C, and a
+leftover from an interrupted earlier run (HTTP 409) is deleted and re-created,
+so re-running is always safe.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpq.cli.eks_kube import KubeClient, KubeError
+from hpq.errors import OperationFailed, UsageError
+
+INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+# Waiting reasons that do not fix themselves; after PULL_GRACE_S they end the run with the message.
+STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError", "CrashLoopBackOff"}
+
+
+class RunTimeout(Exception):
+    """The whole run took longer than its limit."""
+
+
+@dataclass
+class Plan:
+    """Which object is the job, and which pod's log carries the result."""
+
+    test: str
+    namespace: str
+    name: str
+    objects: list[dict[str, Any]]
+    job_api: str
+    job_kind: str
+    log_selector: str
+    log_container: str | None
+    follow: bool  # follow one pod's log live (MPI launcher, PyTorch master) or collect all pods at the end
+
+
+def plan_for(test: str, objects: list[dict[str, Any]]) -> Plan:
+    jobs = [o for o in objects if o["kind"] in ("MPIJob", "PyTorchJob", "Job")]
+    if len(jobs) != 1:
+        raise UsageError(f"expected one job object in the {test} manifests, found {len(jobs)}")
+    job = jobs[0]
+    name, ns = job["metadata"]["name"], job["metadata"].get("namespace", "default")
+    if job["kind"] == "MPIJob":
+        return Plan(test, ns, name, objects, job["apiVersion"], "MPIJob",
+                    f"hpq.aws/job={name},hpq.aws/role=launcher", "launcher", True)
+    if job["kind"] == "PyTorchJob":
+        return Plan(test, ns, name, objects, job["apiVersion"], "PyTorchJob",
+                    f"hpq.aws/job={name},training.kubeflow.org/replica-type=master", "pytorch", True)
+    return Plan(test, ns, name, objects, job["apiVersion"], "Job", f"hpq.aws/job={name}", None, False)
+
+
+@dataclass
+class Outcome:
+    state: str  # Succeeded, Failed, TimedOut
+    message: str
+    log: str
+    pods: list[str] = field(default_factory=list)
+
+
+def job_state(obj: dict[str, Any] | None) -> tuple[str | None, str]:
+    """(Succeeded|Failed|None, message) from a job's status conditions (kubeflow or batch/v1)."""
+    if not obj:
+        return "Failed", "the job object disappeared (deleted by someone else?)"
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if str(cond.get("status")) != "True":
+            continue
+        kind = cond.get("type")
+        if kind in ("Succeeded", "Complete"):
+            return "Succeeded", cond.get("message") or ""
+        if kind == "Failed":
+            return "Failed", cond.get("message") or cond.get("reason") or "job failed"
+    return None, ""
+
+
+def pod_summary(pod: dict[str, Any]) -> tuple[str, str]:
+    """(short state, problem text) for progress lines and stuck detection."""
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return "Unschedulable", cond.get("message") or cond.get("reason") or "unschedulable"
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return waiting["reason"], waiting.get("message") or waiting["reason"]
+    return phase, ""
+
+
+def _name(pod: dict[str, Any]) -> str:
+    return str(pod.get("metadata", {}).get("name", "?"))
+
+
+def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return max(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp") or "", default=None)
+
+
+class Runner:
+    def __init__(self, client: KubeClient, plan: Plan, echo: Callable[[str], None] = print,
+                 poll_s: float = 5.0, timeout_s: float = 3600.0, stuck_grace_s: float = 180.0,
+                 schedule_grace_s: float = 600.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.client, self.plan, self.echo = client, plan, echo
+        self.poll_s, self.timeout_s = poll_s, timeout_s
+        self.stuck_grace_s, self.schedule_grace_s = stuck_grace_s, schedule_grace_s
+        self.clock, self.sleep = clock, sleep
+        self.created: list[dict[str, Any]] = []
+        self._start = clock()
+        self._last_line = ""
+        self._last_print = 0.0
+        self._problem_since: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ apply / cleanup
+
+    def apply(self) -> None:
+        for obj in self.plan.objects:
+            meta = obj["metadata"]
+            try:
+                self.client.create(obj)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                self.echo(f"{obj['kind']} {meta['name']} is left over from an earlier run: replacing it")
+                self.client.delete(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+                self._wait_gone(obj)
+                self.client.create(obj)
+            self.created.append(obj)
+            self.echo(f"created {obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " "))
+
+    def _wait_gone(self, obj: dict[str, Any], limit_s: float = 180.0) -> None:
+        meta = obj["metadata"]
+        end = self.clock() + limit_s
+        while self.client.get(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]) is not None:
+            if self.clock() > end:
+                raise OperationFailed(f"old {obj['kind']} {meta['name']} is still being deleted after {limit_s:.0f}s")
+            self.sleep(min(self.poll_s, 2.0))
+
+    def cleanup(self) -> None:
+        """Delete what this run created, newest first; report but never raise (runs in finally)."""
+        for obj in reversed(self.created):
+            meta = obj["metadata"]
+            try:
+                self.client.delete(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+                self.echo(f"deleted {obj['kind']} {meta['name']}")
+            except Exception as exc:  # noqa: BLE001 - cleanup must go on to the next object
+                self.echo(f"warning: could not delete {obj['kind']} {meta['name']}: {exc}")
+        self.created.clear()
+
+    # ------------------------------------------------------------------ waiting
+
+    def elapsed(self) -> float:
+        return self.clock() - self._start
+
+    def _job(self) -> dict[str, Any] | None:
+        return self.client.get(self.plan.job_api, self.plan.job_kind, self.plan.namespace, self.plan.name)
+
+    def _progress(self, pods: list[dict[str, Any]]) -> None:
+        """One line when the pod states change (or every 30 s); fail on a problem that does not go away."""
+        now = self.clock()
+        counts = Counter(pod_summary(p)[0] for p in pods)
+        line = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no pods yet"
+        if line != self._last_line or now - self._last_print >= 30:
+            self.echo(f"[{int(self.elapsed()):>4}s] {self.plan.name}: {line}")
+            self._last_line, self._last_print = line, now
+        seen = set()
+        for pod in pods:
+            state, problem = pod_summary(pod)
+            key = f"{_name(pod)}:{state}"
+            if not problem:
+                continue
+            seen.add(key)
+            first = self._problem_since.setdefault(key, now)
+            grace = self.schedule_grace_s if state == "Unschedulable" else self.stuck_grace_s
+            if first == now:
+                self.echo(f"  {_name(pod)}: {state}: {problem}")
+            if state in STUCK_REASONS | {"Unschedulable"} and now - first >= grace:
+                hint = (" (not enough nodes of that type with free GPUs/EFA, or the device plugins are missing)"
+                        if state == "Unschedulable" else "")
+                raise OperationFailed(f"pod {_name(pod)} stuck {int(now - first)}s in {state}: {problem}{hint}")
+        for key in list(self._problem_since):
+            if key not in seen:
+                del self._problem_since[key]
+
+    def _deadline_check(self) -> None:
+        if self.elapsed() > self.timeout_s:
+            raise RunTimeout
+
+    def wait_log_pod(self) -> tuple[dict[str, Any] | None, str | None, str]:
+        """Poll until the result pod can give logs, or the job ends first: (pod, state, message)."""
+        while True:
+            self._deadline_check()
+            state, message = job_state(self._job())
+            pods = self.client.list_pods(self.plan.namespace, f"hpq.aws/job={self.plan.name}")
+            self._progress(pods)
+            if state:
+                return None, state, message
+            if self.plan.follow:
+                log_pods = self.client.list_pods(self.plan.namespace, self.plan.log_selector)
+                pod = _newest(log_pods)
+                if pod and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                    return pod, None, ""
+            self.sleep(self.poll_s)
+
+    def wait_done(self) -> tuple[str, str]:
+        while True:
+            self._deadline_check()
+            state, message = job_state(self._job())
+            if state:
+                return state, message
+            self._progress(self.client.list_pods(self.plan.namespace, f"hpq.aws/job={self.plan.name}"))
+            self.sleep(self.poll_s)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> Outcome:
+        """Apply, wait, follow, judge nothing: the caller turns the Outcome into a verdict."""
+        self.apply()
+        lines: list[str] = []
+        pods_seen: list[str] = []
+        try:
+            pod, state, message = self.wait_log_pod()
+            followed = set()
+            while pod is not None and _name(pod) not in followed:
+                followed.add(_name(pod))
+                pods_seen.append(_name(pod))
+                self.echo(f"--- log of {_name(pod)} ---")
+                try:
+                    for line in self.client.follow_log(self.plan.namespace, _name(pod), self.plan.log_container):
+                        self.echo(line)
+                        lines.append(line)
+                except TimeoutError:
+                    self.echo("(log quiet for too long; waiting for the job instead)")
+                state, message = job_state(self._job())
+                if state:
+                    break
+                # The launcher may be retried (backoffLimit): follow the new pod, if any, once.
+                pod = _newest(self.client.list_pods(self.plan.namespace, self.plan.log_selector))
+            if state is None:
+                state, message = self.wait_done()
+            if not self.plan.follow:
+                for p in self.client.list_pods(self.plan.namespace, self.plan.log_selector):
+                    pods_seen.append(_name(p))
+                    text = self._safe_log(_name(p))
+                    self.echo(f"--- log of {_name(p)} ---")
+                    for line in text.splitlines():
+                        self.echo(line)
+                        lines.append(line)
+        except RunTimeout:
+            return Outcome("TimedOut", f"no result after {int(self.timeout_s)}s", "\n".join(lines), pods_seen)
+        return Outcome(state, message, "\n".join(lines), pods_seen)
+
+    def _safe_log(self, pod: str) -> str:
+        try:
+            return self.client.pod_log(self.plan.namespace, pod, self.plan.log_container)
+        except KubeError as exc:
+            return f"(no log: {exc})"
+
+
+# ---------------------------------------------------------------------- cluster facts
+
+
+def node_types(client: KubeClient) -> Counter[str]:
+    """Ready nodes per instance type label."""
+    counts: Counter[str] = Counter()
+    for node in client.list_nodes():
+        labels = node.get("metadata", {}).get("labels") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or [])
+        if ready and labels.get(INSTANCE_LABEL):
+            counts[labels[INSTANCE_LABEL]] += 1
+    return counts
+
+
+def pick_instance_type(client: KubeClient, requested: str | None, nodes: int) -> str:
+    """The accelerated type to test: the one asked for, else the most common GPU/Trainium type present."""
+    from hpq.lifecycle import catalog
+
+    counts = node_types(client)
+    accelerated = {}
+    for label, n in counts.items():
+        try:
+            entry = catalog.lookup(label)
+        except catalog.UnknownInstanceType:
+            continue
+        if entry.is_accelerated:
+            accelerated[entry.name] = accelerated.get(entry.name, 0) + n
+    if requested:
+        name = catalog.normalize(requested)
+    elif accelerated:
+        name = max(sorted(accelerated), key=lambda k: accelerated[k])
+    else:
+        seen = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "none"
+        raise UsageError(f"no Ready GPU or Trainium nodes in the cluster (nodes: {seen}); pass --instance-type")
+    have = accelerated.get(name, 0)
+    if have < nodes:
+        raise UsageError(f"the test needs {nodes} Ready {name} node(s); the cluster has {have}")
+    return name
+
+
+# ---------------------------------------------------------------------- verdicts
+
+
+@dataclass
+class TestVerdict:
+    ok: bool
+    exit_code: int
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+_NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+# "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
+_ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
+_LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
+
+
+def judge_nccl(outcome: Outcome, instance_type: str) -> TestVerdict:
+    from hpq.scripts import nccl_report
+
+    try:
+        report = nccl_report.parse_text(outcome.log)
+    except Exception as exc:  # noqa: BLE001 - no table at all: the run failed, say why
+        tail = "\n".join(outcome.log.splitlines()[-15:])
+        raise OperationFailed(f"the NCCL test produced no results ({outcome.state}: {outcome.message or exc}). "
+                              f"Last log lines:\n{tail}") from None
+    verdict = nccl_report.evaluate(report, instance_type)
+    data = nccl_report.report_to_dict(report, verdict)
+    data["job"] = {"state": outcome.state, "message": outcome.message}
+    if outcome.state != "Succeeded":
+        return TestVerdict(False, 1, f"FAIL: the job ended {outcome.state} ({outcome.message}); "
+                           + verdict.message, data)
+    return TestVerdict(verdict.ok, verdict.exit_code, verdict.message, data)
+
+
+def judge_nanogpt(outcome: Outcome) -> TestVerdict:
+    losses = [float(x) for x in (_ITER_LOSS_RE.findall(outcome.log) or _LOSS_RE.findall(outcome.log))]
+    data = {"job": {"state": outcome.state, "message": outcome.message}, "losses": losses}
+    if outcome.state != "Succeeded":
+        return TestVerdict(False, 1, f"FAIL: training ended {outcome.state}: {outcome.message}", data)
+    if len(losses) < 2:
+        return TestVerdict(False, 1, "FAIL: training finished but printed fewer than two loss values", data)
+    if not losses[-1] < losses[0]:
+        return TestVerdict(False, 1, f"FAIL: loss did not go down ({losses[0]:g} -> {losses[-1]:g})", data)
+    return TestVerdict(True, 0, f"PASS: loss {losses[0]:g} -> {losses[-1]:g} over {len(losses)} reports", data)
+
+
+def judge_validate(outcome: Outcome, nodes: int) -> TestVerdict:
+    lines = [ln for ln in outcome.log.splitlines() if ln.startswith("HPQ-VALIDATE ")]
+    good = [ln for ln in lines if ln.rstrip().endswith(" OK")]
+    data = {"job": {"state": outcome.state, "message": outcome.message}, "nodes": lines}
+    if outcome.state == "Succeeded" and len(good) >= nodes:
+        return TestVerdict(True, 0, f"PASS: {len(good)}/{nodes} nodes see every accelerator and EFA device", data)
+    bad = [ln for ln in lines if ln not in good]
+    detail = "; ".join(bad) or outcome.message or "no per-node report"
+    return TestVerdict(False, 1, f"FAIL: {len(good)}/{nodes} nodes passed ({outcome.state}): {detail}", data)

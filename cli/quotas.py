@@ -1,0 +1,69 @@
+"""``hpq check-quotas``: thin command over hpq.cli.aws_quotas."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hpq.cli.aws_session import aws_options, output_option
+from hpq.errors import UsageError
+
+
+@click.command("check-quotas")
+@click.argument("instance_type")
+@click.argument("count", type=int)
+@aws_options
+@click.option("--orchestrator", type=click.Choice(["slurm", "eks"]), default="slurm", show_default=True,
+              help="Slurm adds a controller node; EKS adds an EKS cluster.")
+@click.option("--controller-type", default="ml.m5.xlarge", show_default=True, help="Slurm controller instance type.")
+@click.option("--fsx-gib", default=1200, show_default=True, type=int, help="FSx for Lustre capacity the deploy creates.")
+@click.option("--ebs-gib", default=500, show_default=True, type=int, help="EBS volume per node.")
+@output_option
+def check_quotas(instance_type: str, count: int, region: str | None, profile: str | None, orchestrator: str,
+                 controller_type: str, fsx_gib: int, ebs_gib: int, output: str) -> None:
+    """Check the service quotas a deploy of COUNT INSTANCE_TYPE nodes needs.
+
+    Reads each quota through the Service Quotas API (applied value, else the AWS default)
+    and compares it with what the deploy needs plus what the account already uses.
+    Exit 0 when every quota passes; 1 when any fails or cannot be read (shown as unknown).
+
+    \b
+    Examples:
+      hpq check-quotas ml.g5.16xlarge 2 --region us-west-2
+      hpq check-quotas p5.48xlarge 16 --orchestrator eks --output json
+    """
+    from hpq.cli import aws_quotas, aws_report
+    from hpq.cli.aws_session import aws_errors, make_session
+    from hpq.lifecycle import catalog
+
+    if count < 1:
+        raise UsageError("COUNT must be at least 1")
+    try:
+        itype = catalog.lookup(instance_type).name
+        ctype = catalog.lookup(controller_type).name
+    except catalog.UnknownInstanceType as exc:
+        raise UsageError(str(exc)) from None
+    session = make_session(region, profile)
+    with aws_errors("servicequotas:GetServiceQuota"):
+        report = aws_quotas.check_quotas(session, itype, count, orchestrator, ctype, fsx_gib, ebs_gib)
+    if output == "json":
+        aws_report.echo_json(report.as_dict())
+    else:
+        rows = []
+        for r in report.results:
+            rows.append([r.spec.title, f"{r.spec.service}/{r.code or '?'}", _num(r.needed), _num(r.applied),
+                         r.status.upper(), r.note])
+        aws_report.table(f"Quotas for {count} x {itype} ({orchestrator}) in {report.region}",
+                         ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
+        fails = sum(r.status == aws_quotas.FAIL for r in report.results)
+        unknown = sum(r.status == aws_quotas.UNKNOWN for r in report.results)
+        click.echo(f"{len(report.results) - fails - unknown} pass, {fails} fail, {unknown} unknown")
+    if not report.ok:
+        sys.exit(1)
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"

@@ -1,0 +1,154 @@
+"""``hpq remote`` and ``hpq remote-nccl-test``: commands on the controller over SSH through SSM."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from hpq.cli.aws_session import aws_options, output_option
+
+
+def ssh_options(func: Any) -> Any:
+    func = click.option("--proxy-command", default=None, metavar="CMD",
+                        help="Use this ProxyCommand instead of SSM (e.g. 'ssh -W %h:%p bastion'); %h/%p expand "
+                             "to --host/--port.")(func)
+    func = click.option("--host", default=None, help="Host name for --proxy-command (default: the SSM target).")(func)
+    func = click.option("--port", default=22, show_default=True, type=int, help="sshd port on the node.")(func)
+    func = click.option("--known-hosts", default="~/.ssh/hpq_known_hosts", show_default=True,
+                        help="Host keys, pinned on first use.")(func)
+    func = click.option("--key", "key", default=None, metavar="PATH",
+                        help="Private key (default: ssh-agent, then ~/.ssh/id_*).")(func)
+    func = click.option("--user", default="ubuntu", show_default=True, help="Remote user.")(func)
+    func = click.option("--node", default=None, metavar="INSTANCE_ID|INDEX", help="Node in the group (default: first).")(func)
+    func = click.option("--group", default=None, help="Instance group (default: the Slurm controller group).")(func)
+    return func
+
+
+def build_target(cluster: str | None, region: str | None, profile: str | None, group: str | None, node: str | None,
+                 user: str, key: str | None, known_hosts: str, proxy_command: str | None, host: str | None,
+                 port: int) -> tuple[Any, Any]:
+    """(SshTarget, Cluster-or-None): the SSM target unless a ProxyCommand and host are given."""
+    from hpq.cli import aws_hyperpod, aws_ssh
+    from hpq.cli.aws_session import client, make_session
+
+    cl = None
+    if proxy_command and host:
+        name = host
+        proxy = proxy_command.replace("%h", host).replace("%p", str(port))
+    else:
+        session = make_session(region, profile)
+        sm = client(session, "sagemaker")
+        cl = aws_hyperpod.describe_cluster(sm, cluster or "")
+        picked = aws_hyperpod.resolve_node(sm, cl, group, node)
+        name = picked.target
+        proxy = (proxy_command.replace("%h", name).replace("%p", str(port)) if proxy_command
+                 else aws_hyperpod.ssh_proxy_command(name, region or session.region_name, profile, port))
+    return aws_ssh.SshTarget(name, proxy, user, port, key, known_hosts), cl
+
+
+@click.command("remote", context_settings={"ignore_unknown_options": True})
+@click.argument("cluster")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@aws_options
+@ssh_options
+@click.option("--no-login", is_flag=True, help="Do not wrap the command in a login shell (bash -lc).")
+def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: str | None, group: str | None,
+           node: str | None, user: str, key: str | None, known_hosts: str, port: int, host: str | None,
+           proxy_command: str | None, no_login: bool) -> None:
+    """Run COMMAND on CLUSTER's controller over SSH tunnelled through SSM; exit with its status.
+
+    Output streams as it arrives. Needs the AWS CLI with the Session Manager plugin, and a key
+    the node accepts (--key, or ssh-agent).
+
+    \b
+    Examples:
+      hpq remote my-cluster -- sinfo
+      hpq remote my-cluster -- 'srun -N 2 hostname'
+      hpq remote my-cluster --group worker --node 0 -- nvidia-smi
+    """
+    from hpq.cli import aws_ssh
+
+    target, _ = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
+    try:
+        code = aws_ssh.run(target, aws_ssh.remote_command(list(command), login=not no_login))
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted; the remote command may still be running", err=True)
+        sys.exit(130)
+    sys.exit(code)
+
+
+def nccl_verdict(text: str, instance_type: str | None, remote_code: int) -> tuple[dict[str, Any], int, str]:
+    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report`."""
+    from hpq.errors import HpqError
+    from hpq.scripts import nccl_report
+
+    try:
+        report = nccl_report.parse_text(text)
+    except HpqError as exc:
+        msg = f"no nccl-tests results in the output ({exc}); run-nccl-test exited {remote_code}"
+        return {"ok": False, "remote_exit_code": remote_code, "message": msg}, remote_code or 1, msg
+    verdict = nccl_report.evaluate(report, instance_type)
+    data = nccl_report.report_to_dict(report, verdict)
+    data["remote_exit_code"] = remote_code
+    code = verdict.exit_code if verdict.exit_code else (1 if remote_code else 0)
+    return data, code, verdict.message
+
+
+def worker_instance_type(cl: Any) -> str | None:
+    """The accelerated group's type (what the test measures)."""
+    from hpq.lifecycle import catalog
+
+    for g in (cl.groups if cl else []):
+        entry = catalog.CATALOG.get(g.get("InstanceType", ""))
+        if entry and entry.is_accelerated:
+            return entry.name
+    return None
+
+
+@click.command("remote-nccl-test")
+@click.argument("cluster")
+@click.argument("nodes", required=False, type=int)
+@click.argument("gpus", required=False, type=int)
+@aws_options
+@ssh_options
+@click.option("--instance-type", default=None, help="Judge against this type (default: the cluster's worker type).")
+@click.option("--extra", default="", help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
+@click.option("--runner", default="run-nccl-test", show_default=True, help="The remote command to run.")
+@output_option
+def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: str | None, profile: str | None,
+                     group: str | None, node: str | None, user: str, key: str | None, known_hosts: str, port: int,
+                     host: str | None, proxy_command: str | None, instance_type: str | None, extra: str,
+                     runner: str, output: str) -> None:
+    """Run run-nccl-test on CLUSTER's controller (NODES nodes x GPUS per node) and judge it here.
+
+    The output streams live; the verdict uses the same parser and catalog as `hpq nccl-report`.
+
+    \b
+    Examples:
+      hpq remote-nccl-test my-cluster 2
+      hpq remote-nccl-test my-cluster 4 8 --extra '-e 1G'
+    """
+    import io
+    import shlex
+
+    from hpq.cli import aws_report, aws_ssh
+
+    target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
+    args = [runner] + [str(x) for x in (nodes, gpus) if x is not None] + shlex.split(extra)
+    captured = io.BytesIO()
+    stream = sys.stderr.buffer if output == "json" else sys.stdout.buffer
+    try:
+        code = aws_ssh.run(target, aws_ssh.remote_command([shlex.join(args)]), stdout=stream,
+                           on_stdout=captured.write)
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
+        sys.exit(130)
+    itype = instance_type or worker_instance_type(cl)
+    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code)
+    if output == "json":
+        aws_report.echo_json(data)
+    else:
+        click.echo(message)
+    sys.exit(exit_code)

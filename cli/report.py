@@ -1,0 +1,41 @@
+"""``hpq nccl-report``: turn nccl-tests / built-in / nccom-test output into a verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command("nccl-report")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--instance-type", "-i", default=None,
+              help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def nccl_report(file: str, instance_type: str | None, output: str) -> int:
+    """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
+
+    Reads nccl-tests (all_reduce_perf ...), hpq's built-in benchmark and Neuron
+    nccom-test output. Exit 0: meets the expectation (or none is known);
+    1: below expectation or any #wrong; 2: unreadable input.
+
+    \b
+    Examples:
+      hpq nccl-report /fsx/hpq-results/nccl-test-42.log -i ml.p5.48xlarge
+      hpq nccl-report run.log --output json | jq .peak_busbw_gbps
+      srun ... all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+    """
+    from hpq.scripts import nccl_report as rep
+
+    if file == "-":
+        report = rep.parse_text(sys.stdin.read())
+    else:
+        report = rep.parse_file(file)
+    verdict = rep.evaluate(report, instance_type)
+    if output == "json":
+        click.echo(json.dumps(rep.report_to_dict(report, verdict), indent=2))
+    else:
+        click.echo(rep.format_table(report))
+        click.echo(verdict.message)
+    return verdict.exit_code

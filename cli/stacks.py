@@ -1,0 +1,183 @@
+"""``hpq status``, ``hpq destroy``, ``hpq stack-errors``: thin commands over aws_stacks/aws_events."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from hpq.cli.aws_session import aws_options, output_option
+from hpq.errors import UsageError
+
+
+def _operation(status: str) -> str:
+    if status.startswith("DELETE"):
+        return "delete"
+    return "update" if status.startswith("UPDATE") else "create"
+
+
+def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
+    """The stack, its outputs and every nested stack's status (for status and its JSON)."""
+    from hpq.cli import aws_stacks
+
+    info = aws_stacks.describe(cfn, stack)
+    tree = aws_stacks.stack_tree(cfn, info.stack_id, label=info.name)
+    statuses = {}
+    for node in tree:
+        for res in node.resources:
+            if res.get("ResourceType") == aws_stacks.NESTED_TYPE:
+                statuses[res.get("PhysicalResourceId")] = (res.get("ResourceStatus", ""),
+                                                           res.get("ResourceStatusReason", "") or "")
+    nested = []
+    for node in tree[1:]:
+        state, reason = statuses.get(node.stack_id, ("", ""))
+        nested.append({"path": node.path, "id": node.stack_id, "status": state, "reason": reason})
+    return {**info.as_dict(), "nested": nested}
+
+
+@click.command("status")
+@click.argument("stack")
+@aws_options
+@click.option("--follow", is_flag=True, help="If an operation is in progress, follow it to the end.")
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@output_option
+def status(stack: str, region: str | None, profile: str | None, follow: bool, poll_seconds: float, output: str) -> None:
+    """Show STACK's state, nested stacks and outputs; --follow waits for a running operation.
+
+    \b
+    Examples:
+      hpq status hpq-slurm-gpu
+      hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
+      hpq status hpq-eks-gpu --output json | jq .outputs
+    """
+    from hpq.cli import aws_report, aws_stacks
+    from hpq.cli.aws_session import client, make_session
+
+    cfn = client(make_session(region, profile), "cloudformation")
+    info = aws_stacks.describe(cfn, stack)
+    if follow and not aws_stacks.is_terminal(info.status):
+        aws_report.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
+                                      poll_seconds=poll_seconds)
+    overview = stack_overview(cfn, info.stack_id)
+    if output == "json":
+        aws_report.echo_json(overview)
+    else:
+        click.echo(f"{overview['name']}: {overview['status']}" + (f" ({overview['reason']})" if overview["reason"] else ""))
+        if overview["nested"]:
+            aws_report.table("Nested stacks", ["Stack", "Status", "Reason"],
+                             [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
+        aws_report.print_outputs(overview["outputs"])
+    if aws_stacks.is_failed(overview["status"]):
+        click.echo(f"the stack is {overview['status']}: see `hpq stack-errors {overview['name']}`", err=True)
+        sys.exit(1)
+
+
+def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
+    """Physical names of every S3 bucket in the stack tree (for --empty-buckets)."""
+    from hpq.cli import aws_stacks
+
+    out = []
+    for node in aws_stacks.stack_tree(cfn, stack_id):
+        for res in node.resources:
+            if res.get("ResourceType") == "AWS::S3::Bucket" and res.get("PhysicalResourceId") \
+                    and res.get("ResourceStatus") != "DELETE_COMPLETE":
+                out.append(res["PhysicalResourceId"])
+    return out
+
+
+def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
+                  poll_seconds: float = 5.0) -> dict[str, Any]:
+    """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
+    import botocore.exceptions as bex
+
+    from hpq.cli import aws_report, aws_s3, aws_stacks
+    from hpq.cli.aws_session import client
+
+    cfn = client(session, "cloudformation")
+    info = aws_stacks.describe(cfn, stack)
+    emptied: dict[str, int] = {}
+    if empty_buckets:
+        s3 = client(session, "s3")
+        for bucket in stack_buckets(cfn, info.stack_id):
+            try:
+                emptied[bucket] = aws_s3.empty_bucket(s3, bucket)
+            except aws_s3.NotFound:
+                continue
+            except bex.ClientError:
+                continue
+    started = aws_stacks.delete_stack(cfn, info.stack_id)
+    result = {"stack": info.name, "stack_id": info.stack_id, "emptied": emptied, "status": "DELETE_IN_PROGRESS"}
+    if wait:
+        final = aws_report.follow_and_explain(cfn, info.stack_id, info.name, "delete", started,
+                                              poll_seconds=poll_seconds)
+        result["status"] = final.status
+    return result
+
+
+@click.command("destroy")
+@click.argument("stack")
+@aws_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--empty-buckets", is_flag=True,
+              help="Delete every object version in the stack's S3 buckets first (a versioned bucket blocks deletion).")
+@click.option("--no-wait", is_flag=True, help="Start the deletion and return.")
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@output_option
+def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empty_buckets: bool, no_wait: bool,
+            poll_seconds: float, output: str) -> None:
+    """Delete STACK and all its nested stacks, following the deletion; explains a DELETE_FAILED.
+
+    \b
+    Examples:
+      hpq destroy hpq-slurm-gpu
+      hpq destroy hpq-slurm-gpu --yes --empty-buckets
+    """
+    from hpq.cli import aws_report, aws_stacks
+    from hpq.cli.aws_session import make_session
+
+    session = make_session(region, profile)
+    from hpq.cli.aws_session import client
+
+    info = aws_stacks.describe(client(session, "cloudformation"), stack)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"refusing to delete {info.name} without confirmation: pass --yes")
+        click.confirm(f"Delete stack {info.name} ({info.status}) and everything in it?", abort=True, err=True)
+    result = destroy_stack(session, stack, empty_buckets, not no_wait, poll_seconds)
+    if output == "json":
+        aws_report.echo_json(result)
+    else:
+        for bucket, n in result["emptied"].items():
+            click.echo(f"emptied s3://{bucket} ({n} versions and delete markers)")
+        click.echo(f"{result['stack']}: {result['status']}")
+
+
+@click.command("stack-errors")
+@click.argument("stack")
+@aws_options
+@click.option("--all", "all_history", is_flag=True, help="Look at the whole history, not just the latest operation.")
+@output_option
+def stack_errors(stack: str, region: str | None, profile: str | None, all_history: bool, output: str) -> None:
+    """Root-cause STACK's failures through every nested stack.
+
+    Drops the "Resource creation cancelled" cascade and the parents' "Embedded stack ...
+    was not successfully created" echoes; shows the first real failure per stack, oldest
+    first, with its resource, reason and a hint.
+
+    \b
+    Examples:
+      hpq stack-errors hpq-slurm-gpu
+      hpq stack-errors hpq-eks-gpu --output json
+    """
+    from hpq.cli import aws_events, aws_report, aws_stacks
+    from hpq.cli.aws_session import client, make_session
+
+    cfn = client(make_session(region, profile), "cloudformation")
+    info = aws_stacks.describe(cfn, stack)
+    rc = aws_events.root_cause(cfn, info.stack_id, all_history, label=info.name)
+    if output == "json":
+        aws_report.echo_json({**rc.as_dict(), "status": info.status})
+        return
+    click.echo(f"{info.name}: {info.status}")
+    aws_report.print_root_cause(rc, err=False)

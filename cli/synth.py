@@ -1,0 +1,112 @@
+"""``hpq synth`` and ``hpq lint``: render the CloudFormation variants offline and lint them.
+
+Thin click commands over hpq.cfn.synth and hpq.cfn.lint; troposphere and
+cfn-lint are imported inside the commands so ``hpq --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from hpq.errors import OperationFailed, UsageError
+
+VARIANTS = ("slurm-gpu", "slurm-trn", "eks-gpu", "eks-trn")
+DEFAULT_OUT = "out"
+
+
+def _state_file() -> Path:
+    """Where synth remembers its output folder for a later bare ``hpq lint``."""
+    base = os.environ.get("HPQ_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hpq")
+    return Path(base) / "last-synth-dir"
+
+
+def _remember(out_dir: Path) -> None:
+    try:
+        state = _state_file()
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(str(out_dir.resolve()) + "\n", encoding="utf-8")
+    except OSError:
+        pass  # remembering is a convenience only
+
+
+def _last_dir() -> Path:
+    try:
+        text = _state_file().read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    return Path(text) if text and Path(text).is_dir() else Path(DEFAULT_OUT)
+
+
+@click.command("synth")
+@click.argument("variant", required=False, metavar="VARIANT")
+@click.option("--all", "all_", is_flag=True, help="Render all four variants.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False), default=DEFAULT_OUT, show_default=True,
+              help="Output folder; each variant goes to OUT/<variant>/.")
+@click.option("--size", default="small", show_default=True, help="Size preset: small, medium or large.")
+@click.option("--param", "params", multiple=True, metavar="K=V",
+              help="Set a root parameter's default (repeatable), e.g. WorkerInstanceType=ml.p5.48xlarge.")
+def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[str, ...]) -> None:
+    """Render CloudFormation for VARIANT (slurm-gpu, slurm-trn, eks-gpu, eks-trn) or --all.
+
+    Writes deterministic JSON (root.json plus one file per nested stack) and
+    prints every file written. No AWS calls.
+
+    \b
+    Examples:
+      hpq synth --all -o out/
+      hpq synth slurm-gpu -o out/ --size medium
+      hpq synth eks-gpu -o out/ --param WorkerInstanceType=ml.p5.48xlarge --param WorkerCount=4
+    """
+    from hpq.cfn import synth as cfn_synth
+
+    if all_ and variant:
+        raise UsageError("give a VARIANT or --all, not both")
+    if not all_ and not variant:
+        raise UsageError(f"missing VARIANT (one of: {', '.join(VARIANTS)}) or --all")
+    overrides = cfn_synth.parse_params(params)
+    chosen = list(cfn_synth.variant_names()) if all_ else [variant]
+    # Validate everything before writing anything.
+    for name in chosen:
+        cfn_synth.synthesize(name, size, overrides)
+    out_dir = Path(out)
+    total = 0
+    for name in chosen:
+        for path in cfn_synth.write_variant(name, out_dir, size, overrides):
+            click.echo(str(path))
+            total += 1
+    _remember(out_dir)
+    click.echo(f"hpq: wrote {total} templates for {', '.join(chosen)} ({size}) under {out_dir}", err=True)
+
+
+@click.command("lint")
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@click.option("--region", "regions", multiple=True, default=("us-east-1",), show_default=True,
+              help="Region(s) whose resource schemas cfn-lint checks against (repeatable).")
+def lint(directory: str | None, regions: tuple[str, ...]) -> None:
+    """Run cfn-lint over every *.json under DIRECTORY (default: the last synth folder, else ./out).
+
+    Exit 0 when clean, 1 on any error or warning (findings are printed),
+    2 when the folder holds no templates.
+
+    \b
+    Examples:
+      hpq synth --all -o out/ && hpq lint out/
+      hpq lint                      lint what the last hpq synth wrote
+      hpq lint out/ --region us-west-2 --region us-east-1
+    """
+    from hpq.cfn import lint as cfn_lint
+
+    target = Path(directory) if directory else _last_dir()
+    files = cfn_lint.template_files(target) if target.is_dir() else []
+    if not files:
+        raise UsageError(f"no *.json templates under {target} (run: hpq synth --all -o {target})")
+    findings = cfn_lint.lint_files(files, regions)
+    for finding in findings:
+        click.echo(str(finding))
+    if findings:
+        raise OperationFailed(f"cfn-lint: {len(findings)} finding(s) in {len(files)} templates under {target}")
+    click.echo(f"hpq: cfn-lint clean: {len(files)} templates under {target}", err=True)

@@ -1,0 +1,271 @@
+"""FSx for Lustre: find the cluster's filesystem by its exact tag, wait for it, mount it at /fsx.
+
+Discovery compares the tag value for equality (a substring match makes cluster
+"train" mount "train-2"'s filesystem). boto3 when importable, else the ``aws`` CLI;
+both read every page and retry API throttling with backoff. Explicit
+``fsx_dns_name``/``fsx_mountname`` in the provisioning parameters win over discovery.
+The fstab entry is one managed block, replaced on every run; the write test runs only
+once the mount shows in /proc/mounts. No filesystem found: a warning, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+from typing import Callable, Dict, List, Optional
+
+from . import files, identity, names
+from .imds import ImdsClient
+
+MOUNT_OPTIONS = "relatime,flock"
+# _netdev: wait for the network; x-systemd.automount: a slow Lustre does not hold up boot.
+FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"
+THROTTLE_CODES = ("Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+                  "TooManyRequestsException", "SlowDown", "RequestThrottled")
+
+
+class FsxError(Exception):
+    pass
+
+
+class Throttled(Exception):
+    pass
+
+
+def with_backoff(call: Callable, attempts: int = 8, base: float = 0.5, cap: float = 20.0,
+                 sleep: Callable[[float], None] = time.sleep):
+    """Retry ``call`` while it raises Throttled, with capped exponential backoff and jitter."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Throttled as exc:
+            if attempt + 1 >= attempts:
+                raise FsxError("FSx API still throttled after %d attempts: %s" % (attempts, exc)) from None
+            sleep(min(cap, base * (2 ** attempt)) * (0.5 + random.random() / 2))
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------- API access
+
+
+def _boto3_pages(region: Optional[str], file_system_ids: Optional[List[str]], backoff: Dict) -> List[Dict]:
+    import boto3  # optional on the node: the CLI fallback below covers its absence
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    # botocore's own retries off: with_backoff does it, visibly and testably.
+    client = boto3.client("fsx", region_name=region, config=Config(retries={"total_max_attempts": 1}))
+    out: List[Dict] = []
+    token = None
+    while True:
+        kwargs: Dict = {}
+        if file_system_ids:
+            kwargs["FileSystemIds"] = file_system_ids
+        if token:
+            kwargs["NextToken"] = token
+
+        def page(kw=kwargs):
+            try:
+                return client.describe_file_systems(**kw)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code in THROTTLE_CODES:
+                    raise Throttled(code) from None
+                raise FsxError("describe_file_systems failed: %s" % exc) from None
+
+        resp = with_backoff(page, **backoff)
+        out += resp.get("FileSystems", [])
+        token = resp.get("NextToken")
+        if not token:
+            return out
+
+
+def _cli_pages(region: Optional[str], file_system_ids: Optional[List[str]], backoff: Dict) -> List[Dict]:
+    aws = shutil.which("aws")
+    if not aws:
+        raise FsxError("neither boto3 nor the aws CLI is available to look up FSx")
+    argv = [aws, "fsx", "describe-file-systems", "--output", "json"]
+    if region:
+        argv += ["--region", region]
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        argv += ["--endpoint-url", os.environ["AWS_ENDPOINT_URL"]]
+    if file_system_ids:
+        argv += ["--file-system-ids"] + list(file_system_ids)
+
+    def call():
+        # The CLI follows NextToken itself and prints all pages as one document.
+        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                             timeout=120, env=dict(os.environ, AWS_MAX_ATTEMPTS="1", AWS_PAGER=""))
+        if res.returncode != 0:
+            if any(code in res.stderr for code in THROTTLE_CODES) or "Rate exceeded" in res.stderr:
+                raise Throttled(res.stderr.strip()[-200:])
+            raise FsxError("aws fsx describe-file-systems failed: %s" % res.stderr.strip()[-400:])
+        return json.loads(res.stdout or "{}")
+
+    return with_backoff(call, **backoff).get("FileSystems", [])
+
+
+def describe_file_systems(region: Optional[str] = None, file_system_ids: Optional[List[str]] = None,
+                          use_boto3: Optional[bool] = None, backoff: Optional[Dict] = None) -> List[Dict]:
+    backoff = backoff or {}
+    if use_boto3 is None:
+        try:
+            import boto3  # noqa: F401
+            use_boto3 = True
+        except ImportError:
+            use_boto3 = False
+    if use_boto3:
+        return _boto3_pages(region, file_system_ids, backoff)
+    return _cli_pages(region, file_system_ids, backoff)
+
+
+def tag_value(fs: Dict, key: str) -> Optional[str]:
+    for tag in fs.get("Tags") or []:
+        if tag.get("Key") == key:
+            return tag.get("Value")
+    return None
+
+
+def find_cluster_filesystem(cluster_name: str, region: Optional[str] = None, **kw) -> Optional[Dict]:
+    """The cluster's Lustre filesystem by exact tag, or None; ambiguity is an error, not a guess."""
+    matches = [fs for fs in describe_file_systems(region, **kw)
+               if fs.get("FileSystemType") == "LUSTRE" and tag_value(fs, names.CLUSTER_TAG_KEY) == cluster_name
+               and fs.get("Lifecycle") not in ("DELETING", "FAILED")]
+    if len(matches) > 1:
+        raise FsxError("%d Lustre filesystems carry %s=%s: %s" % (
+            len(matches), names.CLUSTER_TAG_KEY, cluster_name, ", ".join(f["FileSystemId"] for f in matches)))
+    return matches[0] if matches else None
+
+
+def wait_available(fs: Dict, region: Optional[str], timeout: float, poll: float = 10.0, log=None, **kw) -> Dict:
+    deadline = time.time() + timeout
+    while fs.get("Lifecycle") != "AVAILABLE":
+        state = fs.get("Lifecycle")
+        if state in ("FAILED", "DELETING", "MISCONFIGURED"):
+            raise FsxError("FSx %s is %s" % (fs.get("FileSystemId"), state))
+        if time.time() >= deadline:
+            raise FsxError("FSx %s still %s after %.0fs" % (fs.get("FileSystemId"), state, timeout))
+        if log:
+            log.info("FSx %s is %s; waiting for AVAILABLE", fs.get("FileSystemId"), state)
+        time.sleep(poll)
+        found = describe_file_systems(region, [fs["FileSystemId"]], **kw)
+        if not found:
+            raise FsxError("FSx %s disappeared while waiting" % fs.get("FileSystemId"))
+        fs = found[0]
+    return fs
+
+
+# ---------------------------------------------------------------------------- mounting
+
+
+def mounts(ctx) -> List[List[str]]:
+    text = files.read_text(ctx.path("/proc/mounts")) or ""
+    return [line.split() for line in text.splitlines() if len(line.split()) >= 3]
+
+
+def mounted_source(ctx, target: str) -> Optional[str]:
+    for parts in mounts(ctx):
+        if parts[1] == target:
+            return parts[0]
+    return None
+
+
+def shared_dir(ctx) -> Optional[str]:
+    """The node's /fsx when it is a live mount (what other steps share keys through), else None."""
+    target = ctx.path(names.FSX_MOUNT_POINT)
+    return target if mounted_source(ctx, target) else None
+
+
+def fstab_line(source: str) -> str:
+    return "%s %s lustre %s 0 0" % (source, names.FSX_MOUNT_POINT, FSTAB_OPTIONS)
+
+
+def update_fstab(ctx, source: str) -> bool:
+    """One managed line for /fsx; any other (unmanaged) /fsx line would fight it, so it goes."""
+    path = ctx.path("/etc/fstab")
+    text = files.read_text(path) or ""
+    kept = []
+    inside = False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("# BEGIN hpq managed"):
+            inside = True
+        if s.startswith("# END hpq managed"):
+            inside = False
+        parts = s.split()
+        if not inside and parts and not s.startswith("#") and len(parts) > 1 and parts[1] == names.FSX_MOUNT_POINT:
+            if ctx.log:
+                ctx.log.warning("dropping unmanaged fstab line for %s: %s", names.FSX_MOUNT_POINT, s)
+            continue
+        kept.append(line)
+    new = files.replace_block("\n".join(kept), "fsx", [fstab_line(source)])
+    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
+    return files.write_file(path, new, mode)
+
+
+def mount(ctx, source: str) -> str:
+    target = ctx.path(names.FSX_MOUNT_POINT)
+    current = mounted_source(ctx, target)
+    if current == source:
+        return "already mounted"
+    if current:
+        raise FsxError("%s is already mounted from %s, not %s" % (target, current, source))
+    os.makedirs(target, exist_ok=True)
+    argv = list(ctx.s.mount_cmd) + ["-t", "lustre", "-o", MOUNT_OPTIONS, source, target]
+    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=300)
+    if res.returncode != 0:
+        raise FsxError("%s failed (%d): %s" % (" ".join(argv), res.returncode, res.stdout.strip()[-400:]))
+    if mounted_source(ctx, target) != source:
+        raise FsxError("mount returned 0 but %s does not show %s on %s" % (ctx.path("/proc/mounts"), source, target))
+    return "mounted"
+
+
+def write_test(target: str) -> None:
+    probe = os.path.join(target, ".hpq-write-test-%s-%d" % (os.uname()[1], os.getpid()))
+    try:
+        with open(probe, "w") as fh:
+            fh.write("ok\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        with open(probe) as fh:
+            if fh.read() != "ok\n":
+                raise FsxError("write test on %s read back different content" % target)
+    except OSError as exc:
+        raise FsxError("write test on %s failed: %s" % (target, exc)) from None
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+
+
+def region(ctx) -> Optional[str]:
+    value = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return value or ImdsClient(ctx.s.imds_url).region()
+
+
+def run(ctx) -> str:
+    node = identity.load_node(ctx)
+    params = ctx.params
+    if params.fsx_dns_name and params.fsx_mountname:
+        dns, mount_name, origin = params.fsx_dns_name, params.fsx_mountname, "provisioning parameters"
+    else:
+        reg = region(ctx)
+        fs = find_cluster_filesystem(node.cluster_name, reg)
+        if fs is None:
+            ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s: continuing without %s "
+                            "(the cluster works; nothing is shared between nodes)",
+                            names.CLUSTER_TAG_KEY, node.cluster_name, reg, names.FSX_MOUNT_POINT)
+            return "no FSx filesystem found (warning logged)"
+        fs = wait_available(fs, reg, ctx.s.fsx_wait_s, float(os.environ.get("HPQ_FSX_POLL_S", "10")), ctx.log)
+        dns, mount_name = fs["DNSName"], fs["LustreConfiguration"]["MountName"]
+        origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)
+    source = "%s@tcp:/%s" % (dns, mount_name)
+    state = mount(ctx, source)
+    fstab_changed = update_fstab(ctx, source)
+    write_test(ctx.path(names.FSX_MOUNT_POINT))
+    return "%s from %s: %s, fstab %s, write test ok" % (
+        source, origin, state, "updated" if fstab_changed else "unchanged")

@@ -1,0 +1,113 @@
+"""The lifecycle entry: run every step in order, each logged at start and end.
+
+``on_create.sh`` runs ``python3 -m hpq.lifecycle.main``. A failing step stops the run
+with one line naming the step and its cause, and a non-zero exit (HyperPod then marks
+the node failed instead of handing out a half-configured one). Every step is
+idempotent, so running the whole thing again changes nothing.
+
+Usage: python3 -m hpq.lifecycle.main [--root DIR] [--steps a,b] [--list-steps]
+(environment variables HPQ_* described in lifecycle/context.py override defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Callable, List, Optional, Tuple
+
+from . import context, fsx, identity, install, munge, node_env, slurm, ssh_keys
+
+# (name, function, purpose). Order matters: identity first, MUNGE before Slurm, SSH keys last
+# (without a shared filesystem they travel through Slurm).
+STEPS: List[Tuple[str, Callable, str]] = [
+    ("identify", identity.run, "instance id from IMDSv2, role from resource_config.json"),
+    ("nccl-env", node_env.run, "EFA transport and NCCL environment"),
+    ("fsx", fsx.run, "find FSx by exact cluster tag, mount at /fsx"),
+    ("install", install.run, "node commands onto PATH"),
+    ("munge", munge.run, "one MUNGE key, munged running"),
+    ("slurm", slurm.run, "configless slurmctld / slurmd"),
+    ("ssh-keys", ssh_keys.run, "cluster SSH key for the default user"),
+]
+STEP_NAMES = [s[0] for s in STEPS]
+
+
+class StepFailed(Exception):
+    pass
+
+
+def setup_logging(log_file: str) -> logging.Logger:
+    log = logging.getLogger("hpq.lifecycle")
+    log.setLevel(logging.INFO)
+    log.handlers[:] = []
+    fmt = logging.Formatter("%(asctime)s hpq-lifecycle %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S")
+    out = logging.StreamHandler(sys.stdout)
+    out.setFormatter(fmt)
+    log.addHandler(out)
+    try:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        fh = logging.FileHandler(log_file)
+        fh.setFormatter(fmt)
+        log.addHandler(fh)
+    except OSError as exc:
+        log.warning("cannot log to %s: %s (stdout only)", log_file, exc)
+    log.propagate = False
+    return log
+
+
+def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
+    wanted = names or STEP_NAMES
+    unknown = [n for n in wanted if n not in STEP_NAMES]
+    if unknown:
+        raise StepFailed("unknown step(s) %s; steps are %s" % (", ".join(unknown), ", ".join(STEP_NAMES)))
+    for name, func, purpose in STEPS:
+        if name not in wanted:
+            continue
+        ctx.log.info("step %s: start (%s)", name, purpose)
+        t0 = time.time()
+        try:
+            result = func(ctx)
+        except Exception as exc:  # every failure becomes one line naming the step
+            ctx.log.error("step %s: FAILED after %.1fs: %s: %s", name, time.time() - t0, type(exc).__name__, exc)
+            raise StepFailed("step %s failed: %s" % (name, exc)) from exc
+        ctx.log.info("step %s: done in %.1fs: %s", name, time.time() - t0, result)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="hpq-lifecycle", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", help="prefix for every system path (HPQ_ROOT); default /")
+    ap.add_argument("--steps", help="comma-separated subset of: " + ",".join(STEP_NAMES))
+    ap.add_argument("--list-steps", action="store_true", help="print the steps and exit")
+    args = ap.parse_args(argv)
+    if args.list_steps:
+        for name, _, purpose in STEPS:
+            print("%-9s %s" % (name, purpose))
+        return 0
+    env = dict(os.environ)
+    if args.root:
+        env["HPQ_ROOT"] = args.root
+    if args.steps:
+        env["HPQ_STEPS"] = args.steps
+    try:
+        settings = context.Settings.from_env(env)
+    except ValueError as exc:
+        print("hpq-lifecycle: bad setting: %s" % exc, file=sys.stderr)
+        return 2
+    log = setup_logging(settings.path(settings.log_file))
+    ctx = context.Context(settings, log)
+    log.info("lifecycle start: root=%s service manager=%s slurm prefix=%s",
+             settings.root, settings.service_manager, settings.slurm_prefix)
+    try:
+        run_steps(ctx, settings.steps)
+    except StepFailed as exc:
+        log.error("lifecycle FAILED: %s", exc)
+        return 1
+    log.info("lifecycle done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

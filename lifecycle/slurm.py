@@ -1,0 +1,164 @@
+"""Slurm in configless mode: the controller serves slurm.conf, every other node fetches it.
+
+Controller: wait (bounded) for the slurm.conf the HyperPod agent writes, make sure
+``SlurmctldParameters`` includes ``enable_configless`` (keeping any other values),
+start slurmctld and wait until it answers. Workers and login nodes: DNS SRV records
+for the controller are often missing in a VPC, so slurmd gets ``--conf-server <ip:port>``
+through a systemd drop-in next to the vendor unit (the unit itself is never edited),
+then it starts and must have fetched its config before the step counts as done.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from typing import Tuple
+
+from . import files, identity, services
+
+SLURMCTLD = "slurmctld.service"
+SLURMD = "slurmd.service"
+DROPIN = "hpq-conf-server"
+CONFIGLESS = "enable_configless"
+FETCHED_CONF = "/run/slurm/conf/slurm.conf"  # slurmd links its fetched config here
+
+
+class SlurmError(Exception):
+    pass
+
+
+def conf_path(ctx) -> str:
+    return ctx.path(os.path.join(ctx.s.slurm_conf_dir, "slurm.conf"))
+
+
+def wait_for_conf(path: str, seconds: float, log=None) -> str:
+    """The agent writes slurm.conf some time after boot; wait for one that names a controller."""
+    deadline = time.time() + seconds
+    announced = False
+    while True:
+        text = files.read_text(path)
+        if text and re.search(r"^\s*(SlurmctldHost|ControlMachine)\s*=", text, re.M | re.I):
+            return text
+        if time.time() >= deadline:
+            raise SlurmError("no slurm.conf naming a controller at %s after %.0fs (the HyperPod agent writes it)"
+                             % (path, seconds))
+        if log and not announced:
+            log.info("waiting up to %.0fs for %s", seconds, path)
+            announced = True
+        time.sleep(1.0)
+
+
+def ensure_configless(text: str) -> Tuple[str, bool]:
+    """``text`` with enable_configless in the (last) SlurmctldParameters line; other values kept."""
+    lines = text.splitlines()
+    idx = [i for i, line in enumerate(lines) if re.match(r"^\s*SlurmctldParameters\s*=", line, re.I)]
+    if not idx:
+        return text.rstrip("\n") + "\nSlurmctldParameters=%s\n" % CONFIGLESS, True
+    i = idx[-1]
+    key, value = lines[i].split("=", 1)
+    value, _, comment = value.partition("#")
+    values = [v.strip() for v in value.strip().split(",") if v.strip()]
+    if CONFIGLESS in values:
+        return text, False
+    values.append(CONFIGLESS)
+    lines[i] = "%s=%s%s" % (key.strip(), ",".join(values), (" #" + comment) if comment else "")
+    return "\n".join(lines) + "\n", True
+
+
+def _bin(ctx, name: str) -> str:
+    for sub in ("bin", "sbin"):
+        p = os.path.join(ctx.s.slurm_prefix, sub, name)
+        if os.path.exists(p):
+            return p
+    return shutil.which(name) or name
+
+
+def wait_controller(ctx, conf: str, seconds: float) -> None:
+    deadline = time.time() + seconds
+    last = ""
+    while True:
+        try:
+            res = subprocess.run([_bin(ctx, "scontrol"), "ping"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 universal_newlines=True, timeout=30, env=dict(os.environ, SLURM_CONF=conf))
+            last = res.stdout.strip()
+            if res.returncode == 0 and "UP" in res.stdout:
+                return
+        except (OSError, subprocess.SubprocessError) as exc:
+            last = str(exc)
+        if time.time() >= deadline:
+            raise SlurmError("slurmctld does not answer scontrol ping after %.0fs: %s" % (seconds, last))
+        time.sleep(0.5)
+
+
+def conf_server(node: identity.NodeInfo, port: int) -> str:
+    if not node.controller_ips:
+        raise SlurmError("no controller IP in resource_config.json to point slurmd at")
+    return ",".join("%s:%d" % (ip, port) for ip in node.controller_ips)
+
+
+def dropin_text(vendor_exec: str, server: str) -> str:
+    argv = shlex.split(vendor_exec)
+    if "--conf-server" in argv:  # a vendor unit that already has one: ours replaces it
+        i = argv.index("--conf-server")
+        del argv[i:i + 2]
+    cmd = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
+    return "\n".join([
+        "# Written by the hpq lifecycle (step slurm): configless slurmd fetches slurm.conf from the",
+        "# controller. Replaced on every run; the vendor unit stays untouched.",
+        "[Unit]",
+        "# A configless node has no local slurm.conf: clear vendor conditions that require one.",
+        "ConditionPathExists=",
+        "",
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=%s --conf-server %s" % (cmd, server),
+        "",
+    ])
+
+
+def setup_controller(ctx) -> str:
+    path = conf_path(ctx)
+    text = wait_for_conf(path, ctx.s.slurm_conf_wait_s, ctx.log)
+    new, changed = ensure_configless(text)
+    if changed:
+        files.write_file(path, new, os.stat(path).st_mode & 0o7777)
+    state = ctx.services.ensure_running(SLURMCTLD, restart=changed)
+    wait_controller(ctx, path, ctx.s.service_wait_s)
+    return "%s %s; slurmctld %s and answering" % (
+        path, "now has " + CONFIGLESS if changed else "already configless", state)
+
+
+def setup_node(ctx, node: identity.NodeInfo) -> str:
+    server = conf_server(node, ctx.s.slurmctld_port)
+    mgr = ctx.services
+    vendor = services.exec_start(SLURMD, mgr.unit_sections(SLURMD, with_dropins=False))
+    changed = mgr.write_dropin(SLURMD, DROPIN, dropin_text(vendor, server))
+    state = mgr.ensure_running(SLURMD, restart=changed)
+    # slurmd exits when the controller is not up yet; keep it trying until it has its config.
+    deadline = time.time() + ctx.s.service_wait_s
+    fetched = ctx.path(FETCHED_CONF)
+    while not os.path.exists(fetched):
+        if time.time() >= deadline:
+            raise SlurmError("slurmd has not fetched its config from %s after %.0fs (no %s)"
+                             % (server, ctx.s.service_wait_s, fetched))
+        time.sleep(1.0)
+        if not mgr.is_active(SLURMD):
+            ctx.log.info("slurmd not running (controller not ready?): starting it again")
+            try:
+                mgr.ensure_running(SLURMD)
+            except services.ServiceError as exc:
+                ctx.log.info("slurmd start failed, will retry: %s", exc)
+    return "slurmd --conf-server %s (drop-in %s), %s, config fetched" % (
+        server, "written" if changed else "unchanged", state)
+
+
+def run(ctx) -> str:
+    node = identity.load_node(ctx)
+    if node.role == identity.CONTROLLER:
+        return setup_controller(ctx)
+    return setup_node(ctx, node)
+

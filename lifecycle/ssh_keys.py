@@ -1,0 +1,153 @@
+"""One SSH key pair for the cluster's default user, so mpirun and ssh work node to node.
+
+With /fsx the controller publishes the pair under ``/fsx/.hpq/ssh/<user>/`` (adopting
+a pair already there) and every node installs it. Without a shared filesystem the
+controller makes the pair and hands it to the workers through Slurm: one batch job,
+queued until the workers have joined, that installs it on each of them.
+The key gets its own file name (``id_ed25519_hpq``) so a user's own keys are untouched;
+a managed block in ``~/.ssh/config`` and ``authorized_keys`` wires it in.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import pwd
+import shlex
+import subprocess
+import tempfile
+import time
+
+from . import files, fsx, identity, slurm
+
+KEY_NAME = "id_ed25519_hpq"
+SHARED = ".hpq/ssh"
+MARKER = "/etc/hpq/ssh-keys-distributed"
+
+
+class SshKeyError(Exception):
+    pass
+
+
+def generate(comment: str):
+    tmp = tempfile.mkdtemp(prefix="hpq-ssh-")
+    try:
+        key = os.path.join(tmp, "k")
+        res = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", key],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+        if res.returncode != 0:
+            raise SshKeyError("ssh-keygen failed: %s" % res.stdout.strip())
+        with open(key, "rb") as fh:
+            private = fh.read()
+        with open(key + ".pub", "rb") as fh:
+            public = fh.read()
+        return private, public
+    finally:
+        for fn in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, fn))
+        os.rmdir(tmp)
+
+
+def shared_pair(ctx, shared: str, user: str, role: str):
+    d = os.path.join(shared, SHARED, user)
+    priv, pub = os.path.join(d, KEY_NAME), os.path.join(d, KEY_NAME + ".pub")
+    if role == identity.CONTROLLER and not os.path.exists(pub):
+        private, public = generate("%s@%s" % (user, ctx.node.cluster_name))
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        files.write_file(priv, private, 0o600)
+        files.write_file(pub, public, 0o644)  # written last: its presence means the pair is complete
+    deadline = time.time() + ctx.s.shared_wait_s
+    while not os.path.exists(pub):
+        if time.time() >= deadline:
+            raise SshKeyError("waited %.0fs for the controller to publish the SSH key at %s" % (ctx.s.shared_wait_s, d))
+        time.sleep(1.0)
+    with open(priv, "rb") as fh:
+        private = fh.read()
+    with open(pub, "rb") as fh:
+        public = fh.read()
+    return private, public
+
+
+def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes) -> bool:
+    ssh = os.path.join(home, ".ssh")
+    if not os.path.isdir(ssh):
+        os.makedirs(ssh, mode=0o700)
+        os.chown(ssh, uid, gid)
+    changed = files.write_file(os.path.join(ssh, KEY_NAME), private, 0o600, uid, gid)
+    changed |= files.write_file(os.path.join(ssh, KEY_NAME + ".pub"), public, 0o644, uid, gid)
+    pub_line = public.decode().strip()
+    for name, lines, mode in (
+        ("authorized_keys", [pub_line], 0o600),
+        ("config", ["Host *", "    IdentityFile ~/.ssh/%s" % KEY_NAME, "    IdentityFile ~/.ssh/id_ed25519",
+                    "    IdentityFile ~/.ssh/id_rsa", "    StrictHostKeyChecking accept-new"], 0o600),
+    ):
+        path = os.path.join(ssh, name)
+        changed |= files.set_block(path, "cluster-ssh-key", lines, mode)
+        changed |= files.write_file(path, files.read_text(path) or "", mode, uid, gid)
+    return changed
+
+
+def slurm_job_script(user: str, private: bytes, public: bytes) -> str:
+    """A batch script that installs the pair on every node of its allocation (no shared filesystem)."""
+    inner = "\n".join([
+        "set -e",
+        "home=$(getent passwd %s | cut -d: -f6)" % shlex.quote(user),
+        'mkdir -p "$home/.ssh" && chmod 700 "$home/.ssh"',
+        'echo %s | base64 -d > "$home/.ssh/%s"' % (base64.b64encode(private).decode(), KEY_NAME),
+        'echo %s | base64 -d > "$home/.ssh/%s.pub"' % (base64.b64encode(public).decode(), KEY_NAME),
+        'chmod 600 "$home/.ssh/%s"' % KEY_NAME,
+        'touch "$home/.ssh/authorized_keys" && chmod 600 "$home/.ssh/authorized_keys"',
+        'grep -qxF %s "$home/.ssh/authorized_keys" || echo %s >> "$home/.ssh/authorized_keys"'
+        % (shlex.quote(public.decode().strip()), shlex.quote(public.decode().strip())),
+        'chown -R %s: "$home/.ssh"' % shlex.quote(user),
+    ])
+    return "#!/bin/sh\nsrun --ntasks-per-node=1 /bin/sh -c %s\n" % shlex.quote(inner)
+
+
+def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
+    node = ctx.node
+    marker = ctx.path(MARKER)
+    if (files.read_text(marker) or "").strip() == public.decode().strip():
+        return "already handed to the workers through Slurm"
+    if node.worker_count < 1:
+        return "no workers to hand the key to"
+    script = slurm_job_script(user, private, public)
+    res = subprocess.run(
+        [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=hpq-ssh-keys", "--nodes=%d" % node.worker_count,
+         "--output=/dev/null"],
+        input=script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60,
+        env=dict(os.environ, SLURM_CONF=slurm.conf_path(ctx)))
+    if res.returncode != 0:
+        raise SshKeyError("sbatch of the key distribution job failed: %s" % res.stdout.strip())
+    files.write_file(marker, public.decode().strip() + "\n", 0o600)
+    return "queued Slurm job %s to install it on %d worker(s)" % (res.stdout.strip(), node.worker_count)
+
+
+def run(ctx) -> str:
+    node = identity.load_node(ctx)
+    user = ctx.s.default_user
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        ctx.log.warning("user %r does not exist on this node: no cluster SSH key installed", user)
+        return "skipped (no user %s)" % user
+    home = ctx.path(pw.pw_dir)
+    shared = fsx.shared_dir(ctx)
+    if shared:
+        private, public = shared_pair(ctx, shared, user, node.role)
+        changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)
+        return "key pair from %s %s for %s" % (shared, "installed" if changed else "unchanged", user)
+    if node.role != identity.CONTROLLER:
+        return "no shared filesystem: the controller installs the key here through Slurm"
+    ssh = os.path.join(home, ".ssh")
+    priv_path = os.path.join(ssh, KEY_NAME)
+    if os.path.exists(priv_path) and os.path.exists(priv_path + ".pub"):
+        with open(priv_path, "rb") as fh:
+            private = fh.read()
+        with open(priv_path + ".pub", "rb") as fh:
+            public = fh.read()
+    else:
+        private, public = generate("%s@%s" % (user, node.cluster_name))
+    changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)
+    how = distribute_over_slurm(ctx, user, private, public)
+    return "key pair %s for %s; %s" % ("installed" if changed else "unchanged", user, how)

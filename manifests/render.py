@@ -1,0 +1,269 @@
+"""Render the EKS test manifests (jinja2) from the instance catalog and the ONE transport function.
+
+Every per-type fact (accelerator resource and count, EFA count, hugepages) comes
+from :mod:`hpq.lifecycle.catalog`; the NCCL/libfabric environment comes from
+:func:`hpq.lifecycle.transport.node_environment`, the same function Slurm nodes
+use, turned into container env by :func:`hpq.cli.nccl.k8s_env`. The templates
+only lay those facts out, so a fix to the catalog reaches Slurm and EKS alike.
+
+jinja2 and yaml are imported inside functions: the CLI imports this lazily anyway,
+but tests and ``hpq eks`` should not pay for them at import of the package.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog, transport
+
+TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
+TEMPLATE_DIR = Path(__file__).resolve().parent
+
+# Default images; every one is overridable with --image. Pin a digest or tag you tested for production.
+NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:latest"  # AWS-maintained: CUDA, EFA, aws-ofi-nccl, OpenMPI
+PYTORCH_GPU_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+NEURON_IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04"
+
+# Hugepages the EFA libfabric provider wants per pod (same figure as AWS's nccl-tests manifests).
+EFA_HUGEPAGES_2MI = "5120Mi"
+# NeuronCores per Neuron device (trn2 with the default logical-core setting LNC=2 exposes 4 of its 8).
+NEURON_CORES_PER_DEVICE = {"trn1": 2, "trn1n": 2, "trn2": 4}
+NCCL_TESTS_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
+NEURON_BIN = transport.NEURON_BIN
+
+# The nanoGPT training program: a module of hpq.scripts, shipped with the hpq modules it imports.
+NANOGPT_MODULE = "hpq.scripts.nanogpt"
+CONFIGMAP_LIMIT = 1000 * 1024  # Kubernetes caps a ConfigMap at 1 MiB; leave room for metadata
+PROGRAM_MOUNT = "/opt/hpq"
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+
+
+@dataclass
+class RenderRequest:
+    """What the user asked for; ``resolve()`` turns it into template context."""
+
+    test: str
+    instance_type: str | None = None
+    nodes: int = 2
+    gpus: int | None = None
+    image: str | None = None
+    namespace: str = "default"
+    name: str | None = None
+    program: str | None = None
+    program_args: str = ""
+    fsx_id: str | None = None
+    fsx_dns: str | None = None
+    fsx_mount_name: str | None = None
+    fsx_capacity_gib: int = 1200
+    fsx_claim: str | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def module_files(module: str) -> dict[str, str]:
+    """Source of ``module`` and of every hpq module it imports (plus package __init__ files), by path.
+
+    The training program runs from a ConfigMap on a stock PyTorch image, so it must carry its own
+    hpq imports; node-side modules use the standard library only, so nothing else is needed.
+    """
+    import ast
+    import importlib.util
+
+    files: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            mod = ".".join(parts[:i])
+            spec = importlib.util.find_spec(mod)
+            if spec is None or not spec.origin:
+                raise UsageError(f"cannot find module {mod} to ship with the training program")
+            rel = "/".join(parts[:i]) + ("/__init__.py" if spec.submodule_search_locations else ".py")
+            if rel in files:
+                continue
+            source = Path(spec.origin).read_text()
+            files[rel] = source
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hpq":
+                    for alias in node.names:
+                        sub = f"{node.module}.{alias.name}"
+                        todo.append(sub if importlib.util.find_spec(sub) is not None else node.module)
+                elif isinstance(node, ast.Import):
+                    todo += [a.name for a in node.names if a.name.split(".")[0] == "hpq"]
+    return files
+
+
+def accelerated_entry(instance_type: str | None) -> catalog.InstanceType:
+    """Catalog entry for a GPU or Trainium type; CPU and unknown types are usage errors."""
+    if not instance_type:
+        raise UsageError("--instance-type is required for this test")
+    try:
+        entry = catalog.lookup(instance_type)
+    except catalog.UnknownInstanceType as exc:
+        raise UsageError(str(exc)) from None
+    if not entry.is_accelerated:
+        raise UsageError(f"{entry.name} has no GPU or Trainium accelerator; the tests need one "
+                         "(e.g. ml.g5.16xlarge, ml.p5.48xlarge, ml.trn1.32xlarge)")
+    return entry
+
+
+def _check_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise UsageError(f"invalid job name {name!r}: lowercase letters, digits and '-', at most 42 characters")
+    return name
+
+
+def resolve(req: RenderRequest) -> dict[str, Any]:
+    """Template context: resources, environment and commands, all derived here (no logic in templates)."""
+    from hpq.cli.nccl import k8s_env
+
+    if req.test not in TESTS:
+        raise UsageError(f"unknown test {req.test!r}; choose from {', '.join(TESTS)}")
+    ctx: dict[str, Any] = {
+        "test": req.test,
+        "namespace": req.namespace,
+        "labels": {"app.kubernetes.io/managed-by": "hpq", "hpq.aws/test": req.test, **req.extra_labels},
+    }
+    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", req.namespace):
+        raise UsageError(f"invalid namespace {req.namespace!r}")
+    if req.test == "fsx":
+        return _resolve_fsx(req, ctx)
+
+    entry = accelerated_entry(req.instance_type)
+    if req.nodes < 1 or req.nodes > 512:
+        raise UsageError(f"--nodes must be between 1 and 512, got {req.nodes}")
+    gpus = entry.accelerator_count if req.gpus is None else req.gpus
+    if gpus < 1 or gpus > entry.accelerator_count:
+        kind = "GPUs" if entry.accelerator == catalog.GPU else "Neuron devices"
+        raise UsageError(f"{entry.name} has {entry.accelerator_count} {kind}; --gpus must be 1..{entry.accelerator_count}")
+    env = transport.node_environment(entry.name, transport.NodeProbe(), "default")
+    efa = entry.efa_interfaces if env.transport != transport.TCP else 0
+    neuron = entry.accelerator == catalog.TRAINIUM
+    accel_resource = "aws.amazon.com/neuron" if neuron else "nvidia.com/gpu"
+    resources: dict[str, Any] = {accel_resource: gpus}
+    if efa:
+        resources["vpc.amazonaws.com/efa"] = efa
+        resources["hugepages-2Mi"] = EFA_HUGEPAGES_2MI
+    # A memory request is mandatory next to hugepages; sized to leave most of the node to the workload.
+    memory_request = f"{max(2, min(64, entry.memory_gib // 8))}Gi"
+    name = _check_name(req.name or f"hpq-{req.test}")
+    ranks_per_node = gpus * NEURON_CORES_PER_DEVICE.get(entry.family, 2) if neuron else gpus
+    ctx.update(
+        name=name,
+        instance_type=entry.name,
+        accelerator=entry.accelerator,
+        neuron=neuron,
+        accel_resource=accel_resource,
+        nodes=req.nodes,
+        gpus=gpus,
+        ranks_per_node=ranks_per_node,
+        total_ranks=ranks_per_node * req.nodes,
+        efa=efa,
+        transport=env.transport,
+        torch_backend=env.torch_backend,
+        env=k8s_env(env),
+        env_names=sorted(env.variables),
+        resources=resources,
+        memory_request=memory_request,
+        shm_size="8Gi" if entry.memory_gib >= 64 else "2Gi",
+        worker_labels={**ctx["labels"], "hpq.aws/job": name, "hpq.aws/role": "worker"},
+        launcher_labels={**ctx["labels"], "hpq.aws/job": name, "hpq.aws/role": "launcher"},
+        neuron_bin=NEURON_BIN,
+        fsx_claim=req.fsx_claim,
+    )
+    if req.test == "nccl-test":
+        ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
+        ctx["nccl_binary"] = NCCL_TESTS_BINARY
+    elif req.test == "validate":
+        ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
+    elif req.test == "nanogpt":
+        ctx["image"] = req.image or (NEURON_IMAGE if neuron else PYTORCH_GPU_IMAGE)
+        ctx.update(_program_context(req))
+    return ctx
+
+
+def _program_context(req: RenderRequest) -> dict[str, Any]:
+    """ConfigMap files and the torchrun target: hpq's nanoGPT module, or a single --program file."""
+    if req.program:
+        path = Path(req.program)
+        try:
+            files = {path.name: path.read_text()}
+        except OSError as exc:
+            raise UsageError(f"cannot read training program {path}: {exc.strerror}") from None
+        target = f"{PROGRAM_MOUNT}/{path.name}"
+    else:
+        files = module_files(NANOGPT_MODULE)
+        target = f"-m {NANOGPT_MODULE}"
+    size = sum(len(src.encode()) for src in files.values())
+    if size > CONFIGMAP_LIMIT:
+        raise UsageError(f"training program files total {size} bytes: over the {CONFIGMAP_LIMIT}-byte ConfigMap limit")
+    return {
+        # ConfigMap keys cannot hold '/': key = path with '/' as '.', mapped back to the path on mount.
+        "program_files": [{"key": rel.replace("/", "."), "path": rel, "source": src}
+                          for rel, src in sorted(files.items())],
+        "program_target": target,
+        "program_mount": PROGRAM_MOUNT,
+        "program_args": req.program_args.split(),
+        "configmap": f"{req.name or 'hpq-nanogpt'}-program",
+    }
+
+
+def _resolve_fsx(req: RenderRequest, ctx: dict[str, Any]) -> dict[str, Any]:
+    missing = [flag for flag, val in (("--fsx-id", req.fsx_id), ("--fsx-dns", req.fsx_dns),
+                                      ("--fsx-mount-name", req.fsx_mount_name)) if not val]
+    if missing:
+        raise UsageError("the fsx manifest needs " + ", ".join(missing) + " (from the stack outputs: hpq status STACK)")
+    if not re.match(r"^fs-[0-9a-f]{8,17}$", req.fsx_id or ""):
+        raise UsageError(f"invalid FSx filesystem id {req.fsx_id!r} (expected fs-0123456789abcdef0)")
+    if req.fsx_capacity_gib < 1200:
+        raise UsageError("--fsx-capacity must be at least 1200 GiB (the smallest FSx for Lustre size)")
+    ctx.update(
+        name=_check_name(req.name or "hpq-fsx"),
+        fsx_id=req.fsx_id,
+        fsx_dns=req.fsx_dns,
+        fsx_mount_name=req.fsx_mount_name,
+        capacity=f"{req.fsx_capacity_gib}Gi",
+    )
+    return ctx
+
+
+def _environment() -> Any:
+    import json
+
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    # JSON scalars are valid YAML scalars: quoting every value through json keeps "1", "^lo" and
+    # "none" strings exactly as they are (YAML would read 1 as int or 'no' as a bool).
+    env.filters["q"] = lambda v: json.dumps(v)
+    env.filters["indent_block"] = lambda text, n: "\n".join((" " * n + line) if line else line
+                                                            for line in str(text).splitlines())
+    return env
+
+
+TEMPLATE_FILES = {"nccl-test": "nccl_test.yaml.j2", "nanogpt": "nanogpt.yaml.j2",
+                  "validate": "validate.yaml.j2", "fsx": "fsx.yaml.j2"}
+
+
+def render(req: RenderRequest) -> str:
+    """The manifest text (multi-document YAML) for one test."""
+    ctx = resolve(req)
+    return _environment().get_template(TEMPLATE_FILES[req.test]).render(**ctx)
+
+
+def render_objects(req: RenderRequest) -> list[dict[str, Any]]:
+    """The same manifests as Python objects, in apply order (what the runner POSTs)."""
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all(render(req)) if doc]

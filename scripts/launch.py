@@ -1,0 +1,253 @@
+"""Launching the validation programs: Slurm allocation, worker environment, logs, local runs.
+
+Shared by ``run-nccl-test``, ``run-nanogpt`` and ``run-nccom-test``. Standard library only.
+
+- Outside an allocation the commands re-run themselves under ``salloc`` (so the hostfile
+  and the worker probe see the real nodes); inside one they use ``SLURM_JOB_NODELIST``.
+- The transport environment is asked of a *worker* (``srun -N1 -n1 python3 -m
+  hpq.scripts.nodeinfo``): the controller is a CPU instance and would pick the wrong one.
+- Without Slurm (a single GPU box, the benchmark machine) ``--launcher local`` starts one
+  process per GPU on this host with an ``env://`` rendezvous.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Dict, List, Optional, Sequence, TextIO
+
+from hpq.lifecycle import names
+from hpq.scripts import distenv, nodeinfo
+
+TORCH_PYTHONS = (
+    "/opt/conda/envs/pytorch/bin/python3",
+    "/opt/pytorch/bin/python3",
+    "/usr/local/bin/python3",
+    "/usr/bin/python3",
+)
+
+
+class LaunchError(Exception):
+    """A launcher step failed; the message says which and why (exit 1)."""
+
+
+def bundle_root() -> Optional[str]:
+    """``<root>`` when running from the node bundle ``<root>/hpq/scripts``; None when installed normally."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(here) == "scripts" and os.path.isfile(os.path.join(root, "hpq", "__init__.py")) \
+            and os.path.realpath(os.path.join(root, "hpq", "scripts")) == os.path.realpath(here):
+        return root
+    return None
+
+
+def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str] = ()) -> Dict[str, str]:
+    """This process's environment plus ``extra``, with the bundle on PYTHONPATH when needed."""
+    env = dict(os.environ)
+    root = bundle_root()
+    if root:
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if root not in parts:
+            env["PYTHONPATH"] = os.pathsep.join([root] + parts)
+    for p in reversed(list(path_prepend)):
+        if p not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = p + os.pathsep + env.get("PATH", "")
+    env.update(extra or {})
+    # NVLink multicast stays as the user set it; nothing here changes NCCL_ALGO/PROTO.
+    return env
+
+
+def results_dir(override: Optional[str] = None) -> str:
+    """Where logs and JSON results go: /fsx when it is mounted (shared, survives nodes), else home."""
+    path = override or os.environ.get("HPQ_RESULTS_DIR")
+    if not path:
+        fsx = os.environ.get("HPQ_FSX", names.FSX_MOUNT_POINT)
+        if os.path.ismount(fsx) and os.access(fsx, os.W_OK):
+            path = os.path.join(fsx, "hpq-results")
+        else:
+            path = os.path.join(os.path.expanduser("~"), "hpq-results")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def run_stamp() -> str:
+    job = os.environ.get("SLURM_JOB_ID")
+    ts = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return "%s-job%s" % (ts, job) if job else ts
+
+
+def in_allocation() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+
+
+def slurm_available() -> bool:
+    return bool(shutil.which("srun") and shutil.which("salloc"))
+
+
+def choose_launcher(requested: str, nodes: int) -> str:
+    if requested != "auto":
+        return requested
+    if in_allocation() or slurm_available():
+        return "slurm"
+    if nodes > 1:
+        raise LaunchError("%d nodes asked for but Slurm (srun/salloc) is not available on this host" % nodes)
+    return "local"
+
+
+def reexec_under_salloc(module: str, argv: Sequence[str], nodes: int, tasks_per_node: Optional[int],
+                        job_name: str, exclusive: bool, extra: Sequence[str] = ()) -> int:
+    """Run ``python -m module argv`` again inside a new allocation; returns its exit code."""
+    cmd = ["salloc", "-N", str(nodes), "-J", job_name]
+    if tasks_per_node:
+        cmd += ["--ntasks-per-node", str(tasks_per_node)]
+    if exclusive:
+        cmd.append("--exclusive")
+    cmd += list(extra)
+    cmd += [sys.executable, "-m", module] + list(argv)
+    env = child_env({"HPQ_IN_SALLOC": "1"})
+    print("+ " + " ".join(cmd), flush=True)
+    try:
+        return subprocess.call(cmd, env=env)
+    except OSError as exc:
+        raise LaunchError("salloc failed to start: %s" % exc) from None
+
+
+def allocation_hosts() -> List[str]:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        raise LaunchError("not inside a Slurm allocation (SLURM_JOB_NODELIST is unset)")
+    try:
+        return distenv.expand_hostlist(nodelist)
+    except RuntimeError as exc:
+        raise LaunchError(str(exc)) from None
+
+
+def worker_environment(launcher: str, instance_type: Optional[str], python: Optional[str] = None) -> Dict:
+    """The transport environment as a worker computes it (same function as the lifecycle)."""
+    if launcher == "slurm" and in_allocation():
+        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1", python or "python3", "-m", "hpq.scripts.nodeinfo"]
+        if instance_type:
+            cmd += ["--instance-type", instance_type]
+        try:
+            res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                 env=child_env(), timeout=300)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise LaunchError("probing a worker with srun failed: %s" % exc) from None
+        if res.returncode != 0:
+            raise LaunchError("probing a worker with srun failed (exit %d): %s" % (
+                res.returncode, (res.stderr.strip().splitlines() or ["no output"])[-1]))
+        for line in reversed(res.stdout.splitlines()):
+            if line.startswith("{"):
+                return json.loads(line)
+        raise LaunchError("worker probe printed no JSON: %r" % res.stdout[-300:])
+    info = nodeinfo.environment_for(nodeinfo.resolve_instance_type(instance_type))
+    info["gpus"] = nodeinfo.count_gpus()
+    return info
+
+
+def find_torch_python(explicit: Optional[str] = None) -> str:
+    """A python that imports torch: --python, $HPQ_PYTHON, this interpreter, then DLAMI locations."""
+    cands = [explicit, os.environ.get("HPQ_PYTHON"), sys.executable] + list(TORCH_PYTHONS)
+    for c in cands:
+        if not c or not os.path.exists(c):
+            continue
+        if c == sys.executable:
+            try:
+                import importlib.util
+
+                if importlib.util.find_spec("torch") is not None:
+                    return c
+            except (ImportError, ValueError):
+                pass
+            continue
+        try:
+            ok = subprocess.run([c, "-c", "import torch"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                timeout=120).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return c
+    if explicit or os.environ.get("HPQ_PYTHON"):
+        return explicit or os.environ["HPQ_PYTHON"]
+    raise LaunchError("no Python with PyTorch found (tried %s); pass --python or set HPQ_PYTHON"
+                      % ", ".join(c for c in cands if c))
+
+
+def tee(cmd: List[str], env: Dict[str, str], log: TextIO, echo: bool = True) -> int:
+    """Run ``cmd``, copying its merged output to stdout and the log, line by line."""
+    print("+ " + " ".join(cmd), flush=True)
+    log.write("+ " + " ".join(cmd) + "\n")
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True, bufsize=1, errors="replace")
+    except OSError as exc:
+        raise LaunchError("cannot start %s: %s" % (cmd[0], exc)) from None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+
+
+def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[str, str], log: TextIO) -> int:
+    """One process per rank on this host, env:// rendezvous on a free loopback port."""
+    port = distenv.free_port()
+    procs = []
+    print("+ local launch: %d x %s -m %s %s" % (nprocs, python, module, " ".join(args)), flush=True)
+    log.write("+ local launch: %d x %s -m %s %s\n" % (nprocs, python, module, " ".join(args)))
+    for rank in range(nprocs):
+        e = dict(env)
+        e.update({"RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank),
+                  "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
+            e.pop(k, None)
+        out = subprocess.PIPE if rank == 0 else None
+        procs.append(subprocess.Popen([python, "-m", module] + args, env=e, stdout=out,
+                                      stderr=subprocess.STDOUT if rank == 0 else None,
+                                      universal_newlines=True, bufsize=1, errors="replace"))
+    rc = 0
+    try:
+        assert procs[0].stdout is not None
+        for line in procs[0].stdout:
+            log.write(line)
+            log.flush()
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        codes = [p.wait() for p in procs]
+        rc = next((c for c in codes if c != 0), 0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    return rc
+
+
+def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args: List[str],
+                 extra: Sequence[str] = ()) -> List[str]:
+    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
+            + list(extra) + [python, "-m", module] + list(args))
+
+
+def write_json(path: str, data: Dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)

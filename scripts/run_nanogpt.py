@@ -1,0 +1,150 @@
+"""run-nanogpt: a multi-node DDP training smoke test (and GPT-2-124M benchmark).
+
+Run on the Slurm controller. Makes an allocation when not inside one, asks a worker for
+its transport environment (same function as the lifecycle: nccl on EFA GPU nodes, gloo
+on TCP-only or CPU nodes), then starts ``hpq.scripts.nanogpt`` with srun, one process per
+GPU. Checkpoints go to the shared filesystem (/fsx/hpq-results/nanogpt/<model> when FSx is
+mounted) every --ckpt-every iterations and a rerun resumes from the newest. Exit 0 when
+the loss fell and all ranks hold the same weights; 1 otherwise; 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+from hpq.scripts import launch, nanogpt
+from hpq.scripts.run_nccl_test import default_gpus
+
+MODULE = "hpq.scripts.run_nanogpt"
+
+EPILOG = """examples:
+  run-nanogpt                          2 nodes, every GPU, tiny model, 200 iterations
+  run-nanogpt 2 8 --iters 400          rerun later: resumes from the newest checkpoint
+  run-nanogpt 2 8 --data /fsx/input.txt
+  run-nanogpt 1 8 --model gpt2-124m --compile --iters 300 --ckpt-every 0    throughput benchmark
+  run-nanogpt 1 2 --launcher local     one host without Slurm
+"""
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("nodes", nargs="?", type=int, default=None, help="nodes (default: the allocation's, else 2)")
+    ap.add_argument("gpus_per_node", nargs="?", type=int, default=None,
+                    help="processes per node (default: the instance type's GPUs, else detected, else 1)")
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--data", default=None, help="text file for character-level training (default: generated)")
+    ap.add_argument("--model", choices=sorted(nanogpt.PRESETS), default="tiny")
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile (GPU)")
+    ap.add_argument("--ckpt-dir", default=None, help="default: <results>/nanogpt/<model> (shared /fsx when mounted)")
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--instance-type", default=None)
+    ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
+    ap.add_argument("--python", default=None, help="python with torch (default: found on the node)")
+    ap.add_argument("--log-dir", default=None)
+    ap.add_argument("--no-exclusive", dest="exclusive", action="store_false")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    if args.nodes is not None and args.nodes < 1 or args.gpus_per_node is not None and args.gpus_per_node < 1:
+        ap.error("NODES and GPUS_PER_NODE must be positive")
+    if args.iters < 1:
+        ap.error("--iters must be positive")
+    if args.data and not os.path.isfile(args.data):
+        ap.error("--data %s: no such file" % args.data)
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(raw)
+    try:
+        return _run(args, raw)
+    except launch.LaunchError as exc:
+        print("run-nanogpt: error: %s" % exc, file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, raw: List[str]) -> int:
+    launcher = launch.choose_launcher(args.launcher, args.nodes or 1)
+    if launcher == "slurm" and not launch.in_allocation():
+        if args.dry_run:
+            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, MODULE, " ".join(raw)))
+            return 0
+        return launch.reexec_under_salloc(MODULE, raw, args.nodes or 2, args.gpus_per_node, "hpq-nanogpt",
+                                          args.exclusive)
+    hosts: List[str] = []
+    nodes = 1
+    if launcher == "slurm":
+        hosts = launch.allocation_hosts()
+        nodes = args.nodes or len(hosts)
+        if nodes > len(hosts):
+            raise launch.LaunchError("%d nodes asked for but the allocation has %d" % (nodes, len(hosts)))
+        hosts = hosts[:nodes]
+    wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
+    gpus = args.gpus_per_node or default_gpus(wenv, wenv.get("instance_type"))
+    env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
+    env_vars.setdefault("PYTHONUNBUFFERED", "1")
+    env = launch.child_env(env_vars, wenv.get("path_prepend") or ())
+    outdir = launch.results_dir(args.log_dir)
+    base = os.path.join(outdir, "nanogpt-%s" % launch.run_stamp())
+    ckpt_dir = args.ckpt_dir or os.path.join(outdir, "nanogpt", args.model)
+    targs = ["--model", args.model, "--iters", str(args.iters), "--ckpt-every", str(args.ckpt_every),
+             "--log-every", str(args.log_every), "--json", base + ".metrics.json"]
+    if args.ckpt_every:
+        targs += ["--ckpt-dir", ckpt_dir]
+    for flag, value in (("--data", args.data and os.path.abspath(args.data)), ("--batch-size", args.batch_size),
+                        ("--peak-tflops", args.peak_tflops)):
+        if value:
+            targs += [flag, str(value)]
+    if args.compile:
+        targs.append("--compile")
+    if args.fresh:
+        targs.append("--fresh")
+    print("# run-nanogpt: %d node(s) x %d process(es), instance type %s, transport %s, backend %s" % (
+        nodes, gpus, wenv.get("instance_type") or "unknown", wenv.get("transport") or "unknown",
+        env_vars.get("HPQ_TORCH_BACKEND") or "auto (nccl on GPUs, else gloo)"))
+    for note in wenv.get("notes") or []:
+        print("# note: %s" % note)
+    python = launch.find_torch_python(args.python)
+    cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nanogpt", targs)
+    if args.dry_run:
+        print("would run: %s" % " ".join(cmd if launcher == "slurm" else [python, "-m", "hpq.scripts.nanogpt"]
+                                         + targs))
+        for k in sorted(env_vars):
+            print("  %s=%s" % (k, env_vars[k]))
+        return 0
+    log_path = base + ".log"
+    with open(log_path, "w") as log:
+        log.write("# hpq run-nanogpt %s: nodes %s, processes per node %d\n" % (
+            " ".join(raw), ",".join(hosts) or "localhost", gpus))
+        if launcher == "slurm":
+            rc = launch.tee(cmd, env, log)
+        else:
+            rc = launch.run_local(python, "hpq.scripts.nanogpt", targs, gpus, env, log)
+    result: Dict[str, object] = {"command": "run-nanogpt " + " ".join(raw), "launcher": launcher, "nodes": nodes,
+                                 "hosts": hosts, "processes_per_node": gpus,
+                                 "instance_type": wenv.get("instance_type"), "transport": wenv.get("transport"),
+                                 "environment": env_vars, "exit_status": rc, "log": log_path,
+                                 "ckpt_dir": ckpt_dir if args.ckpt_every else None}
+    try:
+        with open(base + ".metrics.json") as fh:
+            result["metrics"] = json.load(fh)
+    except (OSError, ValueError):
+        result["metrics"] = None  # rank 0 ran on a node that does not share this directory
+    result["ok"] = rc == 0
+    launch.write_json(base + ".json", result)
+    print("# %s (exit status %d)\n# log: %s\n# result: %s.json" % (
+        "PASS" if rc == 0 else "FAIL", rc, log_path, base))
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""run-nccl-test: all-reduce (or another collective) across the cluster, with a verdict.
+
+Run on the Slurm controller. Builds the hostfile from the allocation (it makes one with
+``salloc`` when not inside one), asks a worker for its transport environment (the same
+function the lifecycle uses), then runs nccl-tests through mpirun the way seed 004 does
+(ob1 PML, TCP btl for MPI's own control traffic, loopback/docker excluded, every transport
+variable passed with -x, 8 B to 16 GB by factor 2). Without an nccl-tests binary it runs
+hpq's built-in torch.distributed benchmark with srun, one task per GPU. The output is
+parsed by the same code as ``hpq nccl-report``; the log and a JSON result land in
+/fsx/hpq-results when FSx is mounted, else ~/hpq-results.
+
+Exit 0: result meets the catalog's expectation (or none is known); 1: short, wrong
+elements, or the run failed; 2: bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from typing import Dict, List, Optional
+
+from hpq.lifecycle import catalog
+from hpq.scripts import launch, nccl_report
+from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
+
+MODULE = "hpq.scripts.run_nccl_test"
+NCCL_TESTS_DIRS = (
+    "/opt/nccl-tests/build",
+    "/usr/local/nccl-tests/build",
+    "/opt/aws/nccl-tests/build",
+    "/home/ubuntu/nccl-tests/build",
+    "/fsx/nccl-tests/build",
+    "~/nccl-tests/build",
+)
+MPIRUN_CANDIDATES = ("/opt/amazon/openmpi/bin/mpirun",)
+LIB_DIRS = ("/opt/amazon/efa/lib", "/opt/amazon/efa/lib64", "/opt/amazon/openmpi/lib", "/opt/amazon/openmpi/lib64",
+            "/opt/aws-ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib")
+NCCL_TESTS_OPS = OPS + ("broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter", "hypercube")
+
+EPILOG = """examples:
+  run-nccl-test                      2 nodes, every GPU, all_reduce 8 B..16 GB
+  run-nccl-test 4 8                  4 nodes x 8 GPUs
+  run-nccl-test 2 8 --op all_gather -b 1M -e 1G
+  run-nccl-test 2 --builtin          force hpq's torch.distributed benchmark
+  run-nccl-test 1 2 --launcher local one host, no Slurm (e.g. a single GPU box)
+  hpq nccl-report ~/hpq-results/nccl-test-*.log -i ml.p5.48xlarge   re-judge a saved log
+"""
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
+                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("nodes", nargs="?", type=int, default=None,
+                    help="nodes (default: the allocation's, else 2)")
+    ap.add_argument("gpus_per_node", nargs="?", type=int, default=None,
+                    help="processes per node (default: the instance type's GPUs, else detected, else 1)")
+    ap.add_argument("--op", choices=NCCL_TESTS_OPS, default="all_reduce")
+    ap.add_argument("-b", "--minbytes", default="8")
+    ap.add_argument("-e", "--maxbytes", default="16G")
+    ap.add_argument("-f", "--stepfactor", type=int, default=2)
+    ap.add_argument("-n", "--iters", type=int, default=20)
+    ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("-d", "--datatype", choices=sorted(DTYPES), default="float")
+    ap.add_argument("--instance-type", default=None,
+                    help="worker instance type (default: the worker's node info / IMDS)")
+    ap.add_argument("--builtin", action="store_true", help="use the built-in benchmark even if nccl-tests exists")
+    ap.add_argument("--binary", default=None, help="nccl-tests binary to run (default: search $NCCL_TESTS_HOME, "
+                                                   "/opt/nccl-tests/build, ...)")
+    ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
+    ap.add_argument("--python", default=None, help="python with torch for the built-in benchmark")
+    ap.add_argument("--log-dir", default=None, help="default: /fsx/hpq-results when mounted, else ~/hpq-results")
+    ap.add_argument("--no-exclusive", dest="exclusive", action="store_false",
+                    help="do not ask salloc for whole nodes")
+    ap.add_argument("--nccl-debug", default=os.environ.get("NCCL_DEBUG", "INFO"),
+                    help="NCCL_DEBUG level (default INFO, subsystems INIT,NET: shows the transport chosen)")
+    ap.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    ap.add_argument("--corrupt", default=None, help=argparse.SUPPRESS)  # test-only, built-in benchmark
+    args = ap.parse_args(argv)
+    for name in ("minbytes", "maxbytes"):
+        try:
+            parse_size(getattr(args, name))
+        except argparse.ArgumentTypeError as exc:
+            ap.error(str(exc))
+    if args.nodes is not None and args.nodes < 1 or args.gpus_per_node is not None and args.gpus_per_node < 1:
+        ap.error("NODES and GPUS_PER_NODE must be positive")
+    if args.builtin and args.op not in OPS:
+        ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
+    return args
+
+
+def find_nccl_tests(op: str, explicit: Optional[str] = None) -> Optional[str]:
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    exe = "%s_perf" % op
+    dirs: List[str] = []
+    home = os.environ.get("NCCL_TESTS_HOME")
+    if home:
+        dirs += [os.path.join(home, "build"), home]
+    dirs += [os.path.expanduser(d) for d in NCCL_TESTS_DIRS]
+    for d in dirs:
+        p = os.path.join(d, exe)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return shutil.which(exe)
+
+
+def find_mpirun() -> Optional[str]:
+    for p in MPIRUN_CANDIDATES:
+        if os.access(p, os.X_OK):
+            return p
+    return shutil.which("mpirun")
+
+
+def library_path() -> str:
+    parts = [d for d in LIB_DIRS if os.path.isdir(d)]
+    parts += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p not in parts]
+    return os.pathsep.join(parts)
+
+
+def bench_args(args: argparse.Namespace) -> List[str]:
+    return ["-b", args.minbytes, "-e", args.maxbytes, "-f", str(args.stepfactor), "-n", str(args.iters),
+            "-w", str(args.warmup), "-c", "1"]
+
+
+def mpirun_command(mpirun: str, binary: str, hostfile: str, total: int, env: Dict[str, str],
+                   args: argparse.Namespace) -> List[str]:
+    cmd = [mpirun]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += ["-np", str(total), "--hostfile", hostfile, "--bind-to", "none",
+            "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0"]
+    for k in sorted(env):
+        cmd += ["-x", k]
+    cmd += [binary] + bench_args(args) + ["-g", "1", "-d", args.datatype]
+    return cmd
+
+
+def default_gpus(wenv: Dict, instance_type: Optional[str]) -> int:
+    if instance_type:
+        try:
+            entry = catalog.lookup(instance_type)
+            if entry.accelerator == catalog.GPU:
+                return entry.accelerator_count
+        except catalog.UnknownInstanceType:
+            pass
+    return int(wenv.get("gpus") or 0) or 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(raw)
+    try:
+        return _run(args, raw)
+    except launch.LaunchError as exc:
+        print("run-nccl-test: error: %s" % exc, file=sys.stderr)
+        return 1
+    except nccl_report.ReportError as exc:
+        print("run-nccl-test: error: %s" % exc, file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, raw: List[str]) -> int:
+    nodes_wanted = args.nodes
+    launcher = launch.choose_launcher(args.launcher, nodes_wanted or 1)
+    if launcher == "slurm" and not launch.in_allocation():
+        if args.dry_run:
+            print("would run: salloc -N %d ... %s %s" % (nodes_wanted or 2, MODULE, " ".join(raw)))
+            return 0
+        return launch.reexec_under_salloc(MODULE, raw, nodes_wanted or 2, args.gpus_per_node, "hpq-nccl-test",
+                                          args.exclusive)
+    hosts: List[str] = []
+    if launcher == "slurm":
+        hosts = launch.allocation_hosts()
+        nodes = nodes_wanted or len(hosts)
+        if nodes > len(hosts):
+            raise launch.LaunchError("%d nodes asked for but the allocation has %d (%s)" % (
+                nodes, len(hosts), ",".join(hosts)))
+        hosts = hosts[:nodes]
+    else:
+        nodes = 1
+    wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
+    itype = wenv.get("instance_type")
+    gpus = args.gpus_per_node or default_gpus(wenv, itype)
+    total = nodes * gpus
+    env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
+    env_vars["NCCL_DEBUG"] = args.nccl_debug
+    if args.nccl_debug.upper() == "INFO" and "NCCL_DEBUG_SUBSYS" not in os.environ:
+        env_vars["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+    ld = library_path()
+    if ld:
+        env_vars["LD_LIBRARY_PATH"] = ld
+    env = launch.child_env(env_vars, wenv.get("path_prepend") or ())
+
+    outdir = launch.results_dir(args.log_dir)
+    base = os.path.join(outdir, "nccl-test-%s" % launch.run_stamp())
+    binary = None if args.builtin else find_nccl_tests(args.op, args.binary)
+    mpirun = find_mpirun() if binary and launcher == "slurm" else None
+    if args.binary and not binary:
+        raise launch.LaunchError("--binary %s is not an executable file" % args.binary)
+
+    print("# run-nccl-test: %d node(s) x %d process(es), instance type %s, transport %s" % (
+        nodes, gpus, itype or "unknown", wenv.get("transport") or "unknown"))
+    for note in wenv.get("notes") or []:
+        print("# note: %s" % note)
+    if binary and (mpirun or launcher == "local"):
+        mode = "nccl-tests"
+        if launcher == "slurm":
+            hostfile = base + ".hosts"
+            with open(hostfile, "w") as fh:
+                fh.write("".join("%s slots=%d\n" % (h, gpus) for h in hosts))
+            cmd = mpirun_command(mpirun or "mpirun", binary, hostfile, total, env_vars, args)
+        else:
+            cmd = [binary] + bench_args(args) + ["-g", str(gpus), "-d", args.datatype]
+        runner = None
+    else:
+        mode = "built-in"
+        if binary and not mpirun:
+            print("# note: %s found but no mpirun: using the built-in benchmark" % binary)
+        elif not args.builtin:
+            print("# note: no nccl-tests %s_perf found ($NCCL_TESTS_HOME, %s): using the built-in "
+                  "torch.distributed benchmark" % (args.op, ", ".join(NCCL_TESTS_DIRS[:2])))
+        python = launch.find_torch_python(args.python)
+        bargs = bench_args(args) + ["--op", args.op, "-d", args.datatype]
+        if args.corrupt:
+            bargs += ["--corrupt", args.corrupt]
+        if launcher == "slurm":
+            cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs)
+            runner = None
+        else:
+            cmd = [python, "-m", "hpq.scripts.nccl_bench"] + bargs
+            runner = (python, bargs)
+    if args.dry_run:
+        print("would run (%s): %s" % (mode, " ".join(cmd)))
+        for k in sorted(env_vars):
+            print("  %s=%s" % (k, env_vars[k]))
+        return 0
+    log_path = base + ".log"
+    with open(log_path, "w") as log:
+        log.write("# hpq run-nccl-test %s: mode %s, nodes %s, processes per node %d, instance type %s\n" % (
+            " ".join(raw), mode, ",".join(hosts) or "localhost", gpus, itype or "unknown"))
+        for k in sorted(env_vars):
+            log.write("# env %s=%s\n" % (k, env_vars[k]))
+        if runner:
+            rc = launch.run_local(runner[0], "hpq.scripts.nccl_bench", runner[1], gpus, env, log)
+        else:
+            rc = launch.tee(cmd, env, log)
+    with open(log_path, errors="replace") as fh:
+        text = fh.read()
+    result = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": launcher, "nodes": nodes,
+              "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
+              "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
+    try:
+        report = nccl_report.parse_text(text)
+    except nccl_report.ReportError:
+        msg = "FAIL: the benchmark produced no result rows (exit status %d); see %s" % (rc, log_path)
+        print(msg)
+        result["verdict"] = {"ok": False, "exit_code": 1, "message": msg}
+        launch.write_json(base + ".json", result)
+        print("# result: %s.json" % base)
+        return 1
+    verdict = nccl_report.evaluate(report, itype)
+    result.update(nccl_report.report_to_dict(report, verdict))
+    code = verdict.exit_code
+    message = verdict.message
+    if rc != 0 and code == 0:
+        code = 1
+        message = "FAIL: the benchmark exited with status %d (see the log). %s" % (rc, verdict.message)
+        result["verdict"]["ok"] = False  # type: ignore[index]
+        result["verdict"]["exit_code"] = 1  # type: ignore[index]
+        result["verdict"]["message"] = message  # type: ignore[index]
+    print()
+    print("# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
+        mode, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
+        report.wrong_total))
+    print(message)
+    launch.write_json(base + ".json", result)
+    print("# log: %s\n# result: %s.json" % (log_path, base))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""run-nccom-test: Neuron collective benchmark (Trainium) across the cluster, with a verdict.
+
+Runs ``nccom-test`` from the Neuron tools folder (not on the default PATH) on the first
+worker of the allocation, over all its nodes (``--hosts``), with OpenMPI allowed to run as
+root (nccom-test refuses otherwise, and HyperPod sessions are root). The transport
+environment comes from the same function as the lifecycle. The output is parsed by the
+same code as ``hpq nccl-report``; log and JSON land next to run-nccl-test's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Dict, List, Optional
+
+from hpq.lifecycle import catalog, transport
+from hpq.scripts import launch, nccl_report
+
+MODULE = "hpq.scripts.run_nccom_test"
+NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
+             "sendrecv": "sendrecv"}
+
+EPILOG = """examples:
+  run-nccom-test                 2 nodes, every NeuronCore, all-reduce 8 B..1 GB (bf16)
+  run-nccom-test 4 32 --op all_gather
+  run-nccom-test 2 -- --check    extra arguments after -- go to nccom-test unchanged
+"""
+
+
+def default_workers(instance_type: Optional[str]) -> int:
+    """NeuronCores per node: trn1 has 16 devices x 2 cores; trn2 16 devices x 4 logical cores."""
+    if instance_type:
+        try:
+            entry = catalog.lookup(instance_type)
+            if entry.accelerator == catalog.TRAINIUM:
+                return entry.accelerator_count * (4 if entry.family.startswith("trn2") else 2)
+        except catalog.UnknownInstanceType:
+            pass
+    return 32
+
+
+def parse_args(argv: Optional[List[str]]):
+    ap = argparse.ArgumentParser(prog="run-nccom-test", description=__doc__.split("\n\n")[1], epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("nodes", nargs="?", type=int, default=None)
+    ap.add_argument("workers", nargs="?", type=int, default=None, help="ranks per node (default: NeuronCores)")
+    ap.add_argument("--op", choices=sorted(NCCOM_OPS), default="all_reduce")
+    ap.add_argument("-b", "--minbytes", default="8")
+    ap.add_argument("-e", "--maxbytes", default="1G")
+    ap.add_argument("-f", "--stepfactor", type=int, default=2)
+    ap.add_argument("-n", "--iters", type=int, default=20)
+    ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("-d", "--datatype", default="bf16")
+    ap.add_argument("--instance-type", default=None)
+    ap.add_argument("--binary", default=None, help="nccom-test path (default %s/nccom-test)" % transport.NEURON_BIN)
+    ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
+    ap.add_argument("--log-dir", default=None)
+    ap.add_argument("--no-exclusive", dest="exclusive", action="store_false")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed to nccom-test")
+    args = ap.parse_args(argv)
+    if args.extra and args.extra[0] == "--":
+        args.extra = args.extra[1:]
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(raw)
+    try:
+        return _run(args, raw)
+    except launch.LaunchError as exc:
+        print("run-nccom-test: error: %s" % exc, file=sys.stderr)
+        return 1
+
+
+def _run(args, raw: List[str]) -> int:
+    launcher = launch.choose_launcher(args.launcher, args.nodes or 1)
+    if launcher == "slurm" and not launch.in_allocation():
+        if args.dry_run:
+            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, MODULE, " ".join(raw)))
+            return 0
+        return launch.reexec_under_salloc(MODULE, raw, args.nodes or 2, None, "hpq-nccom-test", args.exclusive)
+    hosts: List[str] = []
+    nodes = 1
+    if launcher == "slurm":
+        hosts = launch.allocation_hosts()
+        nodes = args.nodes or len(hosts)
+        if nodes > len(hosts):
+            raise launch.LaunchError("%d nodes asked for but the allocation has %d" % (nodes, len(hosts)))
+        hosts = hosts[:nodes]
+    wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
+    itype = wenv.get("instance_type")
+    workers = args.workers or default_workers(itype)
+    env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
+    # nccom-test runs OpenMPI underneath, which refuses root without these (seed 004).
+    env_vars["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env_vars["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    path_prepend = list(wenv.get("path_prepend") or [])
+    if transport.NEURON_BIN not in path_prepend:
+        path_prepend.append(transport.NEURON_BIN)
+    env = launch.child_env(env_vars, path_prepend)
+    binary = args.binary or os.environ.get("HPQ_NCCOM_TEST") or os.path.join(transport.NEURON_BIN, "nccom-test")
+    ncmd = [binary, "-r", str(workers * nodes), "-N", str(nodes), "-b", args.minbytes, "-e", args.maxbytes,
+            "-f", str(args.stepfactor), "-n", str(args.iters), "-w", str(args.warmup), "-d", args.datatype]
+    if nodes > 1:
+        ncmd += ["--hosts"] + [launch_addr for launch_addr in hosts]
+    ncmd += list(args.extra) + [NCCOM_OPS[args.op]]
+    cmd = (["srun", "-N1", "-n1", "-w", hosts[0]] + ncmd) if launcher == "slurm" else ncmd
+    print("# run-nccom-test: %d node(s) x %d worker(s), instance type %s, transport %s" % (
+        nodes, workers, itype or "unknown", wenv.get("transport") or "unknown"))
+    if args.dry_run:
+        print("would run: %s" % " ".join(cmd))
+        for k in sorted(env_vars):
+            print("  %s=%s" % (k, env_vars[k]))
+        return 0
+    outdir = launch.results_dir(args.log_dir)
+    base = os.path.join(outdir, "nccom-test-%s" % launch.run_stamp())
+    log_path = base + ".log"
+    with open(log_path, "w") as log:
+        rc = launch.tee(cmd, env, log)
+    with open(log_path, errors="replace") as fh:
+        text = fh.read()
+    result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
+                                 "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
+                                 "environment": env_vars, "exit_status": rc, "log": log_path}
+    try:
+        report = nccl_report.parse_text(text)
+    except nccl_report.ReportError:
+        msg = "FAIL: nccom-test produced no result rows (exit status %d); see %s" % (rc, log_path)
+        print(msg)
+        result["verdict"] = {"ok": False, "exit_code": 1, "message": msg}
+        launch.write_json(base + ".json", result)
+        return 1
+    verdict = nccl_report.evaluate(report, itype)
+    result.update(nccl_report.report_to_dict(report, verdict))
+    code = verdict.exit_code if rc == 0 else 1
+    print("\n# summary: %d sizes, peak busbw %.2f GB/s, avg busbw %.2f GB/s" % (
+        len(report.rows), report.peak_busbw_gbps, report.avg_busbw_gbps))
+    print(verdict.message if rc == 0 else "FAIL: nccom-test exited with status %d. %s" % (rc, verdict.message))
+    launch.write_json(base + ".json", result)
+    print("# log: %s\n# result: %s.json" % (log_path, base))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Shared fixtures for the CloudFormation tests: every variant x size rendered once per session."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from hpq.cfn import synth
+from hpq.lifecycle import names
+
+REPO = Path(__file__).resolve().parent.parent
+HANDLER_DIR = REPO / "cfn" / "handlers"
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "cfn"
+COMBOS = [(v, s) for v in names.VARIANTS for s in names.SIZES]
+UPDATE_GOLDEN = os.environ.get("HPQ_UPDATE_GOLDEN") == "1"
+
+
+def handler_sources() -> dict[str, str]:
+    """Handler file (repo-relative) -> its text, read now (the Helm handler changes under us)."""
+    return {f"cfn/handlers/{p.name}": p.read_text(encoding="utf-8")
+            for p in sorted(HANDLER_DIR.glob("*.py")) if p.name != "__init__.py"}
+
+
+def lambda_functions(template: dict) -> dict[str, dict]:
+    return {k: r for k, r in template.get("Resources", {}).items() if r["Type"] == "AWS::Lambda::Function"}
+
+
+def golden_view(template: dict, sources: dict[str, str]) -> dict:
+    """The template with each inline ZipFile replaced by a marker naming the file it equals."""
+    view = copy.deepcopy(template)
+    for fn in lambda_functions(view).values():
+        code = fn["Properties"].get("Code", {})
+        if "ZipFile" in code:
+            match = [name for name, text in sources.items() if text == code["ZipFile"]]
+            code["ZipFile"] = f"<<embedded: {match[0]}>>" if len(match) == 1 else "<<embedded: NO MATCHING FILE>>"
+    return view
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[tuple[str, str], dict[str, dict]]:
+    """(variant, size) -> {file name: template dict}, with default parameters."""
+    return {(v, s): synth.synthesize(v, s) for v, s in COMBOS}
+
+
+@pytest.fixture(scope="session")
+def lint_results(rendered, tmp_path_factory):
+    """One cfn-lint run over every distinct rendered file; returns (file map, findings by path).
+
+    Identical files (most nested stacks do not change with size) are linted once;
+    the map tells which (variant, size, file) each linted path stands for.
+    """
+    from hpq.cfn import lint as cfn_lint
+
+    root = tmp_path_factory.mktemp("lint")
+    by_digest: dict[str, Path] = {}
+    owners: dict[tuple[str, str, str], Path] = {}
+    for (variant, size), files in rendered.items():
+        for name, template in files.items():
+            text = synth.to_json(template)
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            if digest not in by_digest:
+                path = root / digest[:16] / name
+                path.parent.mkdir(parents=True)
+                path.write_text(text, encoding="utf-8")
+                by_digest[digest] = path
+            owners[(variant, size, name)] = by_digest[digest]
+    findings = cfn_lint.lint_files(sorted(by_digest.values()))
+    by_path: dict[str, list] = {}
+    for f in findings:
+        by_path.setdefault(str(Path(f.path).resolve()), []).append(f)
+    return owners, by_path

@@ -1,0 +1,458 @@
+"""Fixtures for the EKS tests: a CloudFormation response endpoint, a helm stand-in, moto (EKS) over
+HTTP, and a small HTTPS server that speaks the part of the Kubernetes API ``hpq eks`` uses.
+
+No Kubernetes API server (nor helm with a cluster) can run on this machine, so the last two are
+stand-ins; everything else (HTTP, TLS with a real CA check, boto3 against moto) is real.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import http.server
+import json
+import os
+import ssl
+import stat
+import sys
+import textwrap
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+import pytest
+
+
+def _serve(handler_cls: type, ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    server.daemon_threads = True
+    if ssl_ctx is not None:
+        server.socket = ssl_ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+# ------------------------------------------------------------------------------- CloudFormation
+
+
+class CfnResponses:
+    """Collects the PUTs a custom resource handler sends to its pre-signed ResponseURL."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.cond = threading.Condition()
+        self.url = ""
+
+    def wait(self, count: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.bodies) >= count, timeout)
+        return list(self.bodies)
+
+
+@pytest.fixture
+def cfn_responses():
+    box = CfnResponses()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):  # noqa: N802
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with box.cond:
+                box.bodies.append(json.loads(raw))
+                box.headers.append({k.lower(): v for k, v in self.headers.items()})
+                box.cond.notify_all()
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = _serve(Handler)
+    box.url = f"http://127.0.0.1:{server.server_address[1]}/cfn-response?X-Amz-Signature=abc"
+    yield box
+    server.shutdown()
+    server.server_close()
+
+
+# ------------------------------------------------------------------------------- helm stand-in
+
+FAKE_HELM = '''#!{python}
+"""helm stand-in: records argv and the kubeconfig it was given, answers as told by env."""
+import json, os, sys, time
+args = sys.argv[1:]
+sub = args[0] if args else ""
+rec = {{"args": args}}
+cfg = os.environ.get("KUBECONFIG")
+if cfg and os.path.exists(cfg):
+    with open(cfg) as fh:
+        rec["kubeconfig"] = json.load(fh)
+for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "HOME"):
+    rec[var] = os.environ.get(var)
+with open(os.environ["FAKE_HELM_LOG"], "a") as fh:
+    fh.write(json.dumps(rec) + "\\n")
+key = sub.upper().replace("-", "_")
+time.sleep(float(os.environ.get("FAKE_HELM_SLEEP_" + key, "0")))
+sys.stdout.write(os.environ.get("FAKE_HELM_OUT_" + key, ""))
+sys.exit(int(os.environ.get("FAKE_HELM_RC_" + key, "0")))
+'''
+
+
+class FakeHelm:
+    def __init__(self, path: str, log: str, monkeypatch: Any) -> None:
+        self.path, self.log, self._mp = path, log, monkeypatch
+
+    def answer(self, sub: str, rc: int = 0, out: str = "", sleep: float = 0.0) -> None:
+        key = sub.upper().replace("-", "_")
+        self._mp.setenv("FAKE_HELM_RC_" + key, str(rc))
+        self._mp.setenv("FAKE_HELM_OUT_" + key, out)
+        self._mp.setenv("FAKE_HELM_SLEEP_" + key, str(sleep))
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.fixture
+def fake_helm(tmp_path, monkeypatch):
+    path = tmp_path / "helm"
+    path.write_text(FAKE_HELM.format(python=sys.executable))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    log = str(tmp_path / "helm-calls.jsonl")
+    monkeypatch.setenv("HPQ_HELM_BIN", str(path))
+    monkeypatch.setenv("FAKE_HELM_LOG", log)
+    return FakeHelm(str(path), log, monkeypatch)
+
+
+# ------------------------------------------------------------------------------- moto (EKS) over HTTP
+
+
+@pytest.fixture(scope="session")
+def eks_moto_server():
+    """moto in server mode on a free port, started once; state is reset after every test."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def moto_aws(eks_moto_server, monkeypatch):
+    """boto3 reaches moto over HTTP through AWS_ENDPOINT_URL, with dummy credentials."""
+    import urllib.request
+
+    for var, val in (("AWS_ENDPOINT_URL", eks_moto_server), ("AWS_ACCESS_KEY_ID", "testing"),
+                     ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-west-2"),
+                     ("AWS_DEFAULT_REGION", "us-west-2")):
+        monkeypatch.setenv(var, val)
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    yield eks_moto_server
+    urllib.request.urlopen(urllib.request.Request(eks_moto_server + "/moto-api/reset", method="POST"), timeout=10)
+
+
+def create_eks_cluster(name: str) -> dict[str, Any]:
+    import boto3
+
+    eks = boto3.client("eks", region_name="us-west-2")
+    eks.create_cluster(name=name, roleArn="arn:aws:iam::123456789012:role/eks",
+                       resourcesVpcConfig={"subnetIds": ["subnet-1", "subnet-2"]})
+    return eks.describe_cluster(name=name)["cluster"]
+
+
+# ------------------------------------------------------------------------------- Kubernetes API stand-in
+
+
+def self_signed_cert(tmp_path) -> tuple[str, str, str]:
+    """(cert file, key file, base64 PEM as EKS returns certificateAuthority.data) for 127.0.0.1."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    cert_file, key_file = tmp_path / "apiserver.crt", tmp_path / "apiserver.key"
+    cert_file.write_bytes(pem)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_file), str(key_file), base64.b64encode(pem).decode()
+
+
+PLURALS = {"configmaps": "ConfigMap", "jobs": "Job", "mpijobs": "MPIJob", "pytorchjobs": "PyTorchJob",
+           "persistentvolumeclaims": "PersistentVolumeClaim"}
+
+
+class FakeKube:
+    """State and behaviour of the API stand-in; a scenario says how the 'operator' plays the job out.
+
+    Scenario keys: ``logs`` (role -> lines), ``final`` (Succeeded/Failed), ``pending_ticks`` (job
+    GETs before pods run), ``waiting`` ((reason, message) a pod stays in), ``unschedulable`` (message),
+    ``installed`` (plurals the cluster serves; others 404 like a missing CRD).
+    """
+
+    def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, str]] = []
+        self.nodes: list[dict[str, Any]] = []
+        self.token_prefix = token_prefix
+        self.scenario: dict[str, Any] = {"logs": {}, "final": "Succeeded", "pending_ticks": 1}
+        self.ticks = 0
+        self.lock = threading.RLock()
+        self.url = ""
+        self.ca_data = ""
+
+    def add_nodes(self, instance_type: str, count: int, ready: bool = True) -> None:
+        for _ in range(count):
+            self.nodes.append({"metadata": {"name": f"node-{len(self.nodes)}",
+                                            "labels": {"node.kubernetes.io/instance-type": instance_type}},
+                               "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+
+    # --------------------------------------------------------------- simulated operator
+
+    def _spawn_pods(self, plural: str, obj: dict[str, Any]) -> None:
+        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
+        spec = obj.get("spec", {})
+        if plural == "mpijobs":
+            for role, rs in spec["mpiReplicaSpecs"].items():
+                for i in range(rs.get("replicas", 1)):
+                    pod = f"{name}-launcher" if role == "Launcher" else f"{name}-worker-{i}"
+                    self._add_pod(pod, ns, name, rs["template"], role.lower(), {})
+        elif plural == "pytorchjobs":
+            for role, rs in spec["pytorchReplicaSpecs"].items():
+                for i in range(rs.get("replicas", 1)):
+                    self._add_pod(f"{name}-{role.lower()}-{i}", ns, name, rs["template"], role.lower(),
+                                  {"training.kubeflow.org/replica-type": role.lower()})
+        elif plural == "jobs":
+            for i in range(spec.get("completions", 1)):
+                self._add_pod(f"{name}-{i}", ns, name, spec["template"], "pod", {"job-name": name})
+
+    def _add_pod(self, pod: str, ns: str, owner: str, template: dict[str, Any], role: str,
+                 extra: dict[str, str]) -> None:
+        labels = dict(template.get("metadata", {}).get("labels") or {}) | extra
+        self.pods[pod] = {"metadata": {"name": pod, "namespace": ns, "labels": labels,
+                                       "creationTimestamp": f"2026-01-01T00:00:{len(self.pods):02d}Z"},
+                          "status": {"phase": "Pending"}, "_owner": owner, "_role": role}
+
+    def tick(self) -> None:
+        """One job GET = one step of the simulated operator."""
+        with self.lock:
+            self.ticks += 1
+            for pod in self.pods.values():
+                st = pod["status"]
+                if self.scenario.get("unschedulable"):
+                    st["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": self.scenario["unschedulable"]}]
+                elif self.scenario.get("waiting"):
+                    reason, msg = self.scenario["waiting"]
+                    st["containerStatuses"] = [{"name": "c", "state": {"waiting": {"reason": reason,
+                                                                                    "message": msg}}}]
+                elif self.ticks >= self.scenario.get("pending_ticks", 1) and st["phase"] == "Pending":
+                    st["phase"] = "Running"
+            if (self.ticks >= self.scenario.get("pending_ticks", 1) + 2 and not self.scenario.get("waiting")
+                    and not self.scenario.get("unschedulable")):
+                for (plural, _ns, _name), obj in self.objects.items():
+                    if plural in ("jobs",):
+                        self.finish(obj)
+
+    def finish(self, obj: dict[str, Any]) -> None:
+        final = self.scenario.get("final", "Succeeded")
+        kind = "Complete" if obj["kind"] == "Job" and final == "Succeeded" else final
+        obj["status"] = {"conditions": [{"type": "Running", "status": "False"},
+                                        {"type": kind, "status": "True", "message": f"job {final.lower()}"}]}
+        for pod in self.pods.values():
+            if pod["_owner"] == obj["metadata"]["name"]:
+                pod["status"]["phase"] = final if final in ("Succeeded", "Failed") else "Succeeded"
+
+    def log_lines(self, pod: str) -> list[str]:
+        role = self.pods[pod]["_role"]
+        logs = self.scenario.get("logs", {})
+        lines = logs.get(pod) or logs.get(role) or []
+        return list(lines)
+
+    def log_done(self, pod: str) -> None:
+        """The followed container ended: the operator marks the job finished."""
+        with self.lock:
+            owner = self.pods[pod]["_owner"]
+            for (_p, _ns, name), obj in self.objects.items():
+                if name == owner and obj["kind"] != "ConfigMap":
+                    self.finish(obj)
+
+
+@pytest.fixture
+def fake_kube(tmp_path):
+    kube = FakeKube()
+    cert, key, ca_data = self_signed_cert(tmp_path)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, body: Any) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _status(self, code: int, reason: str, message: str) -> None:
+            self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                              "message": message, "code": code})
+
+        def _route(self, method: str) -> None:
+            url = urllib.parse.urlparse(self.path)
+            query = urllib.parse.parse_qs(url.query)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            with kube.lock:
+                kube.requests.append((method, url.path, query))
+            auth = self.headers.get("Authorization", "")
+            if not auth.startswith("Bearer " + kube.token_prefix):
+                return self._status(401, "Unauthorized", "Unauthorized")
+            parts = url.path.strip("/").split("/")
+            if url.path == "/api/v1/nodes":
+                return self._send(200, {"kind": "NodeList", "items": kube.nodes})
+            # /api/v1/namespaces/NS/PLURAL[/NAME[/log]] or /apis/G/V/namespaces/NS/PLURAL[/NAME]
+            try:
+                i = parts.index("namespaces")
+            except ValueError:
+                return self._status(404, "NotFound", "the server could not find the requested resource")
+            ns, rest = parts[i + 1], parts[i + 2:]
+            plural = rest[0] if rest else ""
+            installed = kube.scenario.get("installed")
+            if plural != "pods" and installed is not None and plural not in installed:
+                return self._status(404, "NotFound", "the server could not find the requested resource")
+            if plural == "pods":
+                return self._pods(method, ns, rest[1:], query)
+            key_name = rest[1] if len(rest) > 1 else None
+            with kube.lock:
+                if method == "POST" and key_name is None:
+                    name = body["metadata"]["name"]
+                    if (plural, ns, name) in kube.objects:
+                        return self._status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                    obj = json.loads(json.dumps(body))
+                    obj["metadata"]["uid"] = f"uid-{len(kube.created)}"
+                    kube.objects[(plural, ns, name)] = obj
+                    kube.created.append(obj)
+                    kube._spawn_pods(plural, obj)
+                    return self._send(201, obj)
+                obj = kube.objects.get((plural, ns, key_name))
+                if obj is None:
+                    return self._status(404, "NotFound", f'{plural} "{key_name}" not found')
+                if method == "GET":
+                    kube.tick()
+                    return self._send(200, obj)
+                if method == "DELETE":
+                    del kube.objects[(plural, ns, key_name)]
+                    kube.deleted.append((plural, key_name))
+                    for pod in [p for p, v in kube.pods.items() if v["_owner"] == key_name]:
+                        del kube.pods[pod]
+                    return self._send(200, {"kind": "Status", "status": "Success"})
+            return self._status(405, "MethodNotAllowed", method)
+
+        def _pods(self, method: str, ns: str, rest: list[str], query: dict[str, list[str]]) -> None:
+            if method != "GET":
+                return self._status(405, "MethodNotAllowed", method)
+            if not rest:
+                selector = dict(kv.split("=", 1) for kv in (query.get("labelSelector", [""])[0].split(",")) if kv)
+                with kube.lock:
+                    items = [{k: v for k, v in p.items() if not k.startswith("_")} for p in kube.pods.values()
+                             if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+                return self._send(200, {"kind": "PodList", "items": items})
+            pod = rest[0]
+            if pod not in kube.pods:
+                return self._status(404, "NotFound", f'pods "{pod}" not found')
+            if len(rest) > 1 and rest[1] == "log":
+                if kube.pods[pod]["status"]["phase"] == "Pending":
+                    return self._status(400, "BadRequest", f'container in pod "{pod}" is waiting to start')
+                lines = kube.log_lines(pod)
+                if query.get("follow") == ["true"]:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for line in lines:
+                        chunk = (line + "\n").encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                        time.sleep(0.002)
+                    kube.log_done(pod)
+                    self.wfile.write(b"0\r\n\r\n")
+                    return None
+                raw = "".join(line + "\n" for line in lines).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+                return None
+            with kube.lock:
+                return self._send(200, {k: v for k, v in kube.pods[pod].items() if not k.startswith("_")})
+
+        def do_GET(self):  # noqa: N802
+            self._route("GET")
+
+        def do_POST(self):  # noqa: N802
+            self._route("POST")
+
+        def do_DELETE(self):  # noqa: N802
+            self._route("DELETE")
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server = _serve(Handler, ctx)
+    kube.url = f"https://127.0.0.1:{server.server_address[1]}"
+    kube.ca_data = ca_data
+    yield kube
+    server.shutdown()
+    server.server_close()
+
+
+def kube_client(kube: FakeKube, token: str = "k8s-aws-v1.test-token") -> Any:
+    from hpq.cli.eks_kube import ClusterAccess, KubeClient
+
+    return KubeClient(ClusterAccess("test-eks", kube.url, kube.ca_data, token), timeout=10)
+
+
+def nccl_tests_output(busbw: float, sizes: tuple[int, ...] = (8388608, 134217728, 2147483648)) -> list[str]:
+    """nccl-tests all_reduce_perf output (format of nccl-tests 2.x) with a chosen bus bandwidth."""
+    head = textwrap.dedent("""\
+        # nThread 1 nGpus 1 minBytes 8 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+        #
+        # Using devices
+        #  Rank  0 Group  0 Pid     45 on hpq-nccl-test-worker-0 device  0 [0x00] NVIDIA A10G
+        #  Rank  1 Group  0 Pid     46 on hpq-nccl-test-worker-1 device  0 [0x00] NVIDIA A10G
+        #
+        #                                                              out-of-place                       in-place
+        #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+        #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)""").splitlines()
+    rows = []
+    for size in sizes:
+        bw = busbw if size >= 134217728 else busbw / 3
+        t = size / (bw * 1e3)
+        rows.append(f"{size:>12} {size // 4:>13}     float     sum      -1 {t:8.1f} {bw:7.2f} {bw:7.2f}      0 "
+                    f"{t:8.1f} {bw:7.2f} {bw:7.2f}      0")
+    tail = ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {busbw * 0.7:.4f} ", "#"]
+    return head + rows + tail

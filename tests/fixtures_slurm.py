@@ -1,0 +1,367 @@
+"""``slurm_cluster``: a real two-node Slurm cluster on this machine, configured only by the lifecycle.
+
+What is real: munged, slurmctld and two slurmd (Debian's Slurm 22.05), configless:
+the workers have no slurm.conf and fetch it from slurmctld through the
+``--conf-server`` drop-in the lifecycle writes; each node runs its own munged with
+the key the lifecycle installed (shared through the stand-in /fsx), so a job that
+runs proves the keys match. What is a stand-in: the HyperPod agent (this fixture
+writes what it would: the controller's slurm.conf with NodeName lines,
+resource_config.json, the vendor unit files), IMDS (tests/fixtures_imds.py), systemd
+(the lifecycle's ``direct`` service manager starts the units' ExecStart), and FSx
+(``HPQ_MOUNT_CMD`` is a script that links the shared directory and records the mount
+in ``<root>/proc/mounts``).
+
+How several "nodes" share one host:
+- every node has its own root directory ``<base>/<node>`` (``HPQ_ROOT``);
+- slurmd runs as ``slurmd -N <node>`` with a per-node ``Port=`` (Debian's build
+  accepts this; checked by the tests themselves);
+- the MUNGE socket and slurmd's ``/run/slurm`` are fixed paths (a configless slurmd
+  fetches its config through the *default* munge socket before it knows any
+  other), so each node's lifecycle and daemons run in their own mount namespace
+  (``unshare -m``) where ``/run/munge`` and ``/run/slurm`` are bind mounts of the
+  node's ``<root>/run/...``. Nothing of the host's /run is touched (the fixture only
+  creates the two empty mount-point directories if they are missing).
+
+Contract (used by other test modules, e.g. the cluster validation commands):
+  cluster.env         dict for subprocess env= of srun/sinfo/sbatch/scontrol (SLURM_CONF
+                      points at a client config with this cluster's munge socket)
+  cluster.nodes       ["node-1", "node-2"], the compute node names
+  cluster.run(args, timeout=60) -> subprocess.CompletedProcess (text, stdout/stderr captured)
+  cluster.shared_dir  pathlib.Path readable/writable by jobs on both nodes (stands in for /fsx)
+  cluster.roots       {"controller"|node: pathlib.Path}, each node's HPQ_ROOT
+  cluster.run_lifecycle(node) -> CompletedProcess (runs on_create.sh again for that node)
+Jobs run as root, in the node's mount namespace, with the submitting environment.
+Scope: session (start ~5 s). Teardown cancels jobs, then stops every daemon by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hpq.lifecycle import bundle
+from hpq.tests.fixtures_imds import FakeImds
+
+CLUSTER = "hpq-test"
+CONTROLLER_GROUP = "controller-machine"
+WORKER_GROUP = "worker-group-1"
+NODES = ["node-1", "node-2"]
+NODE_TYPE = "ml.g5.16xlarge"
+CONTROLLER_TYPE = "ml.m5.xlarge"
+HOST_MOUNT_POINTS = ("/run/munge", "/run/slurm")
+NODE_PYTHON = "/usr/bin/python3"  # the system interpreter, as on a node: no boto3, no hpq installed
+
+NODE_NS = """#!/bin/sh
+# node-ns ROOT CMD...: run CMD with /run/munge and /run/slurm bound to ROOT's own (test host only).
+root=$1; shift
+exec unshare -m --propagation private /bin/sh -c \
+  'mount --bind "$0/run/munge" /run/munge && mount --bind "$0/run/slurm" /run/slurm && exec "$@"' "$root" "$@"
+"""
+
+# Stand-in for `mount -t lustre -o OPTS SRC TARGET`: the "filesystem" is the shared directory.
+FAKE_MOUNT = """#!/bin/sh
+# fake-mount -t lustre -o OPTS SOURCE TARGET (stand-in for FSx: links the shared dir, records the mount)
+for a in "$@"; do src=$tgt; tgt=$a; done
+rmdir "$tgt" 2>/dev/null || true
+ln -sfn "{shared}" "$tgt"
+mkdir -p "$HPQ_ROOT/proc"
+echo "$src $tgt lustre rw,relatime,flock 0 0" >> "$HPQ_ROOT/proc/mounts"
+"""
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
+    """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it)."""
+    lines = [
+        "# slurm.conf as the cluster agent writes it (test stand-in)",
+        f"ClusterName={CLUSTER}",
+        f"SlurmctldHost={socket.gethostname()}(127.0.0.1)",
+        f"SlurmctldPort={ctl_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"StateSaveLocation={ctl_root}/var/spool/slurmctld",
+        f"SlurmctldPidFile={ctl_root}/run/slurmctld.pid",
+        f"SlurmctldLogFile={ctl_root}/var/log/slurmctld.log",
+        f"SlurmdSpoolDir={base}/%n/var/spool/slurmd",
+        f"SlurmdPidFile={base}/%n/run/slurmd.pid",
+        f"SlurmdLogFile={base}/%n/var/log/slurmd.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SlurmctldParameters=idle_on_node_suspend",
+        "SlurmdTimeout=60",
+        "InactiveLimit=0",
+        "KillWait=5",
+    ]
+    for node, port in node_ports.items():
+        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=500 State=UNKNOWN")
+    lines.append("PartitionName=dev Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES")
+    return "\n".join(lines) + "\n"
+
+
+def resource_config() -> dict:
+    def inst(iid, name):
+        return {"InstanceId": iid, "InstanceName": name, "AgentIpAddress": "127.0.0.1",
+                "CustomerIpAddress": "127.0.0.1"}
+
+    return {"ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/test",
+                              "ClusterName": CLUSTER},
+            "InstanceGroups": [
+                {"Name": CONTROLLER_GROUP, "InstanceType": CONTROLLER_TYPE,
+                 "Instances": [inst("i-0c0000000000000c0", "controller")]},
+                {"Name": WORKER_GROUP, "InstanceType": NODE_TYPE,
+                 "Instances": [inst("i-0a000000000000001", "node-1"), inst("i-0a000000000000002", "node-2")]},
+            ]}
+
+
+INSTANCE_IDS = {"controller": "i-0c0000000000000c0", "node-1": "i-0a000000000000001", "node-2": "i-0a000000000000002"}
+
+
+def write_units(root: Path, node: str, ctl_conf: str) -> None:
+    """Vendor units as packages would install them; the lifecycle must not edit these."""
+    d = root / "lib/systemd/system"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "munge.service").write_text(
+        "[Unit]\nDescription=MUNGE (test vendor unit)\n\n[Service]\nType=simple\n"
+        f"ExecStart=/usr/sbin/munged -F --key-file={root}/etc/munge/munge.key --pid-file=/run/munge/munged.pid "
+        f"--log-file={root}/var/log/munge/munged.log --seed-file={root}/var/lib/munge/munged.seed\n")
+    if node == "controller":
+        (d / "slurmctld.service").write_text(
+            "[Unit]\nDescription=Slurm controller (test vendor unit)\n\n[Service]\nType=simple\n"
+            f"ExecStart=/usr/sbin/slurmctld -D -f {ctl_conf}\n")
+    else:
+        # Like Debian's unit: requires a local slurm.conf (configless nodes have none: the drop-in clears it).
+        (d / "slurmd.service").write_text(
+            "[Unit]\nDescription=Slurm node daemon (test vendor unit)\nConditionPathExists=/etc/slurm/slurm.conf\n\n"
+            "[Service]\nType=simple\nEnvironmentFile=-/etc/default/slurmd\n"
+            f"ExecStart=/usr/sbin/slurmd -D -s -N {node} $SLURMD_OPTIONS\n")
+
+
+@dataclass
+class SlurmCluster:
+    base: Path
+    env: dict
+    nodes: list[str]
+    shared_dir: Path
+    roots: dict[str, Path]
+    lifecycle_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    on_create: Path = Path()
+    node_ns: Path = Path()
+
+    def run(self, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(args, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=str(self.shared_dir))
+
+    def run_lifecycle(self, node: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.node_ns), str(self.roots[node]), "bash", str(self.on_create)],
+                              env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+
+    def node_states(self) -> dict[str, str]:
+        res = self.run(["sinfo", "-h", "-N", "-o", "%N %T"])
+        return dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
+
+    def wait_idle(self, timeout: float = 60) -> dict[str, str]:
+        deadline = time.time() + timeout
+        states: dict[str, str] = {}
+        while time.time() < deadline:
+            states = self.node_states()
+            if all(states.get(n) == "idle" for n in self.nodes):
+                return states
+            time.sleep(0.5)
+        raise AssertionError(f"nodes not idle after {timeout}s: {states}")
+
+    def daemon_pids(self) -> list[tuple[str, int]]:
+        out = []
+        for node, root in self.roots.items():
+            for pf in sorted((root / "run/hpq/services").glob("*.pid")):
+                try:
+                    out.append((node + "/" + pf.stem, int(pf.read_text().strip())))
+                except ValueError:
+                    pass
+        return out
+
+
+def _stop(pids: list[tuple[str, int]]) -> None:
+    """SIGTERM by PID, slurmd first, then slurmctld, munged last; SIGKILL what is left after 5 s."""
+    order = {"slurmd.service": 0, "slurmctld.service": 1, "munge.service": 2}
+    waves: dict[int, list[int]] = {}
+    for name, pid in pids:
+        waves.setdefault(order.get(name.split("/")[1], 3), []).append(pid)
+    for wave in sorted(waves):
+        t0 = time.time()
+        for pid in waves[wave]:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        alive = list(waves[wave])
+        while alive and time.time() - t0 < 5:
+            time.sleep(0.05)
+            alive = [p for p in alive if _alive(p)]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _check_host() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the real-Slurm fixture needs root (daemons, mount namespaces); CI runs as root")
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "srun", "sinfo", "unshare", "ssh-keygen")
+               if not shutil.which(b, path="/usr/sbin:/usr/bin:/sbin:/bin")]
+    if missing:
+        pytest.fail(f"missing binaries {', '.join(missing)}: run dev/test.sh (apt-get install slurm* munge)")
+
+
+def build_bundle(dest: Path) -> Path:
+    """The node bundle exactly as it ships (bundle.node_bundle_files), so on_create.sh runs from it."""
+    for key, src in bundle.node_bundle_files().items():
+        target = dest / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    return dest / "hpq/lifecycle/on_create.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A running configless Slurm cluster (controller + node-1 + node-2) set up by the lifecycle. See module doc."""
+    _check_host()
+    base = tmp_path_factory.mktemp("slurm")
+    created_mount_points = [p for p in HOST_MOUNT_POINTS if not os.path.isdir(p)]
+    for p in created_mount_points:
+        os.makedirs(p, mode=0o755)
+    shared = base / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    ctl_port, *ports = free_ports(1 + len(NODES))
+    node_ports = dict(zip(NODES, ports, strict=True))
+    roots = {name: base / name for name in ["controller"] + NODES}
+    for root in roots.values():
+        for sub in ("run/munge", "run/slurm", "var/log/munge", "var/lib/munge", "var/spool"):
+            (root / sub).mkdir(parents=True)  # what the packages create
+            (root / sub).chmod(0o755)
+        (root / "opt/ml/config").mkdir(parents=True)
+        (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config(), indent=1))
+    ctl_conf = roots["controller"] / "opt/slurm/etc/slurm.conf"
+    ctl_conf.parent.mkdir(parents=True)
+    ctl_conf.write_text(agent_slurm_conf(base, roots["controller"], ctl_port, node_ports))
+    for name, root in roots.items():
+        write_units(root, name, str(ctl_conf))
+    (base / "bin").mkdir()
+    node_ns = base / "bin/node-ns"
+    node_ns.write_text(NODE_NS)
+    fake_mount = base / "bin/fake-mount"
+    fake_mount.write_text(FAKE_MOUNT.replace("{shared}", str(shared)))
+    for p in (node_ns, fake_mount):
+        p.chmod(0o755)
+    params = base / "provisioning_parameters.json"
+    params.write_text(json.dumps({
+        "version": "1.0.0", "cluster_name": CLUSTER, "controller_group": CONTROLLER_GROUP, "login_group": None,
+        "worker_groups": [WORKER_GROUP], "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+        "fsx_mountname": "abcdefgh"}))
+    on_create = build_bundle(base / "bundle")
+
+    imds = FakeImds({name: {"instance-id": iid, "instance-type": "unused"} for name, iid in INSTANCE_IDS.items()})
+    imds.start()
+    client_conf = base / "client/slurm.conf"
+    client_conf.parent.mkdir()
+    munge_socket = roots["controller"] / "run/munge/munge.socket.2"
+    client_conf.write_text(f"Include {ctl_conf}\nAuthInfo=socket={munge_socket}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPQ_"))}
+    env["SLURM_CONF"] = str(client_conf)
+    lifecycle_env = {}
+    for name, root in roots.items():
+        lifecycle_env[name] = dict(
+            env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name), HPQ_PROVISIONING_PARAMETERS=str(params),
+            HPQ_SLURM_PREFIX="/usr", HPQ_SLURM_CONF_DIR="/opt/slurm/etc", HPQ_SLURMCTLD_PORT=str(ctl_port),
+            HPQ_SERVICE_MANAGER="direct", HPQ_MOUNT_CMD=str(fake_mount), HPQ_DEFAULT_USER="root",
+            HPQ_MUNGE_USER="root", HPQ_SERVICE_WAIT_S="60", HPQ_SHARED_WAIT_S="30", HPQ_SLURM_CONF_WAIT_S="30",
+            HPQ_PYTHON=NODE_PYTHON if os.path.exists(NODE_PYTHON) else sys.executable)
+        lifecycle_env[name].pop("SLURM_CONF")
+    cluster = SlurmCluster(base=base, env=env, nodes=list(NODES), shared_dir=shared, roots=roots,
+                           lifecycle_env=lifecycle_env, on_create=on_create, node_ns=node_ns)
+    try:
+        for name in roots:
+            res = cluster.run_lifecycle(name)
+            (base / (f"lifecycle-{name}.out")).write_text(res.stdout)
+            if res.returncode != 0:
+                raise AssertionError(f"lifecycle on {name} failed ({res.returncode}):\n{res.stdout[-4000:]}")
+        cluster.wait_idle(60)
+        yield cluster
+    finally:
+        try:
+            cluster.run(["scancel", "--user", "root"], timeout=30)
+        except subprocess.SubprocessError:
+            pass
+        _stop(cluster.daemon_pids())
+        imds.stop()
+        for p in created_mount_points:
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------- unit-test helpers
+
+
+def write_node_files(root: Path, instance_id: str = INSTANCE_IDS["node-1"], params: dict | None = None) -> Path:
+    """A node root with resource_config.json and provisioning parameters (what HyperPod and the templates ship)."""
+    (root / "opt/ml/config").mkdir(parents=True, exist_ok=True)
+    (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config()))
+    p = root.parent / (root.name + "-provisioning_parameters.json")
+    p.write_text(json.dumps(params or {"version": "1.0.0", "cluster_name": CLUSTER,
+                                       "controller_group": CONTROLLER_GROUP, "login_group": None,
+                                       "worker_groups": [WORKER_GROUP]}))
+    return p
+
+
+def make_context(root: Path, **env: str):
+    """A lifecycle Context for ``root`` with HPQ_* settings (logger propagates to pytest's caplog)."""
+    import logging
+
+    from hpq.lifecycle import context
+
+    settings = context.Settings.from_env({"HPQ_ROOT": str(root), "HPQ_SERVICE_MANAGER": "direct", **env})
+    return context.Context(settings, logging.getLogger("hpq-test.lifecycle"))

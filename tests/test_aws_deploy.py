@@ -1,0 +1,237 @@
+"""deploy / publish / status / destroy against moto in server mode over HTTP.
+
+moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster, cannot run Lambda-backed custom
+resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy a COPY of the
+real synthesized templates passed through ``fixtures_aws.moto_compatible`` (stand-ins for exactly
+those resource types, literals for those GetAtts); the real templates are unchanged and are covered
+by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
+creation from S3 TemplateURLs, change sets, events, outputs, deletion) runs against moto.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import boto3
+import pytest
+
+from hpq.cli import aws_deploy, aws_s3
+from hpq.cli.main import main
+from hpq.errors import UsageError
+from hpq.lifecycle import names
+from hpq.tests.fixtures_aws import aws_env, moto_compatible, moto_server  # noqa: F401
+
+REGION = "us-east-1"
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture
+def moto_templates(monkeypatch):
+    """Route synthesis through the test-only moto transform (see module docstring)."""
+    real = aws_deploy.synthesize
+
+    def synth(variant, size, params=None):
+        return moto_compatible(variant, real(variant, size, params))
+
+    monkeypatch.setattr(aws_deploy, "synthesize", synth)
+
+
+@pytest.fixture
+def bucket(aws_env, request) -> str:
+    name = "hpq-art-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
+    return name
+
+
+def stack_status(name: str) -> str:
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    return cfn.describe_stacks(StackName=name)["Stacks"][0]["StackStatus"]
+
+
+# --- no AWS needed -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ab", "My_Bucket", "-bad", "a..b", "192.168.1.1", "x" * 64, "s3://foo",
+                                  "xn--abc", "bucket-"])
+def test_bad_bucket_names_rejected_locally(name):
+    with pytest.raises(UsageError) as exc:
+        aws_s3.validate_bucket_name(name)
+    assert "\n" not in str(exc.value)
+
+
+def test_good_bucket_names_accepted():
+    for name in ("abc", "my-artifacts.v2", "a1-b2-c3"):
+        assert aws_s3.validate_bucket_name(name) == name
+
+
+def test_release_is_content_addressed():
+    """Same content -> same prefix; a changed template -> a new prefix; node bundle included."""
+    a = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
+    b = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
+    c = aws_deploy.build_release("b", REGION, ["slurm-gpu"], params={"WorkerCount": "3"})
+    assert a.version == b.version and a.objects == b.objects
+    assert a.version != c.version
+    assert a.version.startswith(aws_deploy.__version__ + "-")
+    assert names.template_key(a.version, "slurm-gpu") in a.objects
+    assert names.node_bundle_prefix(a.version) + names.ON_CREATE_SCRIPT in a.objects
+    assert a.root_parameters("slurm-gpu")["AssetsPrefix"] == names.node_bundle_prefix(a.version)
+    assert a.base_url("slurm-gpu") == f"https://b.s3.{REGION}.amazonaws.com/hpq/{a.version}/templates/slurm-gpu"
+
+
+def test_quick_create_link_prefills_release():
+    rel = aws_deploy.build_release("my-art", "eu-west-1", ["eks-gpu"])
+    url = aws_deploy.quick_create_url(rel, "eks-gpu")
+    assert url.startswith("https://console.aws.amazon.com/cloudformation/home?region=eu-west-1#/stacks/quickcreate?")
+    from urllib.parse import parse_qs
+
+    q = parse_qs(url.split("quickcreate?", 1)[1])
+    assert q["templateURL"] == [rel.template_url("eks-gpu")]
+    assert q["stackName"] == ["hpq-eks-gpu"]
+    assert q["param_AssetsBucket"] == ["my-art"]
+    assert q["param_TemplateBaseUrl"] == [rel.base_url("eks-gpu")]
+
+
+def _subprocess_hpq(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpq.cli.main", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+@pytest.mark.parametrize("args", [
+    ["deploy", "slurm-gpu", "Bad_Bucket"],
+    ["deploy", "slurm-cpu", "good-bucket"],
+    ["deploy", "slurm-gpu", "good-bucket", "--size", "huge"],
+    ["deploy", "slurm-gpu", "good-bucket", "--param", "NoEquals"],
+    ["publish", "a"],
+])
+def test_bad_input_exits_2_with_one_line(args, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    proc = _subprocess_hpq(args, env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpq: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_credentials_exit_2_one_line(moto_server, tmp_path):
+    """Against a reachable endpoint with no credentials anywhere: one line, exit 2, says how to fix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL=moto_server, AWS_DEFAULT_REGION=REGION, AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    for args in (["deploy", "slurm-gpu", "some-bucket"], ["status", "x"], ["check-quotas", "ml.p5.48xlarge", "2"]):
+        proc = _subprocess_hpq(args, env)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "credentials" in lines[0], proc.stderr
+
+
+# --- against moto --------------------------------------------------------------------------------
+
+
+def test_bucket_must_exist_and_be_in_region(aws_env, capsys):
+    code, _, err = run_cli(["deploy", "slurm-gpu", "no-such-bucket-hpq"], capsys)
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    boto3.client("s3", region_name="eu-west-1").create_bucket(
+        Bucket="hpq-eu-bucket", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    code, _, err = run_cli(["deploy", "slurm-gpu", "hpq-eu-bucket", "--region", REGION], capsys)
+    assert code == 2 and "is in eu-west-1" in err and "--region eu-west-1" in err
+
+
+def test_unknown_param_exit_2(aws_env, bucket, capsys):
+    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--param", "Nope=1"], capsys)
+    assert code == 2 and "Nope" in err
+
+
+def test_deploy_update_and_destroy(aws_env, bucket, moto_templates, capsys):
+    """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
+    stack = "hpq-t-deploy"
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05"], capsys)
+    assert code == 0, err
+    assert f"stack {stack}: CREATE_COMPLETE" in out
+    assert "Outputs" in out and "VpcId" in out and "next:" in out and f"hpq destroy {stack}" in out
+    assert "AvailabilityZoneId not given: using use1-az" in err
+    assert stack_status(stack) == "CREATE_COMPLETE"
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    nested = [r for r in cfn.list_stack_resources(StackName=stack)["StackResourceSummaries"]
+              if r["ResourceType"] == "AWS::CloudFormation::Stack"]
+    assert {r["LogicalResourceId"] for r in nested} >= {"NetworkingStack", "StorageStack", "HyperPodStack"}
+    # objects landed under the versioned prefix, node bundle included
+    s3 = boto3.client("s3", region_name=REGION)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert any(k.endswith("/templates/slurm-gpu/root.json") for k in keys)
+    assert any(k.endswith("/node/" + names.ON_CREATE_SCRIPT) for k in keys)
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Parameters"]}
+    assert params["AssetsBucket"] == bucket and params["ClusterName"] == stack
+    version = params["AssetsPrefix"].split("/")[1]
+
+    # identical redeploy: nothing uploaded, change set empty -> success
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["action"] == "no-changes" and data["version"] == version and "no changes" in err
+
+    # a parameter change goes through a change set whose changes are shown
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
+                              "--poll-seconds", "0.05", "--output", "json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["action"] == "update" and data["status"] == "UPDATE_COMPLETE"
+    assert "change set:" in err and "Modify" in err
+    assert data["version"] != version
+    new = {p["ParameterKey"]: p["ParameterValue"] for p in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Parameters"]}
+    assert new["WorkerCount"] == "3" and new["AssetsPrefix"] != params["AssetsPrefix"]
+
+    # status shows nested stacks and outputs
+    code, out, _ = run_cli(["status", stack, "--output", "json"], capsys)
+    assert code == 0
+    st = json.loads(out)
+    assert st["status"] == "UPDATE_COMPLETE" and len(st["nested"]) >= 5 and "VpcId" in st["outputs"]
+
+    # destroy refuses without --yes when not interactive, then deletes and follows
+    code, _, err = run_cli(["destroy", stack], capsys)
+    assert code == 2 and "--yes" in err
+    code, out, err = run_cli(["destroy", stack, "--yes", "--poll-seconds", "0.05"], capsys)
+    assert code == 0, err
+    assert f"{stack}: DELETE_COMPLETE" in out
+    code, _, err = run_cli(["status", stack], capsys)
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+
+
+def test_eks_variant_deploys(aws_env, bucket, moto_templates, capsys):
+    code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
+                              "--param", "AvailabilityZoneId=use1-az4"], capsys)
+    assert code == 0, err
+    assert "EksAvailabilityZoneId not given" in err and "AvailabilityZoneId not given" not in err.replace("Eks", "", 1)
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in cfn.describe_stacks(StackName="hpq-t-eks")["Stacks"][0]["Parameters"]}
+    assert params["AvailabilityZoneId"] == "use1-az4" and params["EksAvailabilityZoneId"] not in ("", "use1-az4")
+    assert "aws eks update-kubeconfig" in out
+
+
+def test_publish_uploads_all_variants(aws_env, bucket, capsys):
+    code, out, err = run_cli(["publish", bucket, "--output", "json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert set(data["links"]) == set(names.VARIANTS)
+    s3 = boto3.client("s3", region_name=REGION)
+    keys = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys |= {o["Key"] for o in page.get("Contents", [])}
+    for variant in names.VARIANTS:
+        root_key = names.template_key(data["version"], variant)
+        assert root_key in keys
+        body = json.loads(s3.get_object(Bucket=bucket, Key=root_key)["Body"].read())
+        assert "TemplateBaseUrl" in body["Parameters"]
+        assert "quickcreate?templateURL=" in data["links"][variant]
+    code, out, _ = run_cli(["publish", bucket], capsys)
+    assert code == 0
+    assert "| `slurm-gpu` | [![Launch Stack]" in out and "0 uploaded" in out  # idempotent re-run

@@ -1,0 +1,98 @@
+"""``hpq synth`` / ``hpq lint`` as a user runs them: real subprocesses, real cfn-lint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+HEAVY = ("troposphere", "boto3", "botocore", "cfnlint")
+
+
+def hpq(*args, env_extra=None, cwd=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "hpq", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.fixture()
+def state_env(tmp_path):
+    return {"HPQ_STATE_DIR": str(tmp_path / "state")}
+
+
+@pytest.mark.parametrize("args", [
+    ["synth", "no-such-variant", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--size", "huge", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--param", "NoSuchParam=1", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--param", "WorkerInstanceType=ml.trn1.32xlarge", "-o", "OUT"],
+    ["synth", "eks-trn", "--param", "WorkerInstanceType=ml.nope.48xlarge", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--param", "novalue", "-o", "OUT"],
+    ["synth", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--all", "-o", "OUT"],
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, state_env, args):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    res = hpq(*args, env_extra=state_env)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpq: error:"), res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_imports_nothing_heavy_and_is_fast():
+    code = (
+        "import sys\n"
+        "from hpq.cli import main\n"
+        "try:\n    main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "synth" in res.stdout and "lint" in res.stdout
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout
+    best = min(_timed(["--help"]) for _ in range(3))
+    assert best < 0.5, f"hpq --help took {best:.2f}s"
+
+
+def _timed(args):
+    start = time.monotonic()
+    assert hpq(*args).returncode == 0
+    return time.monotonic() - start
+
+
+def test_synth_help_has_examples():
+    for cmd in ("synth", "lint"):
+        res = hpq(cmd, "--help")
+        assert res.returncode == 0 and "Examples:" in res.stdout
+
+
+def test_synth_then_lint_clean_then_broken(tmp_path, state_env):
+    out = tmp_path / "out"
+    res = hpq("synth", "slurm-gpu", "-o", str(out), "--size", "medium", "--param", "WorkerCount=3",
+              env_extra=state_env)
+    assert res.returncode == 0, res.stderr
+    written = res.stdout.split()
+    assert sorted(os.path.basename(p) for p in written) == sorted(p.name for p in (out / "slurm-gpu").iterdir())
+    root = json.loads((out / "slurm-gpu" / "root.json").read_text())
+    assert root["Parameters"]["WorkerCount"]["Default"] == "3"
+    # A bare `hpq lint` lints what the last synth wrote.
+    res = hpq("lint", env_extra=state_env, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "9 templates" in res.stderr
+    security = out / "slurm-gpu" / "Security.json"
+    doc = json.loads(security.read_text())
+    doc["Parameters"]["Unused"] = {"Type": "String"}
+    security.write_text(json.dumps(doc))
+    res = hpq("lint", str(out), env_extra=state_env)
+    assert res.returncode == 1
+    assert "Security.json" in res.stdout and "W2001" in res.stdout
+
+
+def test_lint_without_templates_exits_2(tmp_path, state_env):
+    res = hpq("lint", str(tmp_path), env_extra=state_env)
+    assert res.returncode == 2 and "no *.json templates" in res.stderr

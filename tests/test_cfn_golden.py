@@ -1,0 +1,63 @@
+"""Golden JSON per variant x size, reviewed in diffs.
+
+Update after an intended change with:  HPQ_UPDATE_GOLDEN=1 pytest tests/test_cfn_golden.py
+Lambda code is stored as a marker naming its source file (test_cfn_structure checks the
+real ZipFile equals that file), so editing a handler does not churn the golden files.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hpq.cfn import synth
+from hpq.tests.fixtures_cfn import (  # noqa: F401
+    COMBOS,
+    GOLDEN_DIR,
+    UPDATE_GOLDEN,
+    golden_view,
+    handler_sources,
+    rendered,
+)
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_golden(rendered, variant, size):  # noqa: F811
+    sources = handler_sources()
+    folder = GOLDEN_DIR / variant / size
+    files = rendered[(variant, size)]
+    if UPDATE_GOLDEN:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.json"):
+            if stale.name not in files:
+                stale.unlink()
+    problems = []
+    for name, template in files.items():
+        text = synth.to_json(golden_view(template, sources))
+        path = folder / name
+        if UPDATE_GOLDEN:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.write_text(text, encoding="utf-8")
+            continue
+        if not path.exists():
+            problems.append(f"missing golden file {path}")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{path} differs from the rendered template")
+    extra = sorted(p.name for p in folder.glob("*.json") if p.name not in files)
+    if extra and not UPDATE_GOLDEN:
+        problems.append(f"golden files no longer rendered: {extra}")
+    assert not problems, "; ".join(problems) + " (HPQ_UPDATE_GOLDEN=1 pytest tests/test_cfn_golden.py, review the diff)"
+
+
+def test_golden_marker_replaces_code(rendered):  # noqa: F811
+    """The golden view must hide the code yet still say which file it came from."""
+    view = golden_view(rendered[("eks-gpu", "small")]["Helm.json"], handler_sources())
+    assert view["Resources"]["HelmFunction"]["Properties"]["Code"]["ZipFile"] == "<<embedded: cfn/handlers/helm.py>>"
+    view = golden_view(rendered[("slurm-gpu", "small")]["S3.json"], {})
+    assert view["Resources"]["ContentsFunction"]["Properties"]["Code"]["ZipFile"] == "<<embedded: NO MATCHING FILE>>"
+
+
+def test_output_is_deterministic():
+    a = {k: synth.to_json(v) for k, v in synth.synthesize("eks-trn", "large").items()}
+    b = {k: synth.to_json(v) for k, v in synth.synthesize("eks-trn", "large").items()}
+    assert a == b
+    assert all(text.endswith("}\n") for text in a.values())

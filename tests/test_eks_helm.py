@@ -1,0 +1,303 @@
+"""The Helm custom resource handler, run as Python the way Lambda runs it.
+
+Real: the handler's HTTP PUT to a local server standing in for CloudFormation's pre-signed
+ResponseURL, boto3 ``eks:DescribeCluster`` against moto over HTTP, the STS presign, archive
+download over HTTP and extraction, subprocess handling and the watchdog timer.
+Stand-in: ``helm`` itself (a script that records its arguments and kubeconfig and exits with a
+chosen code), because no Kubernetes cluster can run here.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import http.server
+import io
+import json
+import os
+import threading
+import time
+import urllib.parse
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hpq.cfn.handlers import helm
+from hpq.tests.fixtures_eks import (  # noqa: F401
+    cfn_responses,
+    create_eks_cluster,
+    eks_moto_server,
+    fake_helm,
+    moto_aws,
+)
+
+HANDLER_FILE = Path(helm.__file__)
+
+
+class Context:
+    """What the Lambda runtime passes: remaining time and the log stream name."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.time() + seconds
+        self.log_stream_name = "2026/01/01/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.end - time.time()) * 1000)
+
+
+def event(kind: str, url: str, props: dict | None = None, physical_id: str | None = None) -> dict:
+    ev = {
+        "RequestType": kind, "ResponseURL": url, "RequestId": "req-1234", "LogicalResourceId": "HelmChart",
+        "StackId": "arn:aws:cloudformation:us-west-2:123456789012:stack/s/1",
+        "ResourceType": "Custom::HyperPodHelmChart",
+        "ResourceProperties": {"ServiceToken": "arn:aws:lambda:...", **(props or {})},
+    }
+    if physical_id is not None:
+        ev["PhysicalResourceId"] = physical_id
+    return ev
+
+
+@pytest.fixture
+def chart_server():
+    """Serves a GitHub-style archive (.zip with a top folder) holding helm_chart/HyperPodHelmChart."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart/Chart.yaml",
+                    "apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\ndependencies:\n"
+                    "  - name: mpi-operator\n    version: 0.1.0\n    repository: file://charts/mpi-operator\n")
+        zf.writestr("sagemaker-hyperpod-cli-v1.2.3/README.md", "readme")
+    payload = buf.getvalue()
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            if not self.path.endswith("v1.2.3.zip"):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def cluster(moto_aws, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HPQ_HELM_ALLOW_HTTP", "1")
+    return create_eks_cluster("hp-eks")
+
+
+def props(base_url: str, **over) -> dict:
+    p = {"ClusterName": "hp-eks", "Namespace": "kube-system", "ReleaseName": "hyperpod-dependencies",
+         "ChartSource": base_url + "/aws/sagemaker-hyperpod-cli/archive/refs/tags/{version}.zip",
+         "ChartPath": "helm_chart/HyperPodHelmChart", "ChartVersion": "v1.2.3",
+         "Values": json.dumps({"health-monitoring-agent": {"region": "us-west-2"}})}
+    p.update(over)
+    return p
+
+
+def test_create_installs_with_namespace_version_wait_and_kubeconfig(cluster, fake_helm, cfn_responses,  # noqa: F811
+                                                                   chart_server):
+    base, seen = chart_server
+    helm.handler(event("Create", cfn_responses.url, props(base)), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+    assert resp["RequestId"] == "req-1234" and resp["LogicalResourceId"] == "HelmChart"
+    assert resp["Data"]["ChartVersion"] == "v1.2.3"
+    assert cfn_responses.headers[0].get("content-type", "") == ""  # pre-signed S3 URL: no content type
+    assert seen == ["/aws/sagemaker-hyperpod-cli/archive/refs/tags/v1.2.3.zip"]  # {version} substituted
+
+    calls = fake_helm.calls()
+    assert [c["args"][:2] for c in calls] == [["dependency", "update"], ["upgrade", "--install"]]
+    chart_dir = calls[0]["args"][2]
+    assert chart_dir.endswith("sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart")
+    up = calls[1]["args"]
+    assert up[2:4] == ["hyperpod-dependencies", chart_dir]
+    assert up[up.index("--namespace") + 1] == "kube-system" and "--create-namespace" in up
+    assert "--wait" in up
+    wait_s = int(up[up.index("--timeout") + 1].rstrip("s"))
+    assert 30 <= wait_s < 900 - 20  # below the Lambda's remaining time minus the reply margin
+    assert "--values" in up
+    # kubeconfig: endpoint + CA from DescribeCluster (moto), token = presigned STS URL for this cluster
+    cfg = calls[1]["kubeconfig"]
+    described = cluster
+    assert cfg["clusters"][0]["cluster"]["server"] == described["endpoint"]
+    assert cfg["clusters"][0]["cluster"]["certificate-authority-data"] == described["certificateAuthority"]["data"]
+    token = cfg["users"][0]["user"]["token"]
+    assert token.startswith("k8s-aws-v1.")
+    url = base64.urlsafe_b64decode(token[len("k8s-aws-v1."):] + "==").decode()
+    q = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    assert q["Action"] == ["GetCallerIdentity"]
+    assert "x-k8s-aws-id" in q["X-Amz-SignedHeaders"][0].split(";")
+    assert calls[1]["HELM_CACHE_HOME"].startswith(calls[1]["HOME"])  # writable homes, not ~ of the runtime
+
+
+def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  # noqa: F811
+    ev = event("Update", cfn_responses.url,
+               {"ClusterName": "hp-eks", "ChartSource": "oci://public.ecr.aws/example/hyperpod", "ChartVersion": "1.4.0"},
+               physical_id="hp-eks/kube-system/hyperpod-dependencies")
+    helm.handler(ev, Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+    [call] = fake_helm.calls()
+    args = call["args"]
+    assert args[:4] == ["upgrade", "--install", "hyperpod-dependencies", "oci://public.ecr.aws/example/hyperpod"]
+    assert args[args.index("--version") + 1] == "1.4.0"
+    assert args[args.index("--namespace") + 1] == "kube-system"  # default namespace, always explicit
+
+
+def test_failed_install_reports_helm_error(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    fake_helm.answer("upgrade", rc=1, out="Error: INSTALLATION FAILED: context deadline exceeded\n")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED"
+    assert "context deadline exceeded" in resp["Reason"]
+    # helm may have half-installed the release: the id names it so that the rollback Delete looks for it
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+
+
+def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0], Values="{not json")), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "Values is not valid JSON" in resp["Reason"]
+    assert fake_helm.calls() == []
+
+
+def test_missing_chart_path_in_archive(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0], ChartPath="charts/nope")), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "charts/nope" in resp["Reason"]
+
+
+def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):  # noqa: F811
+    helm.handler(event("Delete", cfn_responses.url, {"ClusterName": "hp-eks"},
+                       physical_id="hp-eks/aws-hyperpod/deps"), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+    [call] = fake_helm.calls()
+    assert call["args"][:4] == ["uninstall", "deps", "--namespace", "aws-hyperpod"]
+
+
+def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):  # noqa: F811
+    fake_helm.answer("uninstall", rc=1, out="Error: uninstallation completed with 1 error(s): timed out waiting\n")
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/hyperpod-dependencies"),
+                 Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED"
+    assert "timed out waiting" in resp["Reason"]
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+
+
+def test_delete_of_missing_release_succeeds(cluster, fake_helm, cfn_responses):  # noqa: F811
+    fake_helm.answer("uninstall", rc=1,
+                     out="Error: uninstall: Release not loaded: hyperpod-dependencies: release: not found\n")
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/hyperpod-dependencies"),
+                 Context(900))
+    assert cfn_responses.wait(1)[0]["Status"] == "SUCCESS"
+
+
+def test_delete_after_failed_create_never_calls_helm(cluster, fake_helm, cfn_responses):  # noqa: F811
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id=helm.failed_id({"RequestId": "x"})),
+                 Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS" and fake_helm.calls() == []
+
+
+def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses):  # noqa: F811
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="deleted-eks/kube-system/hyperpod-dependencies"),
+                 Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS" and "not found" in resp["Reason"]
+    assert fake_helm.calls() == []
+
+
+def test_create_on_missing_cluster_fails(moto_aws, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HPQ_HELM_ALLOW_HTTP", "1")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0], ClusterName="nope")), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "'nope' not found" in resp["Reason"]
+
+
+def test_unexpected_exception_still_answers(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
+    def boom():
+        raise RuntimeError("boto3 exploded")
+
+    monkeypatch.setattr(helm, "_boto3", boom)
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED"
+    assert "unexpected RuntimeError: boto3 exploded" in resp["Reason"]
+    assert "log stream" in resp["Reason"]
+
+
+def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.delenv("HPQ_HELM_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(helm, "HELM_CANDIDATES", (str(tmp_path / "opt-helm-helm"),))
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "helm not found" in resp["Reason"]
+
+
+def test_near_timeout_watchdog_answers_once(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
+    """helm hangs; the watchdog must answer FAILED before the (simulated) Lambda timeout."""
+    monkeypatch.setenv("HPQ_HELM_MARGIN_S", "2")
+    fake_helm.answer("upgrade", sleep=60)
+    start = time.time()
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(6))
+    took = time.time() - start
+    resp = cfn_responses.wait(1, timeout=1)
+    assert len(resp) == 1, "exactly one answer"
+    assert resp[0]["Status"] == "FAILED" and "timed out" in resp[0]["Reason"]
+    assert took < 6  # answered and returned before the Lambda's end
+    assert [c["args"][0] for c in fake_helm.calls()] == ["dependency", "upgrade"]  # helm ran and hung
+    time.sleep(0.3)
+    assert len(cfn_responses.bodies) == 1
+
+
+def test_reason_is_bounded(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    fake_helm.answer("upgrade", rc=1, out="x" * 20000)
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and len(json.dumps(resp)) < 4096
+
+
+def test_zip_slip_rejected(tmp_path):
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr("../../evil/Chart.yaml", "x")
+    with pytest.raises(helm.HandlerError, match="escapes"):
+        helm.unpack(str(bad), "", str(tmp_path / "w"))
+
+
+def test_handler_is_inline_lambda_code():
+    """Embedded verbatim as ZipFile code: one file, stdlib + boto3 only, well under the size limit."""
+    src = HANDLER_FILE.read_text()
+    assert len(src.encode()) < 30000
+    tree = ast.parse(src)
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "no relative imports in inline Lambda code"
+            imported.add((node.module or "").split(".")[0])
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"boto3", "botocore"}
+    assert imported <= allowed, imported - allowed
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "handler" for n in tree.body)
+    assert os.path.basename(HANDLER_FILE) == "helm.py"

@@ -1,0 +1,111 @@
+"""Real munged + slurmctld + two slurmd, configured only by the lifecycle (configless), run twice.
+
+Stand-ins (see tests/fixtures_slurm.py): the HyperPod agent's files, IMDS, systemd
+(direct process start of the same unit files) and the FSx mount (a linked directory).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpq.tests.fixtures_slurm import NODES, slurm_cluster  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+DAEMON_OWNED = ("var/log", "var/spool", "var/lib/munge", "run/munge", "run/slurm")
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every file the lifecycle could have written: content, mode and mtime (a rewrite changes mtime)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = [d for d in dirnames if not os.path.join(rel_dir, d).lstrip("./").startswith(DAEMON_OWNED)]
+        for fn in filenames:
+            p = Path(dirpath) / fn
+            if p.is_symlink():
+                out[str(p.relative_to(root))] = ("link", os.readlink(p))
+                continue
+            st = p.stat()
+            out[str(p.relative_to(root))] = (p.read_bytes(), st.st_mode, st.st_mtime_ns, st.st_uid)
+    return out
+
+
+def test_srun_runs_on_both_nodes(slurm_cluster):  # noqa: F811
+    res = slurm_cluster.run(["srun", "-N2", "hostname"])
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.split()) == 2
+    res = slurm_cluster.run(["srun", "-N2", "-l", "printenv", "SLURMD_NODENAME"])
+    assert res.returncode == 0, res.stderr
+    assert sorted(line.split(": ")[1] for line in res.stdout.splitlines()) == NODES
+
+
+def test_sinfo_shows_both_nodes_idle(slurm_cluster):  # noqa: F811
+    states = slurm_cluster.wait_idle(30)
+    assert {n: states[n] for n in NODES} == {n: "idle" for n in NODES}
+
+
+def test_workers_are_configless(slurm_cluster):  # noqa: F811
+    ctl_conf = (slurm_cluster.roots["controller"] / "opt/slurm/etc/slurm.conf").read_text()
+    # The agent's value is kept, enable_configless merged in.
+    assert "SlurmctldParameters=idle_on_node_suspend,enable_configless" in ctl_conf.splitlines()
+    for node in NODES:
+        root = slurm_cluster.roots[node]
+        assert not (root / "etc/slurm/slurm.conf").exists()
+        assert not (root / "opt/slurm/etc/slurm.conf").exists()
+        fetched = root / "var/spool/slurmd/conf-cache/slurm.conf"
+        assert "enable_configless" in fetched.read_text(), "slurmd must run on the config it fetched"
+        # The vendor unit is untouched; the drop-in carries --conf-server; the running slurmd got it.
+        assert "--conf-server" not in (root / "lib/systemd/system/slurmd.service").read_text()
+        dropin = (root / "etc/systemd/system/slurmd.service.d/hpq-conf-server.conf").read_text()
+        assert "--conf-server 127.0.0.1:" in dropin
+        pid = int((root / "run/hpq/services/slurmd.service.pid").read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--conf-server" in cmdline and node.encode() in cmdline
+
+
+def test_one_munge_key_everywhere(slurm_cluster):  # noqa: F811
+    keys = {name: (root / "etc/munge/munge.key").read_bytes() for name, root in slurm_cluster.roots.items()}
+    assert len(set(keys.values())) == 1 and len(keys["controller"]) == 1024
+    assert (slurm_cluster.shared_dir / ".hpq/munge/munge.key").read_bytes() == keys["controller"]
+    assert oct((slurm_cluster.roots["node-1"] / "etc/munge/munge.key").stat().st_mode & 0o777) == "0o400"
+
+
+def test_ssh_key_shared_through_fsx(slurm_cluster):  # noqa: F811
+    pubs = {name: (root / "root/.ssh/id_ed25519_hpq.pub").read_text() for name, root in slurm_cluster.roots.items()}
+    assert len(set(pubs.values())) == 1
+    for root in slurm_cluster.roots.values():
+        auth = (root / "root/.ssh/authorized_keys").read_text()
+        assert auth.count(pubs["controller"].strip()) == 1
+
+
+def test_node_commands_installed(slurm_cluster):  # noqa: F811
+    root = slurm_cluster.roots["controller"]
+    assert (root / "opt/hpq/hpq/lifecycle/main.py").exists()
+    wrappers = sorted(p.name for p in (root / "usr/local/bin").iterdir())
+    bin_dir = slurm_cluster.roots["controller"] / "opt/hpq/hpq/scripts/bin"
+    assert wrappers == sorted(p.name for p in bin_dir.iterdir())
+    for name in wrappers:
+        assert os.access(root / "usr/local/bin" / name, os.X_OK)
+
+
+def test_second_run_changes_nothing_and_cluster_stays_healthy(slurm_cluster):  # noqa: F811
+    before = {name: snapshot(root) for name, root in slurm_cluster.roots.items()}
+    shared_before = snapshot(slurm_cluster.shared_dir)
+    pids = slurm_cluster.daemon_pids()
+    for name in slurm_cluster.roots:
+        res = slurm_cluster.run_lifecycle(name)
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert "already running" in res.stdout and "FAILED" not in res.stdout
+    after = {name: snapshot(root) for name, root in slurm_cluster.roots.items()}
+    for name in slurm_cluster.roots:
+        changed = sorted(k for k in set(before[name]) | set(after[name]) if before[name].get(k) != after[name].get(k))
+        assert changed == [], f"second run changed files on {name}: {changed}"
+    assert snapshot(slurm_cluster.shared_dir) == shared_before
+    assert slurm_cluster.daemon_pids() == pids, "no daemon may be restarted when nothing changed"
+    slurm_cluster.wait_idle(30)
+    res = slurm_cluster.run(["srun", "-N2", "hostname"])
+    assert res.returncode == 0, res.stderr
