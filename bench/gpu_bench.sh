@@ -40,26 +40,35 @@ if stage nccl; then
   NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
   nvcc -O2 -std=c++17 -arch=sm_90 -I"$NCCL_DIR/include" -o /tmp/nccl_baseline bench/nccl_allreduce_baseline.cu \
        -L"$NCCL_DIR/lib" -l:libnccl.so.2 -Xlinker -rpath="$NCCL_DIR/lib" || { echo "baseline build failed"; }
-  t baseline 1
-  /tmp/nccl_baseline -b 8 -e "$MAXB" -f 2 -n "$ITERS" -w 5 -g "$NGPU" > "$OUT/h200x${NGPU}_baseline_run1.txt" 2>&1
-  t built-in
-  run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" -n "$ITERS" -w 5 --log-dir /tmp/hpq-results \
-      > "$OUT/h200x${NGPU}_builtin.txt" 2>&1
-  echo "run-nccl-test exit $?"
-  t baseline 2
-  /tmp/nccl_baseline -b 8 -e "$MAXB" -f 2 -n "$ITERS" -w 5 -g "$NGPU" > "$OUT/h200x${NGPU}_baseline_run2.txt" 2>&1
+  # Interleaved: baseline, built-in, baseline, built-in: same sizes, same session.
+  for i in 1 2; do
+    t "baseline $i"
+    /tmp/nccl_baseline -b 8 -e "$MAXB" -f 2 -n "$ITERS" -w 5 -g "$NGPU" > "$OUT/h200x${NGPU}_baseline_run$i.txt" 2>&1
+    t "built-in $i"
+    run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" -n "$ITERS" -w 5 --log-dir /tmp/hpq-results \
+        > "$OUT/h200x${NGPU}_builtin_run$i.txt" 2>&1
+    echo "run-nccl-test exit $?"
+  done
 fi
 
 if stage nanogpt; then
+  # One 1-GPU run, then the multi-GPU variants separated by ';' (all logs in one file).
+  NG_VARIANTS=${NG_VARIANTS:-"--compile"}
+  LOG="$OUT/nanogpt_gpt2-124m_runs.txt"
+  : > "$LOG"
   t nanogpt 1 GPU
+  echo "===== run-nanogpt 1 1 $NG_ARGS" >> "$LOG"
   run-nanogpt 1 1 --launcher local --model gpt2-124m $NG_ARGS --iters "$NG_ITERS" --ckpt-every 0 --log-every 20 \
-      > "$OUT/nanogpt_gpt2-124m_1gpu.txt" 2>&1
+      >> "$LOG" 2>&1
   echo "run-nanogpt exit $?"
-  t nanogpt "$NGPU" GPUs
-  run-nanogpt 1 "$NGPU" --launcher local --model gpt2-124m $NG_ARGS --iters "$NG_ITERS" --ckpt-every 0 \
-      --log-every 20 > "$OUT/nanogpt_gpt2-124m_${NGPU}gpu.txt" 2>&1
-  echo "run-nanogpt exit $?"
-  cp /tmp/hpq-results/nanogpt-*.json /tmp/ 2>/dev/null
+  IFS=';' read -r -a variants <<< "$NG_VARIANTS"
+  for v in "${variants[@]}"; do
+    t nanogpt "$NGPU" GPUs: $v
+    echo "===== run-nanogpt 1 $NGPU $v" >> "$LOG"
+    run-nanogpt 1 "$NGPU" --launcher local --model gpt2-124m $v --iters "$NG_ITERS" --ckpt-every 0 \
+        --log-every 20 >> "$LOG" 2>&1
+    echo "run-nanogpt exit $?"
+  done
 fi
 t summary
 python3 bench/summarize.py "$OUT" /tmp/hpq-results | tee "$OUT/summary.md"

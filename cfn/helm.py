@@ -22,7 +22,9 @@ HANDLER = "helm"
 RESOURCE_TYPE = "Custom::HyperPodHelmChart"
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_RELEASE = "hyperpod-dependencies"
-DEFAULT_CHART_SOURCE = "https://github.com/aws/sagemaker-hyperpod-cli.git"
+# A GitHub source archive; the handler replaces {version} with ChartVersion and finds ChartPath under the
+# archive's single top folder.
+DEFAULT_CHART_SOURCE = "https://github.com/aws/sagemaker-hyperpod-cli/archive/{version}.tar.gz"
 DEFAULT_CHART_PATH = "helm_chart/HyperPodHelmChart"
 DEFAULT_CHART_VERSION = "main"
 LAMBDA_TIMEOUT_S = 900
@@ -47,15 +49,18 @@ def build(cfg: HelmConfig) -> common.Template:
                            ConstraintDescription="an EKS cluster name.")
     role = common.param(t, "HelmRoleArn", "Execution role of the Helm Lambda (from the IAM stack).",
                         AllowedPattern=common.ROLE_ARN_PATTERN, ConstraintDescription="an IAM role ARN.")
-    layer = common.param(t, "KubectlLayerArn", "Lambda layer version ARN with kubectl and helm; empty: none.",
+    layer = common.param(t, "KubectlLayerArn", "Lambda layer version ARN that provides helm (e.g. /opt/helm/helm); "
+                         "without one the chart install fails with 'helm not found'.",
                          Default="", AllowedPattern=LAYER_ARN_PATTERN,
                          ConstraintDescription="empty or a Lambda layer version ARN.")
-    source = common.param(t, "HelmChartSource", "Git repository (https) or s3:// URL holding the chart.",
-                          Default=DEFAULT_CHART_SOURCE, AllowedPattern=r"^(https|s3)://\S+$",
-                          ConstraintDescription="an https:// or s3:// URL.")
-    path = common.param(t, "HelmChartPath", "Chart directory inside the source.", Default=DEFAULT_CHART_PATH,
+    source = common.param(t, "HelmChartSource", "Chart archive: https URL (.tgz/.zip), oci:// reference or s3://bucket/key; "
+                          "{version} is replaced by HelmChartVersion.",
+                          Default=DEFAULT_CHART_SOURCE, AllowedPattern=r"^(https|s3|oci)://\S+$",
+                          ConstraintDescription="an https://, oci:// or s3:// reference.")
+    path = common.param(t, "HelmChartPath", "Chart folder inside the archive (empty for a packaged chart).", Default=DEFAULT_CHART_PATH,
                         AllowedPattern=r"^[A-Za-z0-9._/-]*$", ConstraintDescription="a relative path.")
-    version = common.param(t, "HelmChartVersion", "Git ref (branch, tag, commit) or chart version.",
+    version = common.param(t, "HelmChartVersion", "Chart version, or the git ref of a GitHub archive (pin a tag or commit for "
+                           "repeatable deploys).",
                            Default=DEFAULT_CHART_VERSION, AllowedPattern=r"^[A-Za-z0-9._/+-]+$",
                            ConstraintDescription="a git ref or version string.")
     namespace = common.param(t, "Namespace", "Kubernetes namespace of the release.", Default=DEFAULT_NAMESPACE,

@@ -33,7 +33,8 @@ def _endpoint_id(service: str) -> str:
 
 def build(cfg: NetworkingConfig) -> common.Template:
     t = common.new_template("hpq networking: VPC, NAT, node subnet in one AZ, VPC endpoints.")
-    az = common.param(t, "AvailabilityZoneId", "AZ ID for every HyperPod node: " + AZ_ID_HELP,
+    az = common.param(t, "AvailabilityZoneId", "Availability Zone ID of every HyperPod node (e.g. use1-az4; "
+                      "pick the AZ that has your instance capacity).",
                       AllowedPattern=AZ_ID_PATTERN, ConstraintDescription=AZ_ID_HELP)
     vpc_cidr = common.param(t, "VpcCidr", "VPC CIDR block (a /16).", Default="10.0.0.0/16",
                             AllowedPattern=VPC_CIDR_PATTERN, ConstraintDescription="an IPv4 /16 CIDR block.")

@@ -109,7 +109,7 @@ def build(cfg: S3Config) -> common.Template:
     ))
 
     provisioning = {"version": PROVISIONING_VERSION, "cluster_name": cluster,
-                    "worker_groups": list(cfg.worker_groups)}
+                    "orchestrator": "slurm" if cfg.slurm else "eks", "worker_groups": list(cfg.worker_groups)}
     if cfg.slurm:
         provisioning["controller_group"] = cfg.controller_group
         provisioning["login_group"] = If("HasLoginGroup", cfg.login_group, Ref("AWS::NoValue"))

@@ -48,7 +48,7 @@ def _check_instance_type(variant, key: str, value: str, allowed: list[str]) -> s
     try:
         entry = catalog.lookup(value)
     except catalog.UnknownInstanceType as exc:
-        raise UsageError(f"{key}: {exc}") from None
+        raise UsageError(f"{key}: {exc}; {variant.name} allows: {', '.join(allowed)}") from None
     if entry.name in allowed:
         return entry.name
     kind = "controller/login (CPU)" if key != "WorkerInstanceType" else variant.accelerator_label

@@ -251,9 +251,21 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant, "hpq:version": release.version}
     if existing is None:
         submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
+    elif unchanged(existing, params):
+        submit = aws_stacks.SubmitResult("no-changes", existing.stack_id)
     else:
         submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags, on_changes)
     return Deployment(name, variant, release, submit, params)
+
+
+def unchanged(existing: aws_stacks.StackInfo, params: dict[str, str]) -> bool:
+    """Same content hash (it is part of AssetsPrefix and TemplateBaseUrl) and same parameters: nothing to do.
+
+    Decided here because a change set on a stack with nested stacks always lists them as Modify.
+    """
+    if aws_stacks.is_failed(existing.status) or not aws_stacks.is_terminal(existing.status):
+        return False
+    return all(existing.parameters.get(k) == v for k, v in params.items())
 
 
 def publish(session: Any, bucket: str, size: str = "small", variants: list[str] | None = None,

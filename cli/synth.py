@@ -42,7 +42,7 @@ def _last_dir() -> Path:
 
 
 @click.command("synth")
-@click.argument("variant", required=False, metavar="VARIANT")
+@click.argument("variant", required=False, metavar="[VARIANT]")
 @click.option("--all", "all_", is_flag=True, help="Render all four variants.")
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False), default=DEFAULT_OUT, show_default=True,
               help="Output folder; each variant goes to OUT/<variant>/.")

@@ -79,6 +79,9 @@ def replace_block(text: str, name: str, body_lines: List[str]) -> str:
         if out and out[-1].strip():
             out.append("")
         out.extend(block)
+    if not block:
+        while out and not out[-1].strip():
+            out.pop()
     return "\n".join(out) + "\n" if out else ""
 
 

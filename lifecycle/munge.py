@@ -59,6 +59,9 @@ def desired_key(ctx, role: str) -> bytes:
                 os.makedirs(os.path.dirname(shared_key), mode=0o700, exist_ok=True)
                 files.write_file(shared_key, key, 0o400)
             return _read(shared_key)
+        if not os.path.exists(shared_key):
+            ctx.log.info("waiting up to %.0fs for the controller to publish the MUNGE key at %s",
+                         ctx.s.shared_wait_s, shared_key)
         return _wait_for(shared_key, ctx.s.shared_wait_s, "the controller to publish the MUNGE key")
     key = _read(local)
     if key:

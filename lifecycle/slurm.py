@@ -24,7 +24,9 @@ SLURMCTLD = "slurmctld.service"
 SLURMD = "slurmd.service"
 DROPIN = "hpq-conf-server"
 CONFIGLESS = "enable_configless"
-FETCHED_CONF = "/run/slurm/conf/slurm.conf"  # slurmd links its fetched config here
+# Where slurmd leaves the config it fetched: the /run/slurm/conf link (22.05+), else the default spool dirs.
+FETCHED_CONF = ("/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf",
+                "/var/spool/slurm/d/conf-cache/slurm.conf")
 
 
 class SlurmError(Exception):
@@ -138,13 +140,15 @@ def setup_node(ctx, node: identity.NodeInfo) -> str:
     vendor = services.exec_start(SLURMD, mgr.unit_sections(SLURMD, with_dropins=False))
     changed = mgr.write_dropin(SLURMD, DROPIN, dropin_text(vendor, server))
     state = mgr.ensure_running(SLURMD, restart=changed)
-    # slurmd exits when the controller is not up yet; keep it trying until it has its config.
-    deadline = time.time() + ctx.s.service_wait_s
-    fetched = ctx.path(FETCHED_CONF)
-    while not os.path.exists(fetched):
+    # slurmd exits when the controller is not up yet (it may itself still wait for the agent's
+    # slurm.conf): keep it trying, as long as the controller may take, until it has its config.
+    wait = ctx.s.slurm_conf_wait_s + ctx.s.service_wait_s
+    deadline = time.time() + wait
+    fetched = [ctx.path(p) for p in FETCHED_CONF]
+    while not any(os.path.exists(p) for p in fetched):
         if time.time() >= deadline:
-            raise SlurmError("slurmd has not fetched its config from %s after %.0fs (no %s)"
-                             % (server, ctx.s.service_wait_s, fetched))
+            raise SlurmError("slurmd has not fetched its config from %s after %.0fs (none of %s)"
+                             % (server, wait, ", ".join(fetched)))
         time.sleep(1.0)
         if not mgr.is_active(SLURMD):
             ctx.log.info("slurmd not running (controller not ready?): starting it again")

@@ -91,7 +91,10 @@ def slurm_job_script(user: str, private: bytes, public: bytes) -> str:
     """A batch script that installs the pair on every node of its allocation (no shared filesystem)."""
     inner = "\n".join([
         "set -e",
-        "home=$(getent passwd %s | cut -d: -f6)" % shlex.quote(user),
+        # HPQ_NODE_ROOT_BASE: tests run several nodes on one host, each under <base>/<node name>.
+        'home="${HPQ_NODE_ROOT_BASE:+$HPQ_NODE_ROOT_BASE/$SLURMD_NODENAME}$(getent passwd %s | cut -d: -f6)"'
+        % shlex.quote(user),
+        'test -n "$home"',
         'mkdir -p "$home/.ssh" && chmod 700 "$home/.ssh"',
         'echo %s | base64 -d > "$home/.ssh/%s"' % (base64.b64encode(private).decode(), KEY_NAME),
         'echo %s | base64 -d > "$home/.ssh/%s.pub"' % (base64.b64encode(public).decode(), KEY_NAME),
@@ -116,7 +119,7 @@ def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
         [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=hpq-ssh-keys", "--nodes=%d" % node.worker_count,
          "--output=/dev/null"],
         input=script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60,
-        env=dict(os.environ, SLURM_CONF=slurm.conf_path(ctx)))
+        env=dict(os.environ, SLURM_CONF=os.environ.get("SLURM_CONF") or slurm.conf_path(ctx)))
     if res.returncode != 0:
         raise SshKeyError("sbatch of the key distribution job failed: %s" % res.stdout.strip())
     files.write_file(marker, public.decode().strip() + "\n", 0o600)

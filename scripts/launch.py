@@ -32,6 +32,14 @@ TORCH_PYTHONS = (
 )
 
 
+BOOT = """import sys
+root = sys.argv.pop(1)
+if root:
+    sys.path.insert(0, root)
+from %s import main
+sys.exit(main())"""
+
+
 class LaunchError(Exception):
     """A launcher step failed; the message says which and why (exit 1)."""
 
@@ -58,8 +66,14 @@ def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str
         if p not in env.get("PATH", "").split(os.pathsep):
             env["PATH"] = p + os.pathsep + env.get("PATH", "")
     env.update(extra or {})
+    env.setdefault("PYTHONSAFEPATH", "1")  # python >= 3.11: the cwd never shadows the bundle
     # NVLink multicast stays as the user set it; nothing here changes NCCL_ALGO/PROTO.
     return env
+
+
+def child_cwd() -> Optional[str]:
+    """Children start in the bundle root (``python -m`` puts the cwd first on sys.path); else here."""
+    return bundle_root()
 
 
 def results_dir(override: Optional[str] = None) -> str:
@@ -108,7 +122,11 @@ def reexec_under_salloc(module: str, argv: Sequence[str], nodes: int, tasks_per_
     if exclusive:
         cmd.append("--exclusive")
     cmd += list(extra)
-    cmd += [sys.executable, "-m", module] + list(argv)
+    root = bundle_root()
+    if root:  # like the bin wrappers: the bundle ahead of the cwd, and the cwd kept for relative paths
+        cmd += [sys.executable, "-c", BOOT % module, root] + list(argv)
+    else:
+        cmd += [sys.executable, "-m", module] + list(argv)
     env = child_env({"HPQ_IN_SALLOC": "1"})
     print("+ " + " ".join(cmd), flush=True)
     try:
@@ -130,12 +148,14 @@ def allocation_hosts() -> List[str]:
 def worker_environment(launcher: str, instance_type: Optional[str], python: Optional[str] = None) -> Dict:
     """The transport environment as a worker computes it (same function as the lifecycle)."""
     if launcher == "slurm" and in_allocation():
-        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1", python or "python3", "-m", "hpq.scripts.nodeinfo"]
+        chdir = ["--chdir", bundle_root() or ""] if bundle_root() else []
+        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1"] + chdir + [python or "python3", "-m",
+                                                                       "hpq.scripts.nodeinfo"]
         if instance_type:
             cmd += ["--instance-type", instance_type]
         try:
             res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                 env=child_env(), timeout=300)
+                                 env=child_env(), timeout=300, cwd=child_cwd())
         except (OSError, subprocess.SubprocessError) as exc:
             raise LaunchError("probing a worker with srun failed: %s" % exc) from None
         if res.returncode != 0:
@@ -184,7 +204,7 @@ def tee(cmd: List[str], env: Dict[str, str], log: TextIO, echo: bool = True) -> 
     log.write("+ " + " ".join(cmd) + "\n")
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                universal_newlines=True, bufsize=1, errors="replace")
+                                universal_newlines=True, bufsize=1, errors="replace", cwd=child_cwd())
     except OSError as exc:
         raise LaunchError("cannot start %s: %s" % (cmd[0], exc)) from None
     try:
@@ -215,7 +235,7 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
         for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
             e.pop(k, None)
         out = subprocess.PIPE if rank == 0 else None
-        procs.append(subprocess.Popen([python, "-m", module] + args, env=e, stdout=out,
+        procs.append(subprocess.Popen([python, "-m", module] + args, env=e, stdout=out, cwd=child_cwd(),
                                       stderr=subprocess.STDOUT if rank == 0 else None,
                                       universal_newlines=True, bufsize=1, errors="replace"))
     rc = 0
@@ -241,8 +261,9 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
 
 def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args: List[str],
                  extra: Sequence[str] = ()) -> List[str]:
+    chdir = ["--chdir", bundle_root()] if bundle_root() else []
     return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
-            + list(extra) + [python, "-m", module] + list(args))
+            + chdir + list(extra) + [python, "-m", module] + list(args))
 
 
 def write_json(path: str, data: Dict) -> None:

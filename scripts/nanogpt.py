@@ -177,6 +177,11 @@ def main(argv=None) -> int:
                     help="iterations left out of throughput (warm-up, compilation); default 10, 20 with --compile")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (GPU; slow start, faster steps)")
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (e.g. max-autotune-no-cudagraphs)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: all-reduce gradients compressed to bf16 (DDP comm hook, nccl only): half the bytes")
+    ap.add_argument("--no-ddp-graph-split", action="store_true",
+                    help="with --compile: one graph, gradients all-reduced after backward (no overlap)")
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="per-GPU peak for MFU (default: measure a bf16 matmul at start)")
     ap.add_argument("--backend", choices=("nccl", "gloo"), default=None,
@@ -287,9 +292,18 @@ def main(argv=None) -> int:
 
     raw_model = model
     if args.compile:
+        if args.no_ddp_graph_split:
+            import torch._dynamo
+
+            torch._dynamo.config.optimize_ddp = False
         model = torch.compile(model, mode=args.compile_mode)
     if distributed:
-        model = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=True)
+        model = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=True,
+                    bucket_cap_mb=args.bucket_cap_mb)
+        if args.grad_comm == "bf16" and backend == "nccl":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            model.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
     peak_tflops = args.peak_tflops
     if peak_tflops is None and cuda:
@@ -298,7 +312,8 @@ def main(argv=None) -> int:
     log("model %s: %.2fM parameters (%d layers, %d heads, %d wide, context %d, vocab %d) | backend %s | "
         "world %d | micro-batch %d | %s%s" % (
             args.model, n_params / 1e6, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
-            backend, info.world_size, batch, "bf16 autocast" if cuda else "fp32 CPU",
+            backend, info.world_size, batch, ("bf16 autocast" if cuda else "fp32 CPU") + (
+                ", gradients all-reduced in bf16" if args.grad_comm == "bf16" and distributed else ""),
             (" | peak %.0f TFLOP/s (bf16 matmul, measured)" % peak_tflops) if peak_tflops else ""))
 
     gen = torch.Generator(device="cpu")
@@ -410,6 +425,7 @@ def main(argv=None) -> int:
         "flops_per_token": fpt, "first_loss": first_loss, "final_loss": last_loss, "loss_fell": fell,
         "ranks_agree": agree, "checksum": float(total[0].item()), "checksum_spread": spread,
         "checkpoints": ckpts, "compile": args.compile, "torch": torch.__version__,
+        "grad_comm": args.grad_comm, "bucket_cap_mb": args.bucket_cap_mb, "ddp_graph_split": not args.no_ddp_graph_split,
     }
     if tps:
         log("summary: %s tok/s total, %s tok/s per process, %.1f ms/iter over %d iterations%s" % (

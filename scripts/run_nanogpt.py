@@ -46,6 +46,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: all-reduce gradients in bf16 (half the bytes)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
+    ap.add_argument("--no-ddp-graph-split", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--instance-type", default=None)
     ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
     ap.add_argument("--python", default=None, help="python with torch (default: found on the node)")
@@ -101,13 +105,17 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     if args.ckpt_every:
         targs += ["--ckpt-dir", ckpt_dir]
     for flag, value in (("--data", args.data and os.path.abspath(args.data)), ("--batch-size", args.batch_size),
-                        ("--peak-tflops", args.peak_tflops)):
+                        ("--peak-tflops", args.peak_tflops), ("--bucket-cap-mb", args.bucket_cap_mb)):
         if value:
             targs += [flag, str(value)]
     if args.compile:
         targs.append("--compile")
     if args.fresh:
         targs.append("--fresh")
+    if args.grad_comm != "fp32":
+        targs += ["--grad-comm", args.grad_comm]
+    if args.no_ddp_graph_split:
+        targs.append("--no-ddp-graph-split")
     print("# run-nanogpt: %d node(s) x %d process(es), instance type %s, transport %s, backend %s" % (
         nodes, gpus, wenv.get("instance_type") or "unknown", wenv.get("transport") or "unknown",
         env_vars.get("HPQ_TORCH_BACKEND") or "auto (nccl on GPUs, else gloo)"))

@@ -185,6 +185,11 @@ class SlurmCluster:
                               env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=timeout)
 
+    def start_lifecycle(self, node: str) -> subprocess.Popen:
+        return subprocess.Popen([str(self.node_ns), str(self.roots[node]), "bash", str(self.on_create)],
+                                env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
     def node_states(self) -> dict[str, str]:
         res = self.run(["sinfo", "-h", "-N", "-o", "%N %T"])
         return dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
@@ -322,11 +327,17 @@ def slurm_cluster(tmp_path_factory):
     cluster = SlurmCluster(base=base, env=env, nodes=list(NODES), shared_dir=shared, roots=roots,
                            lifecycle_env=lifecycle_env, on_create=on_create, node_ns=node_ns)
     try:
-        for name in roots:
-            res = cluster.run_lifecycle(name)
-            (base / (f"lifecycle-{name}.out")).write_text(res.stdout)
-            if res.returncode != 0:
-                raise AssertionError(f"lifecycle on {name} failed ({res.returncode}):\n{res.stdout[-4000:]}")
+        # All nodes at once, as HyperPod does: workers wait for the controller's MUNGE key on the shared
+        # directory and keep slurmd trying until slurmctld serves the config.
+        # The controller starts last, so the waiting paths are what gets exercised.
+        procs = {name: cluster.start_lifecycle(name) for name in NODES}
+        time.sleep(1.0)
+        procs["controller"] = cluster.start_lifecycle("controller")
+        for name, proc in procs.items():
+            out, _ = proc.communicate(timeout=180)
+            (base / f"lifecycle-{name}.out").write_text(out)
+            if proc.returncode != 0:
+                raise AssertionError(f"lifecycle on {name} failed ({proc.returncode}):\n{out[-4000:]}")
         cluster.wait_idle(60)
         yield cluster
     finally:

@@ -46,7 +46,8 @@ def moto_templates(monkeypatch):
 
 
 @pytest.fixture
-def bucket(aws_env, request) -> str:
+def bucket(request) -> str:
+    request.getfixturevalue("aws_env")
     name = "hpq-art-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
     return name
@@ -122,10 +123,11 @@ def test_bad_input_exits_2_with_one_line(args, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_credentials_exit_2_one_line(moto_server, tmp_path):
+def test_missing_credentials_exit_2_one_line(request, tmp_path):
     """Against a reachable endpoint with no credentials anywhere: one line, exit 2, says how to fix."""
+    url = request.getfixturevalue("moto_server")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ENDPOINT_URL=moto_server, AWS_DEFAULT_REGION=REGION, AWS_EC2_METADATA_DISABLED="true",
+    env.update(AWS_ENDPOINT_URL=url, AWS_DEFAULT_REGION=REGION, AWS_EC2_METADATA_DISABLED="true",
                AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
     for args in (["deploy", "slurm-gpu", "some-bucket"], ["status", "x"], ["check-quotas", "ml.p5.48xlarge", "2"]):
         proc = _subprocess_hpq(args, env)
@@ -137,7 +139,8 @@ def test_missing_credentials_exit_2_one_line(moto_server, tmp_path):
 # --- against moto --------------------------------------------------------------------------------
 
 
-def test_bucket_must_exist_and_be_in_region(aws_env, capsys):
+@pytest.mark.usefixtures("aws_env")
+def test_bucket_must_exist_and_be_in_region(capsys):
     code, _, err = run_cli(["deploy", "slurm-gpu", "no-such-bucket-hpq"], capsys)
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
     boto3.client("s3", region_name="eu-west-1").create_bucket(
@@ -146,12 +149,14 @@ def test_bucket_must_exist_and_be_in_region(aws_env, capsys):
     assert code == 2 and "is in eu-west-1" in err and "--region eu-west-1" in err
 
 
-def test_unknown_param_exit_2(aws_env, bucket, capsys):
+@pytest.mark.usefixtures("aws_env")
+def test_unknown_param_exit_2(bucket, capsys):
     code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--param", "Nope=1"], capsys)
     assert code == 2 and "Nope" in err
 
 
-def test_deploy_update_and_destroy(aws_env, bucket, moto_templates, capsys):
+@pytest.mark.usefixtures("aws_env")
+def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
     stack = "hpq-t-deploy"
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05"], capsys)
@@ -179,13 +184,23 @@ def test_deploy_update_and_destroy(aws_env, bucket, moto_templates, capsys):
     data = json.loads(out)
     assert data["action"] == "no-changes" and data["version"] == version and "no changes" in err
 
-    # a parameter change goes through a change set whose changes are shown
+    # a parameter change plus a new root resource go through a change set whose changes are shown
+    # (moto lists only added/removed/edited resources, not parameter-driven Modify, so add one)
+    synth = aws_deploy.synthesize
+
+    def with_marker(variant, size, params=None):
+        files = synth(variant, size, params)
+        files["root.json"]["Resources"]["HpqTestMarker"] = {
+            "Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": "x", "Name": "/hpq-test/marker"}}
+        return files
+
+    monkeypatch.setattr(aws_deploy, "synthesize", with_marker)
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
                               "--poll-seconds", "0.05", "--output", "json"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "update" and data["status"] == "UPDATE_COMPLETE"
-    assert "change set:" in err and "Modify" in err
+    assert "change set: 1 change(s)" in err and "Add      HpqTestMarker [AWS::SSM::Parameter]" in err
     assert data["version"] != version
     new = {p["ParameterKey"]: p["ParameterValue"] for p in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Parameters"]}
     assert new["WorkerCount"] == "3" and new["AssetsPrefix"] != params["AssetsPrefix"]
@@ -206,18 +221,21 @@ def test_deploy_update_and_destroy(aws_env, bucket, moto_templates, capsys):
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
 
 
-def test_eks_variant_deploys(aws_env, bucket, moto_templates, capsys):
+@pytest.mark.usefixtures("aws_env")
+def test_eks_variant_deploys(bucket, moto_templates, capsys):
     code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
                               "--param", "AvailabilityZoneId=use1-az4"], capsys)
     assert code == 0, err
-    assert "EksAvailabilityZoneId not given" in err and "AvailabilityZoneId not given" not in err.replace("Eks", "", 1)
+    notes = [line for line in err.splitlines() if "not given" in line]
+    assert len(notes) == 1 and notes[0].startswith("EksAvailabilityZoneId not given"), err
     cfn = boto3.client("cloudformation", region_name=REGION)
     params = {p["ParameterKey"]: p["ParameterValue"] for p in cfn.describe_stacks(StackName="hpq-t-eks")["Stacks"][0]["Parameters"]}
     assert params["AvailabilityZoneId"] == "use1-az4" and params["EksAvailabilityZoneId"] not in ("", "use1-az4")
     assert "aws eks update-kubeconfig" in out
 
 
-def test_publish_uploads_all_variants(aws_env, bucket, capsys):
+@pytest.mark.usefixtures("aws_env")
+def test_publish_uploads_all_variants(bucket, capsys):
     code, out, err = run_cli(["publish", bucket, "--output", "json"], capsys)
     assert code == 0, err
     data = json.loads(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -259,3 +260,25 @@ def test_provisioning_parameters_come_from_resource_properties(rendered):  # noq
     assert slurm["ProvisioningParametersKey"] == f"{names.LIFECYCLE_PREFIX}/{names.PROVISIONING_PARAMETERS}"
     eks = rendered[("eks-gpu", "small")]["S3.json"]["Resources"]["LifecycleContents"]["Properties"]
     assert "controller_group" not in eks["ProvisioningParameters"]
+    assert pp["orchestrator"] == "slurm" and eks["ProvisioningParameters"]["orchestrator"] == "eks"
+
+
+def test_every_root_parameter_is_documented():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text(encoding="utf-8")
+    for variant in names.VARIANTS:
+        for p in synth.root_parameters(variant):
+            assert f"`{p['Name']}`" in doc, f"docs/templates.md does not describe root parameter {p['Name']}"
+
+
+@pytest.mark.parametrize(("file", "logical", "handler"), [
+    ("Helm.json", "HelmChart", "cfn/handlers/helm.py"),
+    ("S3.json", "LifecycleContents", "cfn/handlers/bucket_cleanup.py"),
+])
+def test_custom_resource_properties_match_what_the_handler_reads(rendered, file, logical, handler):  # noqa: F811
+    """Template and handler agree on property names (read from the handler source at test time)."""
+    source = handler_sources()[handler]
+    read = set(re.findall(r"""props(?:\.get\(|\[)["'](\w+)["']""", source))
+    props = set(rendered[("eks-gpu", "small")][file]["Resources"][logical]["Properties"])
+    props -= {"ServiceToken", "ServiceTimeout"}
+    assert read, f"found no property reads in {handler}"
+    assert props == read, f"template sets {sorted(props - read)} unread; handler reads {sorted(read - props)} unset"

@@ -15,6 +15,7 @@ import http.server
 import io
 import json
 import os
+import tarfile
 import threading
 import time
 import urllib.parse
@@ -68,20 +69,28 @@ def chart_server():
                     "  - name: mpi-operator\n    version: 0.1.0\n    repository: file://charts/mpi-operator\n")
         zf.writestr("sagemaker-hyperpod-cli-v1.2.3/README.md", "readme")
     payload = buf.getvalue()
+    tbuf = io.BytesIO()  # the same as GitHub's .tar.gz archive of a branch
+    with tarfile.open(fileobj=tbuf, mode="w:gz") as tf:
+        chart = b"apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\n"
+        info = tarfile.TarInfo("sagemaker-hyperpod-cli-main/helm_chart/HyperPodHelmChart/Chart.yaml")
+        info.size = len(chart)
+        tf.addfile(info, io.BytesIO(chart))
+    tgz = tbuf.getvalue()
     seen: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             seen.append(self.path)
-            if not self.path.endswith("v1.2.3.zip"):
+            body = {"v1.2.3.zip": payload, "main.tar.gz": tgz}.get(self.path.rsplit("/", 1)[-1])
+            if body is None:
                 self.send_response(404)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(payload)
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -143,6 +152,19 @@ def test_create_installs_with_namespace_version_wait_and_kubeconfig(cluster, fak
     assert q["Action"] == ["GetCallerIdentity"]
     assert "x-k8s-aws-id" in q["X-Amz-SignedHeaders"][0].split(";")
     assert calls[1]["HELM_CACHE_HOME"].startswith(calls[1]["HOME"])  # writable homes, not ~ of the runtime
+
+
+def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    """The templates' default source: a GitHub .tar.gz archive with {version} = a ref, no dependencies."""
+    base, seen = chart_server
+    helm.handler(event("Create", cfn_responses.url, props(
+        base, ChartSource=base + "/aws/sagemaker-hyperpod-cli/archive/{version}.tar.gz", ChartVersion="main",
+        Values="")), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+    [call] = fake_helm.calls()
+    assert call["args"][3].endswith("sagemaker-hyperpod-cli-main/helm_chart/HyperPodHelmChart")
+    assert "--values" not in call["args"]
 
 
 def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  # noqa: F811
@@ -252,6 +274,7 @@ def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypa
     assert resp["Status"] == "FAILED" and "helm not found" in resp["Reason"]
 
 
+@pytest.mark.slow
 def test_near_timeout_watchdog_answers_once(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
     """helm hangs; the watchdog must answer FAILED before the (simulated) Lambda timeout."""
     monkeypatch.setenv("HPQ_HELM_MARGIN_S", "2")

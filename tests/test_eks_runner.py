@@ -104,7 +104,6 @@ def test_unschedulable_pods_end_the_run_with_the_reason(fake_kube):  # noqa: F81
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(unschedulable="0/2 nodes are available: 2 Insufficient vpc.amazonaws.com/efa.")
     client = kube_client(fake_kube)
-    objects = eks_jobs.render_objects if False else None  # noqa: F841 - keep the import surface explicit
     from hpq.manifests.render import RenderRequest, render_objects
 
     plan = eks_jobs.plan_for("nccl-test", render_objects(RenderRequest("nccl-test", "ml.p5.48xlarge", 2)))
@@ -215,3 +214,41 @@ def test_cluster_access_from_eks_api(moto_aws):  # noqa: F811
     assert "x-k8s-aws-id" in urllib.parse.parse_qs(parsed.query)["X-Amz-SignedHeaders"][0]
     with pytest.raises(UsageError, match="no EKS or HyperPod cluster named 'nope'"):
         cluster_access(make_session("us-west-2"), "nope")
+
+
+def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch):  # noqa: F811
+    """EKS from moto over HTTP; SageMaker DescribeCluster through botocore's Stubber (moto does not
+    return the Orchestrator block), answering like HyperPod does for an EKS-orchestrated cluster."""
+    from botocore.stub import Stubber
+
+    from hpq.cli import aws_session
+
+    described = create_eks_cluster("hp-eks-cluster")
+    real_client = aws_session.client
+    stubs = []
+
+    answers = [  # one SageMaker client per lookup: the EKS-orchestrated cluster, then a Slurm one
+        ({"ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/abc", "ClusterName": "my-hp",
+          "ClusterStatus": "InService", "InstanceGroups": [],
+          "Orchestrator": {"Eks": {"ClusterArn": described["arn"]}}}, {"ClusterName": "my-hp"}),
+        ({"ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/def", "ClusterName": "slurm-one",
+          "ClusterStatus": "InService", "InstanceGroups": []}, {"ClusterName": "slurm-one"}),
+    ]
+
+    def client(session, service, region=None):
+        c = real_client(session, service, region)
+        if service == "sagemaker":
+            stub = Stubber(c)
+            stub.add_response("describe_cluster", *answers.pop(0))
+            stub.activate()
+            stubs.append(stub)
+        return c
+
+    monkeypatch.setattr(aws_session, "client", client)
+    session = aws_session.make_session("us-west-2")
+    access = cluster_access(session, "my-hp")
+    assert access.name == "hp-eks-cluster" and access.server == described["endpoint"]
+    with pytest.raises(UsageError, match="orchestrated by Slurm"):
+        cluster_access(session, "slurm-one")
+    for stub in stubs:
+        stub.assert_no_pending_responses()

@@ -109,3 +109,33 @@ def test_second_run_changes_nothing_and_cluster_stays_healthy(slurm_cluster):  #
     slurm_cluster.wait_idle(30)
     res = slurm_cluster.run(["srun", "-N2", "hostname"])
     assert res.returncode == 0, res.stderr
+
+
+def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monkeypatch, tmp_path):  # noqa: F811
+    """The no-shared-filesystem path: the controller's batch job installs the pair on every worker.
+
+    Uses the user ``nobody`` so the cluster's own (FSx-shared) root key stays as it is.
+    """
+    import time
+
+    from hpq.lifecycle import identity, ssh_keys
+    from hpq.tests.fixtures_slurm import make_context
+
+    ctx = make_context(tmp_path / "controller")
+    ctx.node = identity.NodeInfo("hpq-test", "i-c", "controller", "controller-machine", "controller", "127.0.0.1",
+                                 "ml.m5.xlarge", ["127.0.0.1"], ["controller"], worker_count=len(NODES))
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    monkeypatch.setenv("HPQ_NODE_ROOT_BASE", str(slurm_cluster.base))  # each node's home under its root
+    private, public = ssh_keys.generate("nobody@hpq-test")
+    assert "queued Slurm job" in ssh_keys.distribute_over_slurm(ctx, "nobody", private, public)
+    homes = [slurm_cluster.roots[n] / "nonexistent/.ssh" for n in NODES]
+    deadline = time.time() + 30
+    while time.time() < deadline and not all((h / "authorized_keys").exists() for h in homes):
+        time.sleep(0.3)
+    time.sleep(0.5)
+    for home in homes:
+        assert (home / "id_ed25519_hpq").read_bytes() == private
+        assert (home / "id_ed25519_hpq.pub").read_bytes() == public
+        assert (home / "authorized_keys").read_text().count(public.decode().strip()) == 1
+        assert oct((home / "id_ed25519_hpq").stat().st_mode & 0o777) == "0o600"
+    assert "already handed" in ssh_keys.distribute_over_slurm(ctx, "nobody", private, public)

@@ -1,0 +1,253 @@
+"""FSx discovery, wait and mount against moto server over HTTP.
+
+Real: moto_server (file systems, tags, NextToken pagination), boto3 and the aws CLI
+talking HTTP to it. Stand-in: a small proxy between them (``FsxProxy``) that can answer
+ThrottlingException first, force one file system per page (MaxResults=1, so pagination
+is exercised), and add the ``Lifecycle`` and ``LustreConfiguration.MountName`` fields
+moto 5.2 leaves out of DescribeFileSystems. The mount itself is a script that records
+the mount (no Lustre client here).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import shutil
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import boto3
+import pytest
+
+from hpq.lifecycle import fsx, identity, names
+from hpq.tests.fixtures_aws import moto_server, set_aws_env  # noqa: F401
+from hpq.tests.fixtures_slurm import make_context, write_node_files
+
+pytestmark = pytest.mark.slow
+REGION = "ap-southeast-4"
+FAST = {"base": 0.01, "cap": 0.05}
+
+
+class FsxProxy:
+    """Stand-in in front of moto: throttling, forced paging, and the fields moto omits."""
+
+    def __init__(self, upstream: str, throttle_first: int = 0, page_size: int | None = None,
+                 lifecycles: list[str] | None = None):
+        self.upstream = upstream.replace("http://", "")
+        self.throttle_first = throttle_first
+        self.page_size = page_size
+        self.lifecycles = list(lifecycles or [])
+        self.calls = 0
+        self.throttled = 0
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self):
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: bytes, ctype: str = "application/x-amz-json-1.1") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                target = self.headers.get("X-Amz-Target", "")
+                describe = target.endswith(".DescribeFileSystems")
+                with proxy.lock:
+                    proxy.calls += describe
+                    throttle = describe and proxy.throttled < proxy.throttle_first
+                    proxy.throttled += throttle
+                if throttle:
+                    return self._send(400, json.dumps({"__type": "ThrottlingException",
+                                                       "message": "Rate exceeded"}).encode())
+                if describe and proxy.page_size:
+                    req = json.loads(body or b"{}")
+                    req.setdefault("MaxResults", proxy.page_size)
+                    body = json.dumps(req).encode()
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                conn.request("POST", self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if describe and resp.status == 200:
+                    doc = json.loads(data)
+                    with proxy.lock:
+                        state = proxy.lifecycles.pop(0) if len(proxy.lifecycles) > 1 else (
+                            proxy.lifecycles[0] if proxy.lifecycles else "AVAILABLE")
+                    for fs in doc.get("FileSystems", []):
+                        fs.setdefault("Lifecycle", state)
+                        lc = fs.setdefault("LustreConfiguration", {})
+                        lc.setdefault("MountName", "mnt" + fs["FileSystemId"][3:])
+                    data = json.dumps(doc).encode()
+                self._send(resp.status, data, resp.getheader("Content-Type", "application/json"))
+
+        return Handler
+
+
+@pytest.fixture
+def aws(moto_server, monkeypatch, tmp_path):  # noqa: F811
+    set_aws_env(monkeypatch, moto_server, tmp_path, region=REGION)
+    proxies: list[FsxProxy] = []
+
+    def proxy(**kw) -> FsxProxy:
+        p = FsxProxy(moto_server, **kw)
+        proxies.append(p)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", p.url)
+        return p
+
+    yield proxy
+    for p in proxies:
+        p.close()
+
+
+def create_fs(tags: dict[str, str]) -> str:
+    client = boto3.client("fsx", region_name=REGION)
+    resp = client.create_file_system(
+        FileSystemType="LUSTRE", StorageCapacity=1200, StorageType="SSD", SubnetIds=["subnet-0123456789abcdef0"],
+        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 125},
+        Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
+    return resp["FileSystem"]["FileSystemId"]
+
+
+@pytest.mark.parametrize("use_boto3", [True, False], ids=["boto3", "aws-cli"])
+def test_exact_tag_match_similar_names_do_not_collide(aws, use_boto3):
+    if not use_boto3 and not shutil.which("aws"):
+        pytest.fail("aws CLI missing: it is the fallback path on nodes without boto3")
+    base = "train-" + uuid.uuid4().hex[:6]
+    a = create_fs({names.CLUSTER_TAG_KEY: base})
+    b = create_fs({names.CLUSTER_TAG_KEY: base + "-2"})
+    create_fs({"Name": base})  # right value, wrong key
+    create_fs({names.CLUSTER_TAG_KEY: base.upper()})
+    proxy = aws(page_size=1)  # one file system per page: the answer spans several pages
+    found = fsx.find_cluster_filesystem(base, REGION, use_boto3=use_boto3)
+    assert found and found["FileSystemId"] == a
+    assert fsx.find_cluster_filesystem(base + "-2", REGION, use_boto3=use_boto3)["FileSystemId"] == b
+    assert fsx.find_cluster_filesystem("train", REGION, use_boto3=use_boto3) is None
+    assert fsx.find_cluster_filesystem(base[:-1], REGION, use_boto3=use_boto3) is None
+    assert proxy.calls >= 3 * 4  # every lookup read several pages
+
+
+@pytest.mark.parametrize("use_boto3", [True, False], ids=["boto3", "aws-cli"])
+def test_throttling_is_retried_with_backoff(aws, use_boto3):
+    name = "thr-" + uuid.uuid4().hex[:6]
+    fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
+    proxy = aws(throttle_first=3)
+    sleeps: list[float] = []
+    found = fsx.find_cluster_filesystem(name, REGION, use_boto3=use_boto3,
+                                        backoff=dict(FAST, sleep=sleeps.append))
+    assert found["FileSystemId"] == fs_id
+    assert proxy.throttled == 3 and len(sleeps) == 3
+    assert sleeps[0] < sleeps[2]  # backs off
+
+
+def test_throttling_that_never_stops_fails_clearly(aws):
+    proxy = aws(throttle_first=1000)
+    with pytest.raises(fsx.FsxError, match="throttled after 4 attempts"):
+        fsx.find_cluster_filesystem("x", REGION, use_boto3=True, backoff=dict(FAST, attempts=4))
+    assert proxy.throttled == 4
+
+
+def fake_mount(tmp_path: Path, root: Path, record: bool = True) -> Path:
+    script = tmp_path / "fake-mount"
+    line = f'echo "$src $tgt lustre rw 0 0" >> {root}/proc/mounts' if record else "true"
+    script.write_text('#!/bin/sh\nfor a in "$@"; do src=$tgt; tgt=$a; done\n'
+                      f'echo "$@" >> {tmp_path}/mount-calls\nmkdir -p {root}/proc\n{line}\n')
+    script.chmod(0o755)
+    return script
+
+
+def node_ctx(tmp_path: Path, params: dict | None = None, record: bool = True):
+    root = tmp_path / "node"
+    params_path = write_node_files(root, params=params)
+    ctx = make_context(root, HPQ_PROVISIONING_PARAMETERS=str(params_path),
+                       HPQ_MOUNT_CMD=str(fake_mount(tmp_path, root, record)))
+    ctx.node = identity.NodeInfo(cluster_name=(params or {}).get("cluster_name", "c"), instance_id="i-1",
+                                 instance_name="n", group="g", role=identity.WORKER, ip="10.0.0.2",
+                                 instance_type="ml.g5.48xlarge", controller_ips=["10.0.0.1"])
+    ctx.params = identity.ProvisioningParameters.load(str(params_path))
+    return ctx, root
+
+
+def params_for(cluster: str, **extra) -> dict:
+    return dict({"version": "1.0.0", "cluster_name": cluster, "controller_group": "controller-machine",
+                 "login_group": None, "worker_groups": ["worker-group-1"]}, **extra)
+
+
+def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("HPQ_FSX_POLL_S", "0.01")
+    name = "wait-" + uuid.uuid4().hex[:6]
+    fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
+    proxy = aws(lifecycles=["CREATING", "CREATING", "AVAILABLE"])
+    ctx, root = node_ctx(tmp_path, params_for(name))
+    (root / "etc").mkdir()
+    (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\nold@tcp:/x /fsx lustre defaults 0 0\n")
+    result = fsx.run(ctx)
+    assert proxy.calls == 3  # found CREATING, polled until AVAILABLE
+    source = f"{fs_id}.fsx.{REGION}.amazonaws.com@tcp:/mnt{fs_id[3:]}"
+    assert source in result
+    calls = (tmp_path / "mount-calls").read_text().splitlines()
+    assert calls == [f"-t lustre -o relatime,flock {source} {root}/fsx"]
+    fstab = (root / "etc/fstab").read_text()
+    assert fstab.startswith("UUID=abc / ext4 defaults 0 1\n")  # other lines kept
+    fsx_lines = [ln for ln in fstab.splitlines() if ln.split()[1:2] == ["/fsx"] and not ln.startswith("#")]
+    assert fsx_lines == [f"{source} /fsx lustre {fsx.FSTAB_OPTIONS} 0 0"]  # old unmanaged line replaced
+    # Second run: already mounted, fstab untouched, no second mount.
+    before = (root / "etc/fstab").stat().st_mtime_ns
+    assert "already mounted" in fsx.run(ctx)
+    assert (root / "etc/fstab").stat().st_mtime_ns == before
+    assert len((tmp_path / "mount-calls").read_text().splitlines()) == 1
+
+
+def test_explicit_dns_and_mount_name_win_over_discovery(aws, tmp_path):
+    proxy = aws()
+    ctx, root = node_ctx(tmp_path, params_for("any", fsx_dns_name="fs-1.example", fsx_mountname="abc"))
+    assert "from provisioning parameters" in fsx.run(ctx)
+    assert proxy.calls == 0
+    assert "fs-1.example@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
+
+
+def test_no_filesystem_is_a_warning_and_the_step_continues(aws, tmp_path, caplog):
+    aws()
+    ctx, root = node_ctx(tmp_path, params_for("nothing-" + uuid.uuid4().hex[:6]))
+    with caplog.at_level(logging.WARNING):
+        assert "no FSx filesystem found" in fsx.run(ctx)
+    assert "no FSx for Lustre filesystem tagged" in caplog.text
+    assert not (root / "etc/fstab").exists() and not (tmp_path / "mount-calls").exists()
+
+
+def test_write_test_only_after_mount_is_live(tmp_path):
+    ctx, root = node_ctx(tmp_path, params_for("c", fsx_dns_name="fs-1.example", fsx_mountname="abc"),
+                         record=False)
+    with pytest.raises(fsx.FsxError, match="does not show"):
+        fsx.run(ctx)
+    assert list((root / "fsx").iterdir()) == []  # nothing written into the unmounted directory
+    assert not (root / "etc/fstab").exists()
+
+
+def test_fstab_block_replaced_not_appended(tmp_path):
+    ctx, root = node_ctx(tmp_path)
+    for src in ("a@tcp:/x", "b@tcp:/y", "b@tcp:/y"):
+        fsx.update_fstab(ctx, src)
+    text = (root / "etc/fstab").read_text()
+    assert text.count("BEGIN hpq managed: fsx") == 1 and text.count("/fsx lustre") == 1
+    assert "b@tcp:/y /fsx lustre" in text
