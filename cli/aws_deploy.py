@@ -248,13 +248,16 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     if existing is None:
         params = fill_defaults(client(session, "ec2"), release, variant, params, on_note)
     upload_release(s3, release, on_progress)
-    tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant, "hpq:version": release.version}
+    # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
+    tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}
     if existing is None:
         submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
     elif unchanged(existing, params):
         submit = aws_stacks.SubmitResult("no-changes", existing.stack_id)
     else:
-        submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags, on_changes)
+        declared = set(release.templates[variant].get(names.ROOT_TEMPLATE, {}).get("Parameters", {}) or {})
+        submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
+                                                  on_changes, declared)
     return Deployment(name, variant, release, submit, params)
 
 

@@ -197,9 +197,12 @@ def _change_set_changes(cfn: Any, stack: str, cs_id: str) -> tuple[str, str, lis
 
 def update_via_change_set(
     cfn: Any, info: StackInfo, template_url: str, params: dict[str, str], tags: dict[str, str],
-    on_changes: Any = None,
+    on_changes: Any = None, declared: set[str] | None = None,
 ) -> SubmitResult:
-    """Create a change set, show it (``on_changes``), execute it; 'no changes' is success, not an error."""
+    """Create a change set, show it (``on_changes``), execute it; 'no changes' is success, not an error.
+
+    Parameters not given keep their previous values (only those the new template still declares).
+    """
     if is_failed(info.status) and info.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
         raise OperationFailed(
             f"stack {info.name} is {info.status} (its creation failed) and cannot be updated: "
@@ -209,11 +212,12 @@ def update_via_change_set(
         raise OperationFailed(
             f"stack {info.name} is {info.status}; wait for it (`hpq status {info.name} --follow`) and deploy again"
         )
-    name = "hpq-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    name = "hpq-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{int(time.time() * 1000) % 1000:03d}"
     with aws_errors(f"cloudformation:CreateChangeSet {info.name}"):
         resp = cfn.create_change_set(
             StackName=info.name, ChangeSetName=name, ChangeSetType="UPDATE", TemplateURL=template_url,
-            Parameters=_params(params, set(info.parameters)), Capabilities=CAPABILITIES,
+            Parameters=_params(params, set(info.parameters) & (declared if declared is not None else set(info.parameters))),
+            Capabilities=CAPABILITIES,
             Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
             IncludeNestedStacks=True,
         )

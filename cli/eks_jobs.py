@@ -246,6 +246,14 @@ class Runner:
                 pod = _newest(self.client.list_pods(self.plan.namespace, self.plan.log_selector))
             if state is None:
                 state, message = self.wait_done()
+            if self.plan.follow and not pods_seen:
+                # The job ended before its result pod could be followed (fast failure): read what it left.
+                last = _newest(self.client.list_pods(self.plan.namespace, self.plan.log_selector))
+                if last is not None and (last.get("status") or {}).get("phase") != "Pending":
+                    pods_seen.append(_name(last))
+                    lines += self._safe_log(_name(last)).splitlines()
+                    for line in lines:
+                        self.echo(line)
             if not self.plan.follow:
                 for p in self.client.list_pods(self.plan.namespace, self.plan.log_selector):
                     pods_seen.append(_name(p))

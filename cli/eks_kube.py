@@ -166,11 +166,9 @@ class KubeClient:
                        "cluster, or the clock is off")
         elif exc.code == 403:
             message = f"forbidden: {message}; grant the identity an EKS access entry with a cluster admin policy"
-        elif exc.code == 404 and reason == "NotFound" and not status.get("details"):
-            plural = path.rstrip("/").split("/")[-1]
-            for key, hint in CRD_HINT.items():
-                if key in path and plural == key:
-                    message = hint
+        elif exc.code == 404 and path.rstrip("/").split("/")[-1] in CRD_HINT:
+            # A collection that 404s (often with a plain-text body) is a resource type the cluster lacks.
+            message = CRD_HINT[path.rstrip("/").split("/")[-1]]
         return KubeError(f"{method} {path}: {message}", exc.code, reason)
 
     def request(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None) -> Any:

@@ -24,15 +24,21 @@ class IdentityError(Exception):
     pass
 
 
+SLURM = "slurm"
+EKS = "eks"
+ORCHESTRATORS = (SLURM, EKS)
+
+
 @dataclass
 class ProvisioningParameters:
     cluster_name: str
-    controller_group: str
+    controller_group: Optional[str]
     worker_groups: List[str]
     login_group: Optional[str] = None
     fsx_dns_name: Optional[str] = None
     fsx_mountname: Optional[str] = None
     version: str = "1.0.0"
+    orchestrator: str = SLURM
 
     @classmethod
     def load(cls, path: str) -> "ProvisioningParameters":
@@ -41,7 +47,14 @@ class ProvisioningParameters:
                 raw = json.load(fh)
         except (OSError, ValueError) as exc:
             raise IdentityError("cannot read provisioning parameters %s: %s" % (path, exc)) from None
-        missing = [k for k in ("cluster_name", "controller_group", "worker_groups") if not raw.get(k)]
+        orchestrator = str(raw.get("orchestrator") or SLURM)
+        if orchestrator not in ORCHESTRATORS:
+            raise IdentityError("provisioning parameters %s: orchestrator %r is none of %s"
+                                % (path, orchestrator, ", ".join(ORCHESTRATORS)))
+        # EKS clusters have no Slurm controller: only worker groups.
+        required = ("cluster_name", "worker_groups") if orchestrator == EKS else (
+            "cluster_name", "controller_group", "worker_groups")
+        missing = [k for k in required if not raw.get(k)]
         if missing:
             raise IdentityError("provisioning parameters %s lack %s" % (path, ", ".join(missing)))
         workers = raw["worker_groups"]
@@ -49,12 +62,13 @@ class ProvisioningParameters:
             workers = [workers]
         return cls(
             cluster_name=str(raw["cluster_name"]),
-            controller_group=str(raw["controller_group"]),
+            controller_group=str(raw["controller_group"]) if raw.get("controller_group") else None,
             worker_groups=[str(w) for w in workers],
             login_group=raw.get("login_group") or None,
             fsx_dns_name=raw.get("fsx_dns_name") or None,
             fsx_mountname=raw.get("fsx_mountname") or None,
             version=str(raw.get("version", "1.0.0")),
+            orchestrator=orchestrator,
         )
 
 
@@ -89,7 +103,7 @@ def find_provisioning_parameters(settings) -> str:
 
 
 def role_of(group: str, params: ProvisioningParameters) -> str:
-    if group == params.controller_group:
+    if params.controller_group and group == params.controller_group:
         return CONTROLLER
     if params.login_group and group == params.login_group:
         return LOGIN
@@ -118,7 +132,7 @@ def identify(resource_config: Dict, instance_id: str, params: ProvisioningParame
     role = role_of(name, params)
     controllers = [i for g in groups if (g.get("Name") or g.get("InstanceGroupName")) == params.controller_group
                    for i in (g.get("Instances") or [])]
-    if not controllers:
+    if not controllers and params.orchestrator == SLURM:
         raise IdentityError("no instance of controller group %r in resource_config.json" % params.controller_group)
     workers = sum(len(g.get("Instances") or []) for g in groups
                   if (g.get("Name") or g.get("InstanceGroupName")) in params.worker_groups)

@@ -30,12 +30,14 @@ def run(ctx) -> str:
     managed = os.path.join(install_root, "hpq")
     wanted = {os.path.normpath(os.path.join(install_root, k)) for k in src}
     for dirpath, _dirs, filenames in os.walk(managed, topdown=False):
+        if "__pycache__" in dirpath.split(os.sep):
+            continue  # python's own caches from running the commands: not ours to sweep
         for fn in filenames:
             p = os.path.normpath(os.path.join(dirpath, fn))
             if p not in wanted:
                 os.unlink(p)
                 removed += 1
-        if dirpath != managed and not os.listdir(dirpath):
+        if dirpath != managed and not os.listdir(dirpath):  # a directory that left the bundle
             os.rmdir(dirpath)
     commands = sorted(k.rsplit("/", 1)[1] for k in src if k.startswith("hpq/scripts/bin/"))
     bin_dir = ctx.path(ctx.s.bin_dir)

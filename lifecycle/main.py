@@ -32,6 +32,8 @@ STEPS: List[Tuple[str, Callable, str]] = [
     ("ssh-keys", ssh_keys.run, "cluster SSH key for the default user"),
 ]
 STEP_NAMES = [s[0] for s in STEPS]
+# On EKS clusters Kubernetes schedules the work: no Slurm, no MUNGE, no node commands, no SSH keys.
+SLURM_ONLY_STEPS = ("install", "munge", "slurm", "ssh-keys")
 
 
 class StepFailed(Exception):
@@ -64,6 +66,10 @@ def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
         raise StepFailed("unknown step(s) %s; steps are %s" % (", ".join(unknown), ", ".join(STEP_NAMES)))
     for name, func, purpose in STEPS:
         if name not in wanted:
+            continue
+        params = getattr(ctx, "params", None)
+        if name in SLURM_ONLY_STEPS and params is not None and params.orchestrator == identity.EKS:
+            ctx.log.info("step %s: skipped (EKS cluster: Kubernetes does this part)", name)
             continue
         ctx.log.info("step %s: start (%s)", name, purpose)
         t0 = time.time()

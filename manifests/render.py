@@ -64,6 +64,15 @@ class RenderRequest:
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a name imported from a plain module (not a package)
+        return False
+
+
 def module_files(module: str) -> dict[str, str]:
     """Source of ``module`` and of every hpq module it imports (plus package __init__ files), by path.
 
@@ -88,11 +97,18 @@ def module_files(module: str) -> dict[str, str]:
                 continue
             source = Path(spec.origin).read_text()
             files[rel] = source
+            package = mod if spec.submodule_search_locations else mod.rpartition(".")[0]
             for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hpq":
+                if isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:  # relative: resolve against this module's package
+                        anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                        base = ".".join(anchor + ([base] if base else []))
+                    if base.split(".")[0] != "hpq":
+                        continue
                     for alias in node.names:
-                        sub = f"{node.module}.{alias.name}"
-                        todo.append(sub if importlib.util.find_spec(sub) is not None else node.module)
+                        sub = f"{base}.{alias.name}"
+                        todo.append(sub if _is_module(sub) else base)
                 elif isinstance(node, ast.Import):
                     todo += [a.name for a in node.names if a.name.split(".")[0] == "hpq"]
     return files

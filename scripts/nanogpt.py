@@ -180,6 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
     ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: all-reduce gradients compressed to bf16 (DDP comm hook, nccl only): half the bytes")
+    ap.add_argument("--static-graph", action="store_true", help="DDP static_graph=True")
     ap.add_argument("--no-ddp-graph-split", action="store_true",
                     help="with --compile: one graph, gradients all-reduced after backward (no overlap)")
     ap.add_argument("--peak-tflops", type=float, default=None,
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
         model = torch.compile(model, mode=args.compile_mode)
     if distributed:
         model = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=True,
-                    bucket_cap_mb=args.bucket_cap_mb)
+                    bucket_cap_mb=args.bucket_cap_mb, static_graph=args.static_graph)
         if args.grad_comm == "bf16" and backend == "nccl":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

@@ -9,9 +9,8 @@ averaged over ranks; ``algbw = bytes / time``, ``busbw = algbw * factor`` with n
 factors (all_reduce ``2(n-1)/n``, all_gather and reduce_scatter ``(n-1)/n``).
 
 torch.distributed has no out-of-place all-reduce. On GPUs the out-of-place column calls
-ncclAllReduce(send, recv) through torch's own NCCL binding (``torch.cuda.nccl``, a second
-communicator whose unique id travels over torch.distributed); where that binding is not
-usable, it is a reduce-scatter from the send buffer plus an all-gather into the receive
+ncclAllReduce(send, recv) on the libnccl torch loaded (ctypes; a second communicator whose
+unique id travels over torch.distributed); where that is not usable, it is a reduce-scatter from the send buffer plus an all-gather into the receive
 buffer (the two halves of a ring all-reduce, about 15% slower on 2x H200); on gloo, a copy
 into the receive buffer plus an in-place all-reduce. In-place is ``dist.all_reduce(buf)``,
 the call DDP makes: ncclAllReduce(buf, buf).
@@ -79,6 +78,19 @@ def fmt_time(us: float) -> str:
     return "%8.2f" % us
 
 
+def _load_libnccl(ctypes):
+    """The libnccl this process already has loaded (torch's), else the default one."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.split()[-1]
+                if "libnccl.so" in path and os.path.exists(path):
+                    return ctypes.CDLL(path)
+    except OSError:
+        pass
+    return ctypes.CDLL("libnccl.so.2")
+
+
 def parse_corrupt(spec: Optional[str]) -> Optional[Tuple[Optional[int], int]]:
     if not spec:
         return None
@@ -100,25 +112,62 @@ class Bench:
             self.comm = self._direct_comm()
 
     def _direct_comm(self):
-        """A second NCCL communicator through torch.cuda.nccl, for a true out-of-place all-reduce."""
+        """A second NCCL communicator on the libnccl torch loaded, for a true out-of-place all-reduce.
+
+        torch.distributed only offers in-place all-reduce and torch.cuda.nccl's unique_id() is
+        broken on Python 3.12 (torch 2.11), so the out-of-place column calls ncclAllReduce(send,
+        recv) through ctypes; the unique id travels over torch.distributed.
+        """
+        import ctypes
+
         t, dist = self.torch, self.dist
         try:
-            nccl = t.cuda.nccl
-            uid = [nccl.unique_id() if self.info.rank == 0 else None]
-            dist.broadcast_object_list(uid, src=0)
-            comm = nccl.init_rank(self.n, uid[0], self.info.rank)
-            probe = t.ones(4, device=self.device)
-            out = t.zeros(4, device=self.device)
-            nccl.all_reduce([probe], [out], comms=[comm])
+            lib = _load_libnccl(ctypes)
+
+            class UniqueId(ctypes.Structure):
+                _fields_ = [("internal", ctypes.c_char * 128)]
+
+            lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(UniqueId)]
+            lib.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
+            lib.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                          ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+            uid = UniqueId()
+            if self.info.rank == 0 and lib.ncclGetUniqueId(ctypes.byref(uid)) != 0:
+                raise RuntimeError("ncclGetUniqueId failed")
+            box = [ctypes.string_at(ctypes.addressof(uid), 128) if self.info.rank == 0 else None]
+            dist.broadcast_object_list(box, src=0)
+            ctypes.memmove(ctypes.addressof(uid), box[0], 128)
+            comm = ctypes.c_void_p()
+            if lib.ncclCommInitRank(ctypes.byref(comm), self.n, uid, self.info.rank) != 0:
+                raise RuntimeError("ncclCommInitRank failed")
+            self.nccl_dtype = {t.float32: 7, t.float16: 6, t.bfloat16: 9, t.float64: 8, t.int32: 2}[self.dtype]
+            self.lib = lib
+            probe = t.full((4,), 1, dtype=self.dtype, device=self.device)
+            out = t.zeros(4, dtype=self.dtype, device=self.device)
+            self._nccl_allreduce(probe, out, comm)
             self.sync()
             if not bool((out == self.n).all()):
                 raise RuntimeError("probe all-reduce gave %s" % out.tolist())
-            self.oop_note = "out-of-place: ncclAllReduce(send, recv) through torch.cuda.nccl"
+            self.oop_note = "out-of-place: ncclAllReduce(send, recv) on torch's libnccl (ctypes)"
             return comm
         except Exception as exc:  # noqa: BLE001 - any failure: fall back to torch.distributed only
-            self.oop_note = ("out-of-place: reduce-scatter + all-gather (torch.cuda.nccl unusable: %s)"
-                             % str(exc).splitlines()[0][:120])
+            self.oop_note = ("out-of-place: reduce-scatter + all-gather (direct NCCL call unusable: %s)"
+                             % (str(exc).splitlines() or ["?"])[0][:120])
             return None
+
+    def _nccl_allreduce(self, send, recv, comm) -> None:
+        stream = self.torch.cuda.current_stream(self.device).cuda_stream
+        rc = self.lib.ncclAllReduce(send.data_ptr(), recv.data_ptr(), send.numel(), self.nccl_dtype, 0, comm,
+                                    stream)
+        if rc != 0:
+            raise RuntimeError("ncclAllReduce returned %d" % rc)
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.sync()
+            self.lib.ncclCommDestroy(self.comm)
+            self.comm = None
 
     # --- data: small integers so every reduction is exact -----------------------------------
     def _pattern(self, offset: int, count: int, rank: int):
@@ -165,10 +214,10 @@ class Bench:
                 return run, prep, recv, (lambda off, cnt: self._expected_sum(off, cnt))
             send = t.empty(count, dtype=self.dtype, device=self.device)
             if self.comm is not None:
-                nccl, comm = t.cuda.nccl, self.comm
+                comm = self.comm
 
                 def run():
-                    nccl.all_reduce([send], [recv], comms=[comm])
+                    self._nccl_allreduce(send, recv, comm)
             elif self.backend == "nccl" and count % n == 0 and count >= n:
                 part = t.empty(count // n, dtype=self.dtype, device=self.device)
 
@@ -371,6 +420,7 @@ def main(argv=None) -> int:
         print("# Avg bus bandwidth    : %g " % (sum(busbws) / len(busbws) if busbws else 0.0))
         print("#", flush=True)
     dist.barrier()
+    bench.close()
     dist.destroy_process_group()
     return 1 if wrong_total else 0
 

@@ -50,6 +50,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="bf16: all-reduce gradients in bf16 (half the bytes)")
     ap.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
     ap.add_argument("--no-ddp-graph-split", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--static-graph", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--instance-type", default=None)
     ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
     ap.add_argument("--python", default=None, help="python with torch (default: found on the node)")
@@ -116,6 +117,8 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
         targs += ["--grad-comm", args.grad_comm]
     if args.no_ddp_graph_split:
         targs.append("--no-ddp-graph-split")
+    if args.static_graph:
+        targs.append("--static-graph")
     print("# run-nanogpt: %d node(s) x %d process(es), instance type %s, transport %s, backend %s" % (
         nodes, gpus, wenv.get("instance_type") or "unknown", wenv.get("transport") or "unknown",
         env_vars.get("HPQ_TORCH_BACKEND") or "auto (nccl on GPUs, else gloo)"))

@@ -191,6 +191,12 @@ def moto_compatible(variant: str, templates: dict) -> dict:
     return out
 
 
+@pytest.fixture
+def aws_env_paging(moto_server_paging: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> str:
+    set_aws_env(monkeypatch, moto_server_paging, tmp_path)
+    return moto_server_paging
+
+
 def _patched_main() -> None:
     from moto.sagemaker import models
 

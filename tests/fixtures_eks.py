@@ -144,23 +144,25 @@ def eks_moto_server():
 
 @pytest.fixture
 def moto_aws(eks_moto_server, monkeypatch):
-    """boto3 reaches moto over HTTP through AWS_ENDPOINT_URL, with dummy credentials."""
-    import urllib.request
+    """boto3 reaches moto over HTTP through AWS_ENDPOINT_URL, with dummy credentials.
 
+    No reset between tests (a reset would reach every in-process moto user): tests create what
+    they need idempotently and use names no other test deletes."""
     for var, val in (("AWS_ENDPOINT_URL", eks_moto_server), ("AWS_ACCESS_KEY_ID", "testing"),
                      ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-west-2"),
                      ("AWS_DEFAULT_REGION", "us-west-2")):
         monkeypatch.setenv(var, val)
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    yield eks_moto_server
-    urllib.request.urlopen(urllib.request.Request(eks_moto_server + "/moto-api/reset", method="POST"), timeout=10)
+    return eks_moto_server
 
 
 def create_eks_cluster(name: str) -> dict[str, Any]:
     import boto3
 
     eks = boto3.client("eks", region_name="us-west-2")
+    if name in eks.list_clusters()["clusters"]:
+        return eks.describe_cluster(name=name)["cluster"]
     eks.create_cluster(name=name, roleArn="arn:aws:iam::123456789012:role/eks",
                        resourcesVpcConfig={"subnetIds": ["subnet-1", "subnet-2"]})
     return eks.describe_cluster(name=name)["cluster"]
@@ -204,7 +206,8 @@ class FakeKube:
 
     Scenario keys: ``logs`` (role -> lines), ``final`` (Succeeded/Failed), ``pending_ticks`` (job
     GETs before pods run), ``waiting`` ((reason, message) a pod stays in), ``unschedulable`` (message),
-    ``installed`` (plurals the cluster serves; others 404 like a missing CRD).
+    ``installed`` (plurals the cluster serves; others 404 like a missing CRD), ``end_at_tick`` (the
+    job ends at that job GET, before its log could be followed).
     """
 
     def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
@@ -268,6 +271,11 @@ class FakeKube:
                                                                                     "message": msg}}}]
                 elif self.ticks >= self.scenario.get("pending_ticks", 1) and st["phase"] == "Pending":
                     st["phase"] = "Running"
+            end_at = self.scenario.get("end_at_tick")
+            if end_at is not None and self.ticks >= end_at:  # the job ends before anyone follows a log
+                for obj in self.objects.values():
+                    if obj["kind"] != "ConfigMap":
+                        self.finish(obj)
             if (self.ticks >= self.scenario.get("pending_ticks", 1) + 2 and not self.scenario.get("waiting")
                     and not self.scenario.get("unschedulable")):
                 for (plural, _ns, _name), obj in self.objects.items():
@@ -343,7 +351,13 @@ def fake_kube(tmp_path):
             plural = rest[0] if rest else ""
             installed = kube.scenario.get("installed")
             if plural != "pods" and installed is not None and plural not in installed:
-                return self._status(404, "NotFound", "the server could not find the requested resource")
+                raw = b"404 page not found\n"  # what the API server answers for a resource type it lacks
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+                return None
             if plural == "pods":
                 return self._pods(method, ns, rest[1:], query)
             key_name = rest[1] if len(rest) > 1 else None

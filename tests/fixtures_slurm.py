@@ -20,12 +20,13 @@ How several "nodes" share one host:
   other), so each node's lifecycle and daemons run in their own mount namespace
   (``unshare -m``) where ``/run/munge`` and ``/run/slurm`` are bind mounts of the
   node's ``<root>/run/...``. Nothing of the host's /run is touched (the fixture only
-  creates the two empty mount-point directories if they are missing).
+  creates the two empty mount-point directories if they are missing, and leaves them).
 
 Contract (used by other test modules, e.g. the cluster validation commands):
   cluster.env         dict for subprocess env= of srun/sinfo/sbatch/scontrol (SLURM_CONF
                       points at a client config with this cluster's munge socket)
-  cluster.nodes       ["node-1", "node-2"], the compute node names
+  cluster.nodes       ["node-1", "node-2"], the compute node names (NODE_CPUS CPUs each, 2 on this host;
+                      partition "dev", default, OverSubscribe=YES)
   cluster.run(args, timeout=60) -> subprocess.CompletedProcess (text, stdout/stderr captured)
   cluster.shared_dir  pathlib.Path readable/writable by jobs on both nodes (stands in for /fsx)
   cluster.roots       {"controller"|node: pathlib.Path}, each node's HPQ_ROOT
@@ -58,6 +59,8 @@ WORKER_GROUP = "worker-group-1"
 NODES = ["node-1", "node-2"]
 NODE_TYPE = "ml.g5.16xlarge"
 CONTROLLER_TYPE = "ml.m5.xlarge"
+# CPUs per node (up to 4, never more than the host has: slurmd drains a node with fewer than configured).
+NODE_CPUS = max(1, min(os.cpu_count() or 1, 4))
 HOST_MOUNT_POINTS = ("/run/munge", "/run/slurm")
 NODE_PYTHON = "/usr/bin/python3"  # the system interpreter, as on a node: no boto3, no hpq installed
 
@@ -122,7 +125,7 @@ def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict
         "KillWait=5",
     ]
     for node, port in node_ports.items():
-        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=500 State=UNKNOWN")
+        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs={NODE_CPUS} RealMemory=500 State=UNKNOWN")
     lines.append("PartitionName=dev Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES")
     return "\n".join(lines) + "\n"
 
@@ -273,9 +276,10 @@ def slurm_cluster(tmp_path_factory):
     """A running configless Slurm cluster (controller + node-1 + node-2) set up by the lifecycle. See module doc."""
     _check_host()
     base = tmp_path_factory.mktemp("slurm")
-    created_mount_points = [p for p in HOST_MOUNT_POINTS if not os.path.isdir(p)]
-    for p in created_mount_points:
-        os.makedirs(p, mode=0o755)
+    # Mount points for the per-node bind mounts. Left in place at teardown: removing a directory that is
+    # a mount point in another namespace would detach a concurrent session's mounts.
+    for p in HOST_MOUNT_POINTS:
+        os.makedirs(p, mode=0o755, exist_ok=True)
     shared = base / "shared"
     shared.mkdir()
     shared.chmod(0o755)
@@ -347,11 +351,6 @@ def slurm_cluster(tmp_path_factory):
             pass
         _stop(cluster.daemon_pids())
         imds.stop()
-        for p in created_mount_points:
-            try:
-                os.rmdir(p)
-            except OSError:
-                pass
 
 
 # ---------------------------------------------------------------------------- unit-test helpers

@@ -123,6 +123,7 @@ def test_bad_input_exits_2_with_one_line(args, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_missing_credentials_exit_2_one_line(request, tmp_path):
     """Against a reachable endpoint with no credentials anywhere: one line, exit 2, says how to fix."""
     url = request.getfixturevalue("moto_server")
@@ -139,6 +140,7 @@ def test_missing_credentials_exit_2_one_line(request, tmp_path):
 # --- against moto --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_bucket_must_exist_and_be_in_region(capsys):
     code, _, err = run_cli(["deploy", "slurm-gpu", "no-such-bucket-hpq"], capsys)
@@ -149,12 +151,14 @@ def test_bucket_must_exist_and_be_in_region(capsys):
     assert code == 2 and "is in eu-west-1" in err and "--region eu-west-1" in err
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_unknown_param_exit_2(bucket, capsys):
     code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--param", "Nope=1"], capsys)
     assert code == 2 and "Nope" in err
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
@@ -221,6 +225,7 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_eks_variant_deploys(bucket, moto_templates, capsys):
     code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
@@ -234,6 +239,7 @@ def test_eks_variant_deploys(bucket, moto_templates, capsys):
     assert "aws eks update-kubeconfig" in out
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_publish_uploads_all_variants(bucket, capsys):
     code, out, err = run_cli(["publish", bucket, "--output", "json"], capsys)

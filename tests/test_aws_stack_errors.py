@@ -269,6 +269,7 @@ def test_delete_failed_reason_gets_a_hint():
     assert "wait" in aws_events.hint_for("resource sg-1 has a dependent object (DependencyViolation)")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_stack_tree_walks_nested():
     root_id, ids = make_nested_stacks("hpq-t-tree", "hpq-t-tree-bucket")
@@ -278,3 +279,24 @@ def test_stack_tree_walks_nested():
                                       "hpq-t-tree/StorageStack"] or \
         sorted(n.path for n in tree[1:]) == ["hpq-t-tree/ComputeStack", "hpq-t-tree/NetworkStack",
                                              "hpq-t-tree/StorageStack"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_ctrl_c_stops_following_not_the_stack(monkeypatch, capsys):
+    """Ctrl-C while following: exit 130 with how to resume; the stack is untouched."""
+    from hpq.cli import aws_follow
+
+    root_id, ids = make_nested_stacks("hpq-t-int", "hpq-t-int-bucket")
+    cfn = aws_session.client(aws_session.make_session(REGION), "cloudformation")
+    inject(cfn, {}, {root_id: "CREATE_IN_PROGRESS"})
+
+    def interrupt(_seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(aws_follow.time, "sleep", interrupt)
+    with pytest.raises(aws_follow.Interrupted) as exc:
+        aws_report.follow_and_explain(cfn, root_id, "hpq-t-int", "create", poll_seconds=5)
+    assert exc.value.exit_code == 130 and "hpq status hpq-t-int --follow" in str(exc.value)
+    assert boto3.client("cloudformation", region_name=REGION).describe_stacks(
+        StackName="hpq-t-int")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"

@@ -250,6 +250,15 @@ def test_default_nanogpt_ships_the_hpq_program_and_its_imports():
     assert env["HPQ_TORCH_BACKEND"] == "gloo" and env["PYTHONPATH"] == "/opt/hpq"
 
 
+def test_module_closure_follows_absolute_and_relative_imports():
+    from hpq.manifests.render import module_files
+
+    assert set(module_files("hpq.lifecycle.transport")) == {
+        "hpq/__init__.py", "hpq/lifecycle/__init__.py", "hpq/lifecycle/transport.py", "hpq/lifecycle/catalog.py"}
+    files = module_files("hpq.scripts.nccl_report")  # "from hpq.errors import UsageError": a module, not a package
+    assert "hpq/errors.py" in files and "hpq/scripts/nccl_report.py" in files
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"test": "nccl-test", "instance_type": "ml.m5.xlarge"}, "no GPU or Trainium"),
     ({"test": "nccl-test", "instance_type": "ml.p9.48xlarge"}, "unknown instance type"),

@@ -76,6 +76,15 @@ def test_job_failure_without_results_is_operation_failed(fake_kube):  # noqa: F8
     assert fake_kube.objects == {}
 
 
+def test_fast_failure_still_shows_the_launcher_log(fake_kube):  # noqa: F811
+    fake_kube.add_nodes("ml.p5.48xlarge", 2)
+    fake_kube.scenario.update(final="Failed", end_at_tick=1, pending_ticks=5, logs={"launcher": [
+        "--------------------------------------------------------------------------",
+        "mpirun was unable to launch the specified application: No such file or directory"]})
+    with pytest.raises(OperationFailed, match="unable to launch"):
+        run(fake_kube, "nccl-test")
+
+
 def test_leftover_job_is_replaced(fake_kube):  # noqa: F811
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.objects[("mpijobs", "default", "hpq-nccl-test")] = {
@@ -252,3 +261,20 @@ def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch
         cluster_access(session, "slurm-one")
     for stub in stubs:
         stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("busbw, code", [(3.0, 0), (1.49, 1)])
+def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, code):  # noqa: F811
+    """`hpq eks nccl-test CLUSTER 2` end to end through the click app; only connect() is redirected
+    to the local API server (its EKS/STS half is tested above against moto)."""
+    from hpq.cli.main import main
+
+    fake_kube.add_nodes("ml.g5.16xlarge", 2)
+    fake_kube.scenario.update(logs={"launcher": nccl_tests_output(busbw)})
+    monkeypatch.setattr(eks_cli, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    with pytest.raises(SystemExit) as exc:
+        main(["eks", "nccl-test", "test-eks", "2", "--region", "us-west-2"])
+    out = capsys.readouterr().out
+    assert exc.value.code == code, out
+    assert ("PASS" if code == 0 else "FAIL") in out and "cleaning up" in out
+    assert fake_kube.objects == {}

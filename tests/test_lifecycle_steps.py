@@ -250,7 +250,35 @@ def test_install_copies_bundle_and_wraps_commands(tmp_path):
     assert os.access(root / "usr/local/bin" / cmds[0], os.X_OK)
     stale = root / "opt/hpq/hpq/lifecycle/gone.py"
     stale.write_text("")
-    assert "1 removed" in install.run(ctx) and not stale.exists()
+    cache = root / "opt/hpq/hpq/scripts/__pycache__/x.cpython-38.pyc"
+    cache.parent.mkdir()
+    cache.write_bytes(b"")
+    assert "1 removed" in install.run(ctx) and not stale.exists() and cache.exists()
+
+
+def test_systemd_manager_reloads_after_dropin_and_restarts_on_change(tmp_path, monkeypatch):
+    """systemctl is a stand-in script (no systemd here) that records its arguments and says "inactive"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    state = tmp_path / "active"
+    (bin_dir / "systemctl").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'case "$1" in is-active) test -e {state};; start|restart) touch {state};; esac\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    root = tmp_path / "n"
+    write_unit(root, "slurmd.service", DEBIAN_SLURMD)
+    mgr = services.SystemdManager(make_context(root, HPQ_SERVICE_MANAGER="systemd"))
+    assert mgr.write_dropin("slurmd.service", "hpq-x", "[Service]\nExecStart=\nExecStart=/bin/true\n")
+    assert mgr.ensure_running("slurmd.service") == "started"
+    assert not mgr.write_dropin("slurmd.service", "hpq-x", "[Service]\nExecStart=\nExecStart=/bin/true\n")
+    assert mgr.ensure_running("slurmd.service") == "already running"
+    assert mgr.ensure_running("slurmd.service", restart=True) == "restarted"
+    assert calls.read_text().splitlines() == [
+        "daemon-reload", "enable slurmd.service", "is-active --quiet slurmd.service", "start slurmd.service",
+        "enable slurmd.service", "is-active --quiet slurmd.service",
+        "enable slurmd.service", "is-active --quiet slurmd.service", "restart slurmd.service"]
 
 
 # ---------------------------------------------------------------------------- MUNGE key logic

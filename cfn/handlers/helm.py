@@ -56,6 +56,10 @@ class HandlerError(Exception):
     """An expected failure: its message becomes the Reason CloudFormation shows."""
 
 
+class ClusterGone(HandlerError):
+    """The EKS cluster does not exist: fatal for Create/Update, 'nothing to do' for Delete."""
+
+
 def log(msg):
     print("[hpq-helm] " + msg, flush=True)
 
@@ -192,17 +196,13 @@ def describe_cluster(cluster, region):
     return endpoint, ca
 
 
-class ClusterGone(HandlerError):
-    pass
-
-
 def eks_token(cluster, region, session=None):
     """Bearer token EKS accepts: a presigned sts:GetCallerIdentity URL naming the cluster (k8s-aws-v1.)."""
     boto3 = _boto3()
     session = session or boto3.session.Session()
-    sts = session.client("sts", region_name=region,
-                         endpoint_url=os.environ.get("HPQ_STS_PRESIGN_ENDPOINT") or
-                         f"https://sts.{region}.amazonaws.com")
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    # Regional STS host: the one EKS's authenticator expects for a regional token.
+    sts = session.client("sts", region_name=region, endpoint_url=f"https://sts.{region}.{suffix}")
 
     def add_cluster_header(request, **_kwargs):
         request.headers["x-k8s-aws-id"] = cluster

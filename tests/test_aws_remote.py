@@ -1,0 +1,121 @@
+"""hpq remote / remote-nccl-test against a real OpenSSH sshd on 127.0.0.1 with paramiko.
+
+The SSM ProxyCommand is replaced by a local byte relay (fixtures_sshd): a stand-in for
+``aws ssm start-session --document-name AWS-StartSSHSession``, which needs AWS. Everything on
+the SSH side (handshake, key auth, host-key pinning, exec, stdout/stderr, exit status) is real.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import textwrap
+import time
+
+import pytest
+
+from hpq.cli import aws_ssh
+from hpq.cli.main import main
+from hpq.tests.fixtures_sshd import Sshd, sshd_fixture  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def target(s: Sshd, known_hosts: str | None = None, key: str | None = None) -> aws_ssh.SshTarget:
+    return aws_ssh.SshTarget(s.host, s.proxy_command(), s.user, s.port, key or s.key, known_hosts or s.known_hosts,
+                             connect_timeout=20)
+
+
+def cli_args(s: Sshd) -> list[str]:
+    return ["--proxy-command", s.relay, "--host", s.host, "--port", str(s.port), "--key", s.key,
+            "--known-hosts", s.known_hosts, "--user", s.user]
+
+
+def test_exit_code_and_streams(sshd):
+    out, err = io.BytesIO(), io.BytesIO()
+    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["echo to-out; echo to-err >&2; exit 7"]), out, err)
+    assert code == 7
+    assert out.getvalue() == b"to-out\n" and err.getvalue() == b"to-err\n"
+    assert os.path.getsize(sshd.known_hosts) > 0  # host key pinned on first use
+
+
+def test_output_streams_before_command_ends(sshd):
+    first_seen: list[float] = []
+
+    def seen(chunk: bytes) -> None:
+        if b"first" in chunk and not first_seen:
+            first_seen.append(time.monotonic())
+
+    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["echo first; sleep 1.5; echo second"]),
+                       io.BytesIO(), io.BytesIO(), on_stdout=seen)
+    done = time.monotonic()
+    assert code == 0 and first_seen
+    assert done - first_seen[0] >= 1.0  # 'first' arrived while the command was still sleeping
+
+
+def test_cli_remote_propagates_exit_code(sshd, capfd):
+    with pytest.raises(SystemExit) as exc:
+        main(["remote", "any-cluster", *cli_args(sshd), "--", "bash", "-c", "echo quoted ok; exit 4"])
+    assert exc.value.code == 4
+    assert "quoted ok" in capfd.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["remote", "any-cluster", *cli_args(sshd), "--", "true"])
+    assert exc.value.code == 0
+
+
+def test_wrong_key_is_one_line_exit_1(sshd, tmp_path, capsys):
+    other = tmp_path / "other_key"
+    os.system(f"ssh-keygen -q -t ed25519 -N '' -f {other} >/dev/null")
+    args = cli_args(sshd)
+    args[args.index("--key") + 1] = str(other)
+    with pytest.raises(SystemExit) as exc:
+        main(["remote", "c", *args, "--", "true"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "authentication" in err[0]
+
+
+def _runner(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+NCCL_OK = """\
+cat <<'EOF'
+#  Rank  0 Group  0 Pid 1 on node-1 device  0 [0x00] NVIDIA A10G
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+   134217728      33554432     float     sum      -1  44510.9    3.02    3.02      0  44420.1    3.02    3.02      0
+  4294967296    1073741824     float     sum      -1  1427063    3.01    3.01      0  1427001    3.01    3.01      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 3.01
+EOF
+"""
+
+
+def test_remote_nccl_test_verdict(sshd, tmp_path, capfd):
+    ok = _runner(tmp_path, "nccl-ok", NCCL_OK + "echo \"args: $*\" >&2\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", "2", "1", *cli_args(sshd), "--runner", ok, "--instance-type", "ml.g5.16xlarge"])
+    out, err = capfd.readouterr()
+    assert exc.value.code == 0, out + err
+    assert "4294967296" in out and "PASS" in out and "args: 2 1" in err
+    slow = _runner(tmp_path, "nccl-slow", NCCL_OK.replace("3.02", "0.52").replace("3.01", "0.51"))
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", *cli_args(sshd), "--runner", slow, "--instance-type", "ml.g5.16xlarge",
+              "--output", "json"])
+    out, err = capfd.readouterr()
+    assert exc.value.code == 1
+    assert '"ok": false' in out and "FAIL" in out
+
+
+def test_remote_nccl_test_crash_keeps_exit_code(sshd, tmp_path, capfd):
+    bad = _runner(tmp_path, "nccl-bad", "echo 'srun: error: nodes unavailable' >&2\nexit 5\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", *cli_args(sshd), "--runner", bad])
+    assert exc.value.code == 5
+    assert "no nccl-tests results" in capfd.readouterr().out
