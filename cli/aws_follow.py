@@ -63,7 +63,7 @@ class Follower:
         self.operation = operation if operation in DONE else "create"
         self.poll_seconds = poll_seconds
         self.started = started or time.time()
-        self.since = dt.datetime.fromtimestamp(self.started - 5, tz=dt.timezone.utc)
+        self.since: dt.datetime | None = None  # set from the root's own events on the first poll
         self.expected_total = expected_total
         self._seen: set[str] = set()
         self._totals: dict[str, int | None] = {}
@@ -74,7 +74,20 @@ class Follower:
         known = self._totals[stack_id]
         return max(known or 0, listed)
 
+    def _operation_start(self) -> dt.datetime:
+        """When the operation began by AWS's clock (a laptop clock may be off); else our start minus a minute."""
+        from hpq.cli.aws_events import operation_start
+
+        try:
+            page = self.cfn.describe_stack_events(StackName=self.stack).get("StackEvents", [])
+            start = operation_start(sorted(page, key=lambda e: e["Timestamp"]))
+        except Exception:  # noqa: BLE001 - best effort
+            start = None
+        return start or dt.datetime.fromtimestamp(self.started - 60, tz=dt.timezone.utc)
+
     def poll(self) -> Snapshot:
+        if self.since is None:
+            self.since = self._operation_start()
         info = describe(self.cfn, self.stack)
         tree = stack_tree(self.cfn, info.stack_id, label=self.name)
         done_states = DONE[self.operation]
@@ -109,7 +122,7 @@ class Follower:
             return []
         out = []
         for e in page:
-            if e["EventId"] in self._seen or e["Timestamp"] < self.since:
+            if e["EventId"] in self._seen or (self.since and e["Timestamp"] < self.since):
                 continue
             self._seen.add(e["EventId"])
             e = dict(e, _path=path)
