@@ -93,13 +93,13 @@ def client(session: Any, service: str, region: str | None = None) -> Any:
     try:
         return session.client(service, region_name=region, config=_retry_config())
     except bex.NoRegionError:
-        raise UsageError("no AWS region: pass --region or set AWS_REGION") from None
+        raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION") from None
 
 
 def region_of(session: Any) -> str:
     """The session's region, or a one-line usage error if none is configured anywhere."""
     if not session.region_name:
-        raise UsageError("no AWS region: pass --region or set AWS_REGION")
+        raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
     return str(session.region_name)
 
 
@@ -129,7 +129,7 @@ def translate(exc: BaseException, action: str) -> Exception | None:
     if isinstance(exc, bex.TokenRetrievalError | bex.SSOTokenLoadError | bex.UnauthorizedSSOTokenError):
         return CredentialsError(f"AWS SSO session expired for {action}: run `aws sso login` and retry")
     if isinstance(exc, bex.NoRegionError):
-        return UsageError("no AWS region: pass --region or set AWS_REGION")
+        return UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
     if isinstance(exc, bex.ProfileNotFound):
         return CredentialsError(f"{exc}; list profiles with `aws configure list-profiles`")
     if isinstance(exc, bex.EndpointConnectionError | bex.ConnectTimeoutError | bex.ReadTimeoutError):

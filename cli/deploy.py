@@ -61,7 +61,20 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
             repl = f" (replacement: {c.replacement})" if c.replacement and c.replacement != "False" else ""
             err.print(f"  {c.action:<8} {c.logical_id} [{c.resource_type}]{repl}", highlight=False, markup=False)
 
-    dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params,
+    transform = None
+    from hpq.cli import aws_emulator
+
+    if aws_emulator.endpoint_is_moto():
+
+        def transform(name, templates):  # type: ignore[no-untyped-def]
+            # Said only once the bucket checks passed, so errors before it stay one line.
+            err.print("endpoint is a moto server: deploying the moto rendition of the templates (FSx, EKS, "
+                      "SageMaker::Cluster, Lambda and custom resources become SSM parameter stand-ins; "
+                      "nested outputs become literals). The real templates are unchanged: see `hpq synth`.",
+                      highlight=False)
+            return aws_emulator.moto_compatible(name, templates)
+
+    dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params, transform=transform,
                                   on_changes=show_changes, on_progress=_upload_progress(err),
                                   on_note=lambda msg: err.print(msg, highlight=False))
     rel = dep.release

@@ -177,7 +177,8 @@ def main(argv=None) -> int:
                     help="iterations left out of throughput (warm-up, compilation); default 10, 20 with --compile")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (GPU; slow start, faster steps)")
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (e.g. max-autotune-no-cudagraphs)")
-    ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    ap.add_argument("--bucket-cap-mb", type=float, default=100.0,
+                    help="DDP gradient bucket size (100 MB measured faster than torch's 25 on 2x H200)")
     ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: all-reduce gradients compressed to bf16 (DDP comm hook, nccl only): half the bytes")
     ap.add_argument("--static-graph", action="store_true", help="DDP static_graph=True")

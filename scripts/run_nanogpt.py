@@ -48,7 +48,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: all-reduce gradients in bf16 (half the bytes)")
-    ap.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 25)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 100)")
     ap.add_argument("--no-ddp-graph-split", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--static-graph", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--instance-type", default=None)

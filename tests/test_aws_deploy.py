@@ -168,6 +168,11 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     assert f"stack {stack}: CREATE_COMPLETE" in out
     assert "Outputs" in out and "VpcId" in out and "next:" in out and f"hpq destroy {stack}" in out
     assert "AvailabilityZoneId not given: using use1-az" in err
+    import re
+
+    done = re.search(rf"{stack} CREATE_COMPLETE · (\d+)/(\d+) resources · \d\d:\d\d", err)
+    assert done and done.group(1) == done.group(2) and int(done.group(1)) > 30, err[-500:]
+    assert f"{stack}/StorageStack CREATE_COMPLETE" in err  # nested stacks followed, by name
     assert stack_status(stack) == "CREATE_COMPLETE"
     cfn = boto3.client("cloudformation", region_name=REGION)
     nested = [r for r in cfn.list_stack_resources(StackName=stack)["StackResourceSummaries"]
