@@ -104,6 +104,8 @@ def slurm_available() -> bool:
 
 
 def choose_launcher(requested: str, nodes: int) -> str:
+    if requested == "local" and nodes > 1:
+        raise LaunchError("--launcher local runs on this host only; %d nodes need Slurm" % nodes)
     if requested != "auto":
         return requested
     if in_allocation() or slurm_available():

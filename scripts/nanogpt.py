@@ -24,8 +24,10 @@ import glob
 import json
 import math
 import os
+import socket
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
@@ -46,6 +48,7 @@ class Preset:
     model: ModelConfig
     batch_size: int
     lr: float
+    grad_accum: int = 1
 
 
 PRESETS: Dict[str, Preset] = {
@@ -53,7 +56,10 @@ PRESETS: Dict[str, Preset] = {
     "tiny": Preset(ModelConfig(4, 4, 128, 64), batch_size=16, lr=2e-3),
     "small": Preset(ModelConfig(6, 6, 384, 256), batch_size=32, lr=1e-3),
     # GPT-2 124M shape; vocabulary padded like GPT-2's (50257 -> 50304) so FLOPs match the real model.
-    "gpt2-124m": Preset(ModelConfig(12, 12, 768, 1024, vocab_size=50304), batch_size=16, lr=6e-4),
+    # 8 micro-batches per optimizer step: 4 GPUs x 16 x 1024 x 8 = 524,288 tokens, GPT-2's ~0.5M batch;
+    # gradients are all-reduced once per step, as the reference GPT-2 trainers do.
+    "gpt2-124m": Preset(ModelConfig(12, 12, 768, 1024, vocab_size=50304), batch_size=16, lr=6e-4,
+                        grad_accum=8),
 }
 
 
@@ -166,6 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=200, help="total iterations (a resumed run continues to this)")
     ap.add_argument("--batch-size", type=int, default=None, help="per-process micro-batch (default: preset)")
     ap.add_argument("--block-size", type=int, default=None, help="context length (default: preset)")
+    ap.add_argument("--grad-accum", type=int, default=None,
+                    help="micro-batches per optimizer step; gradients all-reduced once per step (default: preset)")
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--data", default=None, help="UTF-8 text file (default: generated offline corpus)")
     ap.add_argument("--corpus-chars", type=int, default=1 << 20)
@@ -229,6 +237,9 @@ def main(argv=None) -> int:
     if args.block_size:
         cfg.block_size = args.block_size
     batch = args.batch_size or preset.batch_size
+    accum = args.grad_accum or preset.grad_accum
+    if accum < 1:
+        raise SystemExit("error: --grad-accum must be >= 1")
     lr_max = args.lr or preset.lr
     text = load_text(args.data, args.corpus_chars)
     chars = sorted(set(text))
@@ -307,14 +318,19 @@ def main(argv=None) -> int:
 
             model.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
+    where = [os.environ.get("SLURMD_NODENAME") or socket.gethostname()]
+    if distributed:
+        where = [None] * info.world_size
+        dist.all_gather_object(where, os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    log("ranks on: %s" % ", ".join("%d=%s" % (i, h) for i, h in enumerate(where)))
     peak_tflops = args.peak_tflops
     if peak_tflops is None and cuda:
         peak_tflops = measure_matmul_tflops(torch, device)
     fpt = flops_per_token(cfg, n_params)
     log("model %s: %.2fM parameters (%d layers, %d heads, %d wide, context %d, vocab %d) | backend %s | "
-        "world %d | micro-batch %d | %s%s" % (
+        "world %d | micro-batch %d x %d per step | %s%s" % (
             args.model, n_params / 1e6, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size,
-            backend, info.world_size, batch, ("bf16 autocast" if cuda else "fp32 CPU") + (
+            backend, info.world_size, batch, accum, ("bf16 autocast" if cuda else "fp32 CPU") + (
                 ", gradients all-reduced in bf16" if args.grad_comm == "bf16" and distributed else ""),
             (" | peak %.0f TFLOP/s (bf16 matmul, measured)" % peak_tflops) if peak_tflops else ""))
 
@@ -338,7 +354,7 @@ def main(argv=None) -> int:
     skip = args.timing_skip if args.timing_skip is not None else (20 if args.compile else 10)
     skip = min(skip, max(0, args.iters - start_iter - 1))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
-    tokens_per_iter = batch * cfg.block_size * info.world_size
+    tokens_per_iter = batch * cfg.block_size * info.world_size * accum
     window_loss = torch.zeros((), device=device)
     window_n = 0
     last_loss = None
@@ -354,10 +370,14 @@ def main(argv=None) -> int:
             t_steady = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
-        x, y = get_batch()
-        with autocast:
-            loss = model(x, y)
-        loss.backward()
+        for micro in range(accum):
+            x, y = get_batch()
+            # DDP all-reduces gradients only on the last micro-batch of the step.
+            sync = nullcontext() if (micro == accum - 1 or not distributed) else model.no_sync()
+            with sync:
+                with autocast:
+                    loss = model(x, y)
+                (loss / accum if accum > 1 else loss).backward()
         torch.nn.utils.clip_grad_norm_(raw_model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

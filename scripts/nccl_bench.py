@@ -359,7 +359,7 @@ def main(argv=None) -> int:
 
     # Who is where: one line per rank, gathered to rank 0 like nccl-tests' device list.
     me = "#  Rank %3d Pid %6d on %10s device %2s [%s]" % (
-        info.rank, os.getpid(), socket.gethostname(),
+        info.rank, os.getpid(), os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
         device.index if device.type == "cuda" else "-",
         torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
     lines: List[Optional[str]] = [None] * info.world_size

@@ -52,7 +52,11 @@ def imds_instance_type(timeout: float = 1.0) -> Optional[str]:
 
 
 def node_info_path() -> str:
-    return os.environ.get("HPQ_NODE_INFO", names.NODE_INFO)
+    """names.NODE_INFO, under HPQ_ROOT when set (as the lifecycle resolves it); HPQ_NODE_INFO overrides."""
+    explicit = os.environ.get("HPQ_NODE_INFO")
+    if explicit:
+        return explicit
+    return os.path.join(os.environ.get("HPQ_ROOT", "/"), names.NODE_INFO.lstrip("/"))
 
 
 def resolve_instance_type(override: Optional[str] = None, use_imds: bool = True) -> Optional[str]:
@@ -80,7 +84,8 @@ def environment_for(instance_type: Optional[str]) -> Dict[str, object]:
         return {"instance_type": None, "transport": None, "torch_backend": None, "variables": {},
                 "path_prepend": [], "notes": ["instance type unknown: no transport environment applied"]}
     try:
-        env = transport.node_environment(instance_type, transport.probe_node())
+        # HPQ_ROOT: the same root convention as the lifecycle (tests point it at a fake /sys and /proc).
+        env = transport.node_environment(instance_type, transport.probe_node(os.environ.get("HPQ_ROOT", "/")))
     except catalog.UnknownInstanceType as exc:
         return {"instance_type": instance_type, "transport": None, "torch_backend": None, "variables": {},
                 "path_prepend": [], "notes": [str(exc)]}

@@ -40,6 +40,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--data", default=None, help="text file for character-level training (default: generated)")
     ap.add_argument("--model", choices=sorted(nanogpt.PRESETS), default="tiny")
     ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--grad-accum", type=int, default=None, help="micro-batches per optimizer step (default: preset)")
     ap.add_argument("--compile", action="store_true", help="torch.compile (GPU)")
     ap.add_argument("--ckpt-dir", default=None, help="default: <results>/nanogpt/<model> (shared /fsx when mounted)")
     ap.add_argument("--ckpt-every", type=int, default=50)
@@ -106,6 +107,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     if args.ckpt_every:
         targs += ["--ckpt-dir", ckpt_dir]
     for flag, value in (("--data", args.data and os.path.abspath(args.data)), ("--batch-size", args.batch_size),
+                        ("--grad-accum", args.grad_accum),
                         ("--peak-tflops", args.peak_tflops), ("--bucket-cap-mb", args.bucket_cap_mb)):
         if value:
             targs += [flag, str(value)]
@@ -148,6 +150,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     try:
         with open(base + ".metrics.json") as fh:
             result["metrics"] = json.load(fh)
+        os.remove(base + ".metrics.json")  # merged into the result below: one JSON per run
     except (OSError, ValueError):
         result["metrics"] = None  # rank 0 ran on a node that does not share this directory
     result["ok"] = rc == 0

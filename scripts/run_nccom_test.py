@@ -58,10 +58,13 @@ def parse_args(argv: Optional[List[str]]):
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--no-exclusive", dest="exclusive", action="store_false")
     ap.add_argument("--dry-run", action="store_true")
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed to nccom-test")
+    argv = list(argv or [])
+    extra: List[str] = []
+    if "--" in argv:  # everything after -- goes to nccom-test unchanged
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
     args = ap.parse_args(argv)
-    if args.extra and args.extra[0] == "--":
-        args.extra = args.extra[1:]
+    args.extra = extra
     return args
 
 

@@ -84,8 +84,8 @@ class TestNodeBundle:
             dest = tmp_path / key
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(open(src, "rb").read())
-        code = ("import sys, json; sys.path.insert(0, %r); from hpq.lifecycle import transport; "
-                "print(json.dumps(transport.node_environment('ml.g5.16xlarge').variables))" % str(tmp_path))
+        code = (f"import sys, json; sys.path.insert(0, {str(tmp_path)!r}); from hpq.lifecycle import transport; "
+                "print(json.dumps(transport.node_environment('ml.g5.16xlarge').variables))")
         out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 0, out.stderr

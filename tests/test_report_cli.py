@@ -1,0 +1,49 @@
+"""``hpq nccl-report`` as a user runs it: a real subprocess, real exit codes, JSON on stdout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "nccl"
+
+
+def hpq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpq", "nccl-report", *args], input=stdin, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_json_output_and_pass():
+    res = hpq(str(DATA / "h200x4_nccl_baseline_allreduce.txt"), "--output", "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["row_count"] == len(doc["rows"]) == 32
+    assert doc["peak_busbw_gbps"] > 300 and doc["wrong_total"] == 0
+    assert doc["verdict"]["ok"] is True
+
+
+def test_shortfall_exits_1_with_explanation():
+    res = hpq(str(DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"), "--instance-type", "p4d.24xlarge")
+    assert res.returncode == 1
+    assert "FAIL" in res.stdout and "EFA was not used" in res.stdout and "hpq nccl-env ml.p4d.24xlarge" in res.stdout
+    assert "Traceback" not in res.stderr
+
+
+def test_stdin_and_unreadable_input_exit_2():
+    text = (DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt").read_text()
+    ok = hpq("-", "-i", "trn1.32xlarge", stdin=text)
+    assert ok.returncode == 0 and "37.01" in ok.stdout
+    bad = hpq("-", stdin="this is not a benchmark log\n")
+    assert bad.returncode == 2 and "no benchmark result rows" in bad.stderr and "Traceback" not in bad.stderr
+    missing = hpq(str(DATA / "does-not-exist.log"))
+    assert missing.returncode == 2
+    unknown = hpq(str(DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"), "-i", "ml.p5.huge")
+    assert unknown.returncode == 2 and "unknown instance type" in unknown.stderr
+
+
+def test_help_has_examples():
+    res = subprocess.run([sys.executable, "-m", "hpq", "nccl-report", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "Examples:" in res.stdout and "--instance-type" in res.stdout

@@ -1,0 +1,78 @@
+"""The torch programs for real: gloo across 2 processes on this host (hpq's local launcher, env://).
+
+Real: torch.distributed (gloo), the built-in benchmark's data check, DDP training, checkpoint files,
+resume. Nothing is a stand-in. The corrupted-result run uses the benchmark's test-only --corrupt
+hook, which alters one element after the collective, before the check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpq.scripts import nccl_report
+
+pytestmark = pytest.mark.slow
+
+
+def env_for(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPQ_", "MASTER_", "RANK"))}
+    env.update(HPQ_IMDS_ENDPOINT="off", HPQ_RESULTS_DIR=str(tmp_path / "results"), HPQ_NODE_INFO=str(tmp_path / "x"),
+               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run(module: str, args: list[str], tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=env_for(tmp_path), cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_builtin_benchmark_checks_every_result(tmp_path):
+    common = ["1", "2", "--launcher", "local", "-b", "8", "-e", "256K", "-n", "3", "-w", "1"]
+    res = run("hpq.scripts.run_nccl_test", common, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "backend gloo" in res.stdout
+    report = nccl_report.parse_text(res.stdout)
+    assert len(report.rows) == 16 and report.wrong_total == 0 and report.checked
+    assert all(r.in_place is not None for r in report.rows)
+
+    # One element of the 4 KB out-of-place result altered on rank 1: exactly that shows up.
+    res = run("hpq.scripts.run_nccl_test", common + ["--corrupt", "4096:1"], tmp_path)
+    assert res.returncode == 1, res.stdout[-3000:]
+    report = nccl_report.parse_text(res.stdout)
+    bad = [r for r in report.rows if r.wrong]
+    assert [(r.size_bytes, r.out_of_place.wrong, r.in_place.wrong) for r in bad] == [(4096, 1, 0)]
+    assert "1 wrong element" in res.stdout
+    docs = sorted((tmp_path / "results").glob("nccl-test-*.json"))
+    assert len(docs) == 2
+    assert {json.loads(d.read_text())["wrong_total"] for d in docs} == {0, 1}
+
+
+def test_nanogpt_trains_checkpoints_and_resumes(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    args = ["1", "2", "--launcher", "local", "--ckpt-dir", str(ckpt), "--ckpt-every", "10", "--log-every", "10"]
+    res = run("hpq.scripts.run_nanogpt", args + ["--iters", "30"], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "backend gloo | world 2" in res.stdout
+    assert sorted(p.name for p in ckpt.glob("ckpt-*.pt")) == ["ckpt-00000020.pt", "ckpt-00000030.pt"]
+    doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
+    m = doc["metrics"]
+    assert m["loss_fell"] and m["final_loss"] < m["first_loss"] and m["ranks_agree"] and m["world_size"] == 2
+    assert m["tokens_per_s"] > 0
+
+    res = run("hpq.scripts.run_nanogpt", args + ["--iters", "40"], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "resumed from %s at iteration 30" % (ckpt / "ckpt-00000030.pt") in res.stdout
+    assert "iter 10:" not in res.stdout and "iter 40:" in res.stdout
+    assert (ckpt / "ckpt-00000040.pt").exists()
+
+
+def test_nanogpt_fails_when_loss_does_not_fall(tmp_path):
+    res = run("hpq.scripts.nanogpt", ["--iters", "20", "--log-every", "5", "--lr", "1e-12"], tmp_path)
+    assert res.returncode == 1
+    assert "DID NOT FALL" in res.stdout and "RESULT: FAIL: loss did not fall" in res.stdout

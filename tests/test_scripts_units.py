@@ -1,0 +1,198 @@
+"""run-nccl-test / run-nccom-test / wrappers without torch or Slurm: the launch paths and their parsing.
+
+Stand-ins (said per test): there is no nccl-tests, OpenMPI or Neuron SDK on CI machines, so
+small shell scripts play ``all_reduce_perf`` (printing a real H200 output from
+tests/data/nccl), ``mpirun`` and ``nccom-test`` and record the arguments and environment they
+were given. What is real: the hpq launchers, the transport function on a fake /sys tree, the
+parser and verdict, the files written. Real Slurm runs are in test_scripts_slurm.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpq.lifecycle import bundle
+from hpq.scripts import nccl_bench, run_nccl_test, run_nccom_test
+
+DATA = Path(__file__).parent / "data" / "nccl"
+
+
+def run_module(module: str, args: list[str], env: dict, cwd: Path, timeout: float = 120):
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=str(cwd), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def base_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPQ_", "NCCL_", "FI_"))}
+    env.update(HPQ_IMDS_ENDPOINT="off", HPQ_RESULTS_DIR=str(tmp_path / "results"), HPQ_NODE_INFO=str(tmp_path / "none"))
+    return env
+
+
+def recorder(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def fake_node(root: Path, efa: bool, iface: str = "ens32") -> Path:
+    """A node root with /proc/net/route (default route on ``iface``) and, optionally, one EFA device."""
+    (root / "proc/net").mkdir(parents=True)
+    (root / "proc/net/route").write_text(
+        "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
+        f"{iface}\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n")
+    if efa:
+        (root / "sys/class/infiniband/rdmap16s27").mkdir(parents=True)
+    return root
+
+
+def test_sizes_and_factors():
+    assert nccl_bench.parse_size("16G") == 16 << 30 and nccl_bench.parse_size("8") == 8
+    assert nccl_bench.parse_size("128K") == 128 << 10
+    s = nccl_bench.sizes(8, 16 << 30, 2, 0)
+    assert s[0] == 8 and s[-1] == 16 << 30 and len(s) == 32
+    assert nccl_bench.bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert nccl_bench.bus_factor("all_gather", 4) == pytest.approx(0.75)
+    with pytest.raises(argparse.ArgumentTypeError):
+        nccl_bench.parse_size("lots")
+
+
+def test_nccom_default_workers():
+    assert run_nccom_test.default_workers("ml.trn1.32xlarge") == 32
+    assert run_nccom_test.default_workers("trn2.48xlarge") == 64
+    assert run_nccom_test.default_workers(None) == 32
+
+
+def test_nccl_tests_binary_run_locally(tmp_path):
+    """Stand-in all_reduce_perf (prints a real H200 log) found through $NCCL_TESTS_HOME; real parse/verdict/JSON."""
+    home = tmp_path / "nccl-tests"
+    (home / "build").mkdir(parents=True)
+    args_file = tmp_path / "args"
+    recorder(home / "build/all_reduce_perf",
+             f'echo "$@" > {args_file}\ncat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
+    env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type", "p5.48xlarge"],
+                     env, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert args_file.read_text().split() == ["-b", "8", "-e", "16G", "-f", "2", "-n", "20", "-w", "5", "-c", "1",
+                                             "-g", "2", "-d", "float"]
+    assert "PASS" in res.stdout and "nccl-tests" in res.stdout
+    results = list((tmp_path / "results").glob("nccl-test-*.json"))
+    assert len(results) == 1
+    doc = json.loads(results[0].read_text())
+    assert doc["mode"] == "nccl-tests" and doc["row_count"] == 32 and doc["verdict"]["ok"]
+    assert Path(doc["log"]).exists() and Path(doc["log"]).parent == results[0].parent
+    # seed 004's TCP-speed result on an instance that should have EFA RDMA: exit 1 and why
+    recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
+                                                   "p4d.24xlarge"], env, tmp_path)
+    assert res.returncode == 1 and "EFA was not used" in res.stdout
+
+
+@pytest.mark.parametrize("itype,rdma", [("ml.g5.48xlarge", "0"), ("ml.p4d.24xlarge", "1")])
+def test_mpirun_command_from_allocation(tmp_path, itype, rdma):
+    """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (records what it
+    got, prints a real log); the transport comes from the real function on a fake node with one EFA device."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    rec = tmp_path / "mpirun.rec"
+    recorder(bindir / "srun", 'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n')
+    recorder(bindir / "salloc", "exit 99\n")
+    recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
+    recorder(bindir / "mpirun", f'echo "ARGS $*" > {rec}\nenv | sort >> {rec}\n'
+                                f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
+    recorder(tmp_path / "all_reduce_perf", "exit 98\n")
+    env = base_env(tmp_path) | {
+        "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
+        "HPQ_ROOT": str(fake_node(tmp_path / "node", efa=True))}
+    res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
+                                                   "--instance-type", itype], env, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = rec.read_text()
+    argv = shlex.split(text.splitlines()[0])[1:]
+    joined = " ".join(argv)
+    for part in ("-np 4", "--bind-to none", "--mca pml ob1", "--mca btl tcp,self",
+                 "--mca btl_tcp_if_exclude lo,docker0", "-x FI_PROVIDER", "-x FI_EFA_USE_DEVICE_RDMA",
+                 "-x NCCL_SOCKET_IFNAME", "-x LD_LIBRARY_PATH", "-g 1", "-e 16G"):
+        assert part in joined, part
+    hostfile = Path(argv[argv.index("--hostfile") + 1]).read_text()
+    assert hostfile == "node-1 slots=2\nnode-2 slots=2\n"
+    assert f"FI_EFA_USE_DEVICE_RDMA={rdma}" in text and "FI_PROVIDER=efa" in text
+    assert "NCCL_NET_PLUGIN=none" not in text
+    assert "NCCL_SOCKET_IFNAME=^docker,lo,veth" in text
+    doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text())
+    assert doc["hosts"] == ["node-1", "node-2"] and doc["transport"] in ("efa-rdma", "efa-sendrecv")
+
+
+def test_tcp_node_gets_socket_transport(tmp_path):
+    env = base_env(tmp_path) | {"HPQ_ROOT": str(fake_node(tmp_path / "node", efa=False, iface="enp5s0"))}
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "1", "--launcher", "local", "--dry-run", "--instance-type",
+                                                   "g5.16xlarge"], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "NCCL_NET_PLUGIN=none" in res.stdout and "NCCL_SOCKET_IFNAME=enp5s0" in res.stdout
+    assert "FI_EFA_USE_DEVICE_RDMA" not in res.stdout
+
+
+def test_nccom_test_standin(tmp_path):
+    """Stand-in nccom-test: refuses to run unless OMPI_ALLOW_RUN_AS_ROOT is set, records its arguments and prints
+    seed 004's rows; real: the launcher, environment, parser, verdict and JSON."""
+    rec = tmp_path / "nccom.rec"
+    fake = recorder(tmp_path / "nccom-test",
+                    f'[ "$OMPI_ALLOW_RUN_AS_ROOT" = 1 ] || {{ echo "refusing to run as root" >&2; exit 3; }}\n'
+                    f'echo "$@" > {rec}\necho "PATH=$PATH" >> {rec}\n'
+                    f'cat {DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"}\n')
+    env = base_env(tmp_path)
+    res = run_module("hpq.scripts.run_nccom_test", ["1", "--launcher", "local", "--binary", str(fake),
+                                                    "--instance-type", "trn1.32xlarge"], env, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    args, path = rec.read_text().splitlines()
+    assert args.split()[:4] == ["-r", "32", "-N", "1"] and args.split()[-1] == "allr"
+    assert "/opt/aws/neuron/bin" in path
+    assert "37.01" in res.stdout
+    doc = json.loads(next((tmp_path / "results").glob("nccom-test-*.json")).read_text())
+    assert doc["producer"] == "nccom-test" and doc["environment"]["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+    # a crashed nccom-test is a failure, not a pass
+    broken = recorder(tmp_path / "broken", "echo oops; exit 4\n")
+    res = run_module("hpq.scripts.run_nccom_test", ["1", "--launcher", "local", "--binary", str(broken)], env,
+                     tmp_path)
+    assert res.returncode == 1 and "no result rows" in res.stdout
+
+
+def test_wrappers_from_the_node_bundle(tmp_path):
+    """The bundle as it ships (<root>/hpq/scripts/bin/...), run by the system python with no hpq installed,
+    from a directory that holds a decoy 'hpq' package."""
+    root = tmp_path / "opt-hpq"
+    for key, src in bundle.node_bundle_files().items():
+        dest = root / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(Path(src).read_bytes())
+        dest.chmod(0o755 if "/bin/" in key else 0o644)
+    decoy = tmp_path / "cwd"
+    (decoy / "hpq").mkdir(parents=True)
+    (decoy / "hpq/__init__.py").write_text("raise ImportError('decoy hpq imported')\n")
+    system_python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    env = base_env(tmp_path) | {"HPQ_LAUNCHER_PYTHON": system_python, "PYTHONPATH": ""}
+    for cmd in ("run-nccl-test", "run-nanogpt", "run-nccom-test"):
+        res = subprocess.run([str(root / "hpq/scripts/bin" / cmd), "--help"], env=env, cwd=str(decoy),
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "examples:" in res.stdout, cmd + res.stderr
+    res = subprocess.run([str(root / "hpq/scripts/bin/run-nccl-test"), "1", "1", "--launcher", "local",
+                          "--dry-run", "--python", system_python, "--instance-type", "p5.48xlarge"],
+                         env=env, cwd=str(decoy), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "would run (built-in)" in res.stdout and "hpq.scripts.nccl_bench" in res.stdout
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    env = base_env(tmp_path)
+    for args in (["0"], ["1", "1", "-e", "lots"], ["1", "1", "--op", "alltoall", "--builtin"]):
+        res = run_module("hpq.scripts.run_nccl_test", args, env, tmp_path)
+        assert res.returncode == 2, args
+    assert run_nccl_test.find_nccl_tests("all_reduce", str(tmp_path / "missing")) is None
