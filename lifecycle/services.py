@@ -155,7 +155,7 @@ class DirectManager(_Base):
                 pid = int(fh.read().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def is_active(self, unit: str) -> bool:
         return self.pid(unit) is not None
@@ -253,7 +253,7 @@ class DirectManager(_Base):
         except ProcessLookupError:
             return
         for _ in range(100):
-            if not _alive(pid):
+            if not pid_alive(pid):
                 break
             time.sleep(0.1)
         else:
@@ -264,7 +264,7 @@ class DirectManager(_Base):
             pass
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -19,7 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from hpq.lifecycle import names
 from hpq.scripts import distenv, nodeinfo
@@ -42,6 +42,24 @@ sys.exit(main())"""
 
 class LaunchError(Exception):
     """A launcher step failed; the message says which and why (exit 1)."""
+
+
+def command_main(prog: str, argv: Optional[List[str]], parse: Callable, run: Callable,
+                 usage_errors: Tuple[Type[BaseException], ...] = ()) -> int:
+    """Shared ``main`` of the node commands: parse, run, and turn expected errors into one line.
+
+    A LaunchError (the launch failed) exits 1; ``usage_errors`` (unreadable input) exit 2.
+    """
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parse(raw)
+    try:
+        return run(args, raw)
+    except LaunchError as exc:
+        print("%s: error: %s" % (prog, exc), file=sys.stderr)
+        return 1
+    except usage_errors as exc:
+        print("%s: error: %s" % (prog, exc), file=sys.stderr)
+        return 2
 
 
 def bundle_root() -> Optional[str]:

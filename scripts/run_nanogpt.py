@@ -69,13 +69,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(raw)
-    try:
-        return _run(args, raw)
-    except launch.LaunchError as exc:
-        print("run-nanogpt: error: %s" % exc, file=sys.stderr)
-        return 1
+    return launch.command_main("run-nanogpt", argv, parse_args, _run)
 
 
 def _run(args: argparse.Namespace, raw: List[str]) -> int:

@@ -149,16 +149,7 @@ def default_gpus(wenv: Dict, instance_type: Optional[str]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(raw)
-    try:
-        return _run(args, raw)
-    except launch.LaunchError as exc:
-        print("run-nccl-test: error: %s" % exc, file=sys.stderr)
-        return 1
-    except nccl_report.ReportError as exc:
-        print("run-nccl-test: error: %s" % exc, file=sys.stderr)
-        return 2
+    return launch.command_main("run-nccl-test", argv, parse_args, _run, (nccl_report.ReportError,))
 
 
 def _run(args: argparse.Namespace, raw: List[str]) -> int:

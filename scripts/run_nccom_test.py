@@ -69,13 +69,7 @@ def parse_args(argv: Optional[List[str]]):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(raw)
-    try:
-        return _run(args, raw)
-    except launch.LaunchError as exc:
-        print("run-nccom-test: error: %s" % exc, file=sys.stderr)
-        return 1
+    return launch.command_main("run-nccom-test", argv, parse_args, _run)
 
 
 def _run(args, raw: List[str]) -> int:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -27,25 +25,12 @@ import pytest
 
 # The moto rendition lives in the library (hpq deploy uses it by itself against a moto endpoint).
 from hpq.cli.aws_emulator import moto_compatible  # noqa: F401
+from hpq.tests.support import free_port, wait_until_ready
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited early with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/moto-api/", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto server did not answer within {timeout}s")
+def _moto_answers(url: str) -> bool:
+    with urllib.request.urlopen(url + "/moto-api/", timeout=1):
+        return True
 
 
 def _start(cmd: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
@@ -55,7 +40,7 @@ def _start(cmd: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
                             start_new_session=True)
     proc._hpq_log = log  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
-    _wait_http(url, proc)
+    wait_until_ready(lambda: _moto_answers(url), proc, "moto server")
     return proc, url
 
 

@@ -51,7 +51,9 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import bundle
+from hpq.lifecycle.services import pid_alive
 from hpq.tests.fixtures_imds import FakeImds
+from hpq.tests.support import free_ports
 
 CLUSTER = "hpq-test"
 CONTROLLER_GROUP = "controller-machine"
@@ -80,18 +82,6 @@ ln -sfn "{shared}" "$tgt"
 mkdir -p "$HPQ_ROOT/proc"
 echo "$src $tgt lustre rw,relatime,flock 0 0" >> "$HPQ_ROOT/proc/mounts"
 """
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
@@ -234,23 +224,12 @@ def _stop(pids: list[tuple[str, int]]) -> None:
         alive = list(waves[wave])
         while alive and time.time() - t0 < 5:
             time.sleep(0.05)
-            alive = [p for p in alive if _alive(p)]
+            alive = [p for p in alive if pid_alive(p)]
         for pid in alive:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _check_host() -> None:

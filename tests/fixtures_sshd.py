@@ -18,12 +18,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from hpq.tests.support import free_port, wait_until_ready
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 
@@ -41,29 +42,14 @@ class Sshd:
         return self.relay.replace("%h", self.host).replace("%p", str(self.port))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
                    stdout=subprocess.DEVNULL)
 
 
-def _wait_banner(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                if s.recv(4).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("sshd did not answer")
+def _banner(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        return s.recv(4).startswith(b"SSH-")
 
 
 @pytest.fixture(scope="session", name="sshd")
@@ -76,7 +62,7 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     _keygen(d / "user_key")
     (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
     os.chmod(d / "authorized_keys", 0o600)
-    port = _free_port()
+    port = free_port()
     user = getpass.getuser()
     (d / "sshd_config").write_text("\n".join([
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}", f"PidFile {d / 'sshd.pid'}",
@@ -90,7 +76,7 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     proc = subprocess.Popen([exe, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        _wait_banner(port, proc)
+        wait_until_ready(lambda: _banner(port), proc, "sshd", timeout=15.0, poll=0.05)
         relay = f"{shlex.quote(sys.executable)} -m hpq.tests.fixtures_sshd %h %p"
         yield Sshd("127.0.0.1", port, user, str(d / "user_key"), str(d / "known_hosts"), relay)
     finally:

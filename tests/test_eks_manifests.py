@@ -23,6 +23,7 @@ import yaml
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests.render import RenderRequest, render, render_objects
+from hpq.tests.support import free_port
 
 GOLDEN = Path(__file__).parent / "golden" / "eks"
 PROGRAM = str(GOLDEN / "program.py")
@@ -334,7 +335,6 @@ def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     """Unpack the rendered ConfigMap as the kubelet would (items -> paths), run the container's own
     command line with its env (torchrun, 2 CPU processes, gloo as the TCP transport says), and judge
     the output with the runner's verdict. Proves the shipped files are complete and the command works."""
-    import socket
 
     from hpq.cli.eks_jobs import Outcome, judge_nanogpt
 
@@ -356,10 +356,7 @@ def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     res = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env}, capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env.update(RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.update(RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     cmd = container["command"]
     assert cmd[:2] == ["/bin/sh", "-c"] and "--nproc_per_node 1" in cmd[2]
     res = subprocess.run(["/bin/sh", "-c", cmd[2].replace("--nproc_per_node 1", "--nproc_per_node 2")],

@@ -1,0 +1,41 @@
+"""Small helpers every fixture that starts a local server needs."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports that were free a moment ago (all bound at once, then released)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def wait_until_ready(ready: Callable[[], bool], proc: subprocess.Popen, what: str, timeout: float = 30.0,
+                     poll: float = 0.1) -> None:
+    """Poll ``ready`` until it is true; fail fast, naming ``what``, if the process exits or time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited early with {proc.returncode}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(poll)
+    raise RuntimeError(f"{what} did not answer within {timeout}s")
