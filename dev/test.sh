@@ -14,7 +14,7 @@ for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 if [ -n "$missing" ]; then
     echo "== installing system packages:$missing"
     $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends $missing
+    $SUDO apt-get install -y -q $missing
 fi
 
 PY=${PYTHON:-python3}
