@@ -40,8 +40,9 @@ def _execution_statements(eks: bool) -> list[dict]:
     out = [
         _statement("LifecycleBucketList", ["s3:ListBucket"], bucket),
         _statement("LifecycleBucketRead", ["s3:GetObject"], Sub("arn:${AWS::Partition}:s3:::${LifecycleBucketName}/*")),
-        # Lifecycle scripts find FSx by exact tag; these describe calls do not support resource scoping.
-        _statement("FsxDiscover", ["fsx:DescribeFileSystems", "fsx:ListTagsForResource"], "*"),
+        # Lifecycle scripts find FSx by exact tag in DescribeFileSystems (it returns the tags); listing all
+        # filesystems cannot be scoped to one resource.
+        _statement("FsxDiscover", ["fsx:DescribeFileSystems"], "*"),
         # HyperPod attaches node ENIs in the customer VPC (VpcConfig) on the node's behalf.
         _statement("VpcNetworkInterfaces", [
             "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
@@ -52,10 +53,7 @@ def _execution_statements(eks: bool) -> list[dict]:
         _statement("TagNetworkInterfaces", ["ec2:CreateTags"], common.arn("ec2", "network-interface/*")),
         _statement("EcrPull", ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                                "ecr:BatchCheckLayerAvailability"], "*"),
-        _statement("ClusterLogs", ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                                   "logs:DescribeLogStreams"],
-                   common.arn("logs", "log-group:/aws/sagemaker/*")),
-        _statement("ClusterMetrics", ["cloudwatch:PutMetricData"], "*"),
+        # CloudWatch logs and metrics: the managed policy grants them, scoped to /aws/sagemaker/Clusters.
     ]
     if eks:
         cluster = common.arn("eks", "cluster/${ClusterName}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpq.errors import UsageError
+
 DEFAULT_REGIONS = ("us-east-1",)
 
 
@@ -29,8 +31,15 @@ def template_files(directory: str | Path) -> list[Path]:
 def lint_files(files: list[Path], regions: tuple[str, ...] | list[str] = DEFAULT_REGIONS) -> list[Finding]:
     """Run cfn-lint on all files at once; return errors and warnings (informational ignored)."""
     from cfnlint.api import ManualArgs, lint_by_config
+    from cfnlint.exceptions import InvalidRegionException
 
-    matches = lint_by_config(ManualArgs(templates=[str(f) for f in files], regions=list(regions)))
+    try:
+        matches = lint_by_config(ManualArgs(templates=[str(f) for f in files], regions=list(regions)))
+    except InvalidRegionException:
+        from cfnlint.helpers import REGIONS
+
+        unknown = sorted(set(regions) - set(REGIONS))
+        raise UsageError(f"cfn-lint does not know region(s) {', '.join(unknown) or regions}") from None
     out = []
     for m in matches:
         severity = str(getattr(m.rule, "severity", "error")).lower()

@@ -87,8 +87,8 @@ def build(cfg: S3Config) -> common.Template:
                 {"Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
                  "Resource": GetAtt(log_group, "Arn")},
                 {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketVersions"], "Resource": bucket_arn},
-                {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-                                               "s3:DeleteObjectVersion"],
+                # Writes the bundle copy and provisioning_parameters.json, deletes; never reads its own objects.
+                {"Effect": "Allow", "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
                  "Resource": Join("", [bucket_arn, "/*"])},
                 {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": assets_arn,
                  "Condition": {"StringLike": {"s3:prefix": [Sub("${AssetsPrefix}*")]}}},
@@ -114,21 +114,17 @@ def build(cfg: S3Config) -> common.Template:
         provisioning["controller_group"] = cfg.controller_group
         provisioning["login_group"] = If("HasLoginGroup", cfg.login_group, Ref("AWS::NoValue"))
     prefix = names.LIFECYCLE_PREFIX + "/"
-    contents = LifecycleContents(
+    t.add_resource(LifecycleContents(
         "LifecycleContents",
         ServiceToken=GetAtt(fn, "Arn"),
         ServiceTimeout=cfg.lambda_timeout_s + 60,
-    )
-    for key, value in {
-        "BucketName": Ref(bucket),
-        "SourceBucket": assets_bucket,
-        "SourcePrefix": assets_prefix,
-        "DestinationPrefix": prefix,
-        "ProvisioningParametersKey": prefix + names.PROVISIONING_PARAMETERS,
-        "ProvisioningParameters": provisioning,
-    }.items():
-        setattr(contents, key, value)
-    t.add_resource(contents)
+        BucketName=Ref(bucket),
+        SourceBucket=assets_bucket,
+        SourcePrefix=assets_prefix,
+        DestinationPrefix=prefix,
+        ProvisioningParametersKey=prefix + names.PROVISIONING_PARAMETERS,
+        ProvisioningParameters=provisioning,
+    ))
 
     common.output(t, names.OUT_LIFECYCLE_BUCKET, Ref(bucket), "Lifecycle bucket name.")
     common.output(t, names.OUT_LIFECYCLE_URI, lifecycle_uri(Ref(bucket)),

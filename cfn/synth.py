@@ -1,7 +1,8 @@
 """Synthesis: variant + size + parameter overrides -> deterministic template JSON files.
 
 The public API other parts of hpq use (deploy, publish, tests):
-``synthesize``, ``to_json``, ``write_variant``, ``root_parameters``, ``stack_files``.
+``synthesize``, ``to_json``, ``write_variant`` (or ``write_files`` for templates already
+synthesized), ``root_parameters``, ``stack_files``.
 ``--param K=V`` sets the Default of root parameter K after validating V against
 the parameter's own constraints, so bad input fails here with one line, not
 minutes later in CloudFormation.
@@ -10,6 +11,7 @@ minutes later in CloudFormation.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -19,18 +21,6 @@ from hpq.lifecycle import catalog
 
 ROOT_FILE = "root.json"
 INSTANCE_TYPE_PARAMS = ("WorkerInstanceType", "ControllerInstanceType", "LoginInstanceType")
-
-
-def variant_names() -> list[str]:
-    from hpq.cfn.variants import VARIANTS
-
-    return list(VARIANTS)
-
-
-def size_names() -> list[str]:
-    from hpq.cfn.variants import SIZES
-
-    return list(SIZES)
 
 
 def _resolve(variant: str, size: str):
@@ -71,6 +61,8 @@ def _check_value(variant, key: str, value: str, spec: dict[str, Any]) -> str:
             number = float(value)
         except ValueError:
             raise UsageError(f"{key}={value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise UsageError(f"{key}={value!r} is not a finite number")
         lo, hi = spec.get("MinValue"), spec.get("MaxValue")
         if (lo is not None and number < lo) or (hi is not None and number > hi):
             raise UsageError(f"{key}={value} is out of range [{lo}, {hi}]")
@@ -105,8 +97,15 @@ def to_json(template: dict) -> str:
 def write_variant(variant: str, out_dir: str | Path, size: str = "small",
                   params: dict[str, str] | None = None) -> list[Path]:
     """Write OUT/<variant>/<file>.json for the root and every nested stack; return the paths."""
-    files = synthesize(variant, size, params)
-    target = Path(out_dir) / variant
+    return write_files(synthesize(variant, size, params), Path(out_dir) / variant)
+
+
+def write_files(files: dict[str, dict], target: str | Path) -> list[Path]:
+    """Write what ``synthesize`` returned into target (OUT/<variant>); drop stale *.json; return the paths.
+
+    Unchanged files are not rewritten, so their modification times stay put.
+    """
+    target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
     for stale in target.glob("*.json"):
         if stale.name not in files:
@@ -140,7 +139,7 @@ def parse_params(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise UsageError(f"--param expects KEY=VALUE, got {pair!r}")
         out[key.strip()] = value
     return out

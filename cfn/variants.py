@@ -68,7 +68,6 @@ SIZES: dict[str, Size] = {
     "large": Size("large", worker_count=16, fsx_capacity_gib=19200, ebs_gb=2000),
 }
 assert tuple(VARIANTS) == names.VARIANTS and tuple(SIZES) == names.SIZES
-DEFAULT_CONTROLLER_TYPE = "ml.m5.xlarge"
 
 # Stack names, in creation order; each becomes <Name>.json and root resource <Name>Stack.
 NETWORKING, SECURITY, STORAGE, S3, IAM, EKS, HELM, HYPERPOD, OBSERVABILITY, VALIDATION = (
@@ -95,8 +94,7 @@ def nested_templates(variant: Variant, size: Size) -> dict[str, common.Template]
         HYPERPOD: lambda: hyperpod.build(hyperpod.HyperPodConfig(
             orchestrator=variant.orchestrator, worker_types=tuple(variant.worker_types()),
             default_worker_type=variant.default_worker_type, default_worker_count=size.worker_count,
-            default_ebs_gb=size.ebs_gb, controller_types=tuple(catalog.controller_types()),
-            default_controller_type=DEFAULT_CONTROLLER_TYPE)),
+            default_ebs_gb=size.ebs_gb, controller_types=tuple(catalog.controller_types()))),
         OBSERVABILITY: lambda: observability.build(observability.ObservabilityConfig()),
         VALIDATION: lambda: validation.build(validation.ValidationConfig()),
     }

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import click
 
+from hpq.cfn.lint import DEFAULT_REGIONS
 from hpq.errors import OperationFailed, UsageError
+from hpq.lifecycle.names import VARIANTS
 
-VARIANTS = ("slurm-gpu", "slurm-trn", "eks-gpu", "eks-trn")
 DEFAULT_OUT = "out"
 
 
@@ -68,23 +69,26 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
     if not all_ and not variant:
         raise UsageError(f"missing VARIANT (one of: {', '.join(VARIANTS)}) or --all")
     overrides = cfn_synth.parse_params(params)
-    chosen = list(cfn_synth.variant_names()) if all_ else [variant]
-    # Validate everything before writing anything.
-    for name in chosen:
-        cfn_synth.synthesize(name, size, overrides)
+    chosen = list(VARIANTS) if all_ else [variant]
+    # Render (and so validate) everything before writing anything.
+    rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
     out_dir = Path(out)
     total = 0
-    for name in chosen:
-        for path in cfn_synth.write_variant(name, out_dir, size, overrides):
+    for name, files in rendered.items():
+        try:
+            written = cfn_synth.write_files(files, out_dir / name)
+        except OSError as exc:
+            raise UsageError(f"cannot write templates under {out_dir}: {exc.strerror or exc}") from None
+        for path in written:
             click.echo(str(path))
-            total += 1
+        total += len(written)
     _remember(out_dir)
     click.echo(f"hpq: wrote {total} templates for {', '.join(chosen)} ({size}) under {out_dir}", err=True)
 
 
 @click.command("lint")
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
-@click.option("--region", "regions", multiple=True, default=("us-east-1",), show_default=True,
+@click.option("--region", "regions", multiple=True, default=DEFAULT_REGIONS, show_default=True,
               help="Region(s) whose resource schemas cfn-lint checks against (repeatable).")
 def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     """Run cfn-lint over every *.json under DIRECTORY (default: the last synth folder, else ./out).

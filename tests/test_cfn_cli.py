@@ -31,6 +31,7 @@ def state_env(tmp_path):
     ["synth", "slurm-gpu", "--param", "WorkerInstanceType=ml.trn1.32xlarge", "-o", "OUT"],
     ["synth", "eks-trn", "--param", "WorkerInstanceType=ml.nope.48xlarge", "-o", "OUT"],
     ["synth", "slurm-gpu", "--param", "novalue", "-o", "OUT"],
+    ["synth", "slurm-gpu", "--param", "WorkerCount=nan", "-o", "OUT"],
     ["synth", "-o", "OUT"],
     ["synth", "slurm-gpu", "--all", "-o", "OUT"],
 ])
@@ -44,17 +45,23 @@ def test_bad_input_exits_2_with_one_line(tmp_path, state_env, args):
     assert not (tmp_path / "out").exists()
 
 
-def test_help_imports_nothing_heavy_and_is_fast():
+@pytest.mark.parametrize("argv", [["--help"], ["synth", "--help"], ["lint", "--help"]])
+def test_help_imports_nothing_heavy(argv):
     code = (
         "import sys\n"
         "from hpq.cli import main\n"
-        "try:\n    main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main.main({argv!r})\nexcept SystemExit:\n    pass\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "synth" in res.stdout and "lint" in res.stdout
+    assert "Examples:" in res.stdout
+    if argv == ["--help"]:
+        assert "synth" in res.stdout and "lint" in res.stdout
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout
+
+
+def test_help_is_fast():
     best = min(_timed(["--help"]) for _ in range(3))
     assert best < 0.5, f"hpq --help took {best:.2f}s"
 
@@ -96,3 +103,17 @@ def test_synth_then_lint_clean_then_broken(tmp_path, state_env):
 def test_lint_without_templates_exits_2(tmp_path, state_env):
     res = hpq("lint", str(tmp_path), env_extra=state_env)
     assert res.returncode == 2 and "no *.json templates" in res.stderr
+
+
+def test_unwritable_output_folder_exits_2(tmp_path, state_env):
+    (tmp_path / "file").write_text("not a folder")
+    res = hpq("synth", "slurm-gpu", "-o", str(tmp_path / "file" / "out"), env_extra=state_env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "cannot write templates" in res.stderr
+
+
+def test_lint_unknown_region_exits_2(tmp_path, state_env):
+    (tmp_path / "t.json").write_text(json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
+    res = hpq("lint", str(tmp_path), "--region", "xx-nowhere-1", env_extra=state_env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == ["hpq: error: cfn-lint does not know region(s) xx-nowhere-1"]

@@ -7,6 +7,10 @@ real ZipFile equals that file), so editing a handler does not churn the golden f
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from hpq.cfn import synth
@@ -61,3 +65,24 @@ def test_output_is_deterministic():
     b = {k: synth.to_json(v) for k, v in synth.synthesize("eks-trn", "large").items()}
     assert a == b
     assert all(text.endswith("}\n") for text in a.values())
+
+
+def test_output_does_not_depend_on_the_interpreter_run():
+    """Two fresh interpreters with different hash seeds (set/dict-of-set order) render identical bytes."""
+    code = (
+        "import hashlib\n"
+        "from hpq.cfn import synth\n"
+        "from hpq.tests.fixtures_cfn import COMBOS\n"
+        "h = hashlib.sha256()\n"
+        "for v, s in COMBOS:\n"
+        "    for name, t in synth.synthesize(v, s).items():\n"
+        "        h.update(f'{v}/{s}/{name}'.encode() + synth.to_json(t).encode())\n"
+        "print(h.hexdigest())\n"
+    )
+    digests = set()
+    for seed in ("1", "2"):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, PYTHONHASHSEED=seed))
+        assert res.returncode == 0, res.stderr
+        digests.add(res.stdout.strip())
+    assert len(digests) == 1, digests

@@ -150,6 +150,19 @@ def test_delete_removes_every_version_and_marker(s3, handler, cfn_endpoint):
     s3.delete_bucket(Bucket=LIFECYCLE)  # would fail with BucketNotEmpty otherwise
 
 
+def test_delete_that_s3_refuses_answers_failed(s3, handler, cfn_endpoint):
+    """An object under legal hold cannot be deleted: the stack must see FAILED, not a false SUCCESS."""
+    url, bodies = cfn_endpoint
+    s3.create_bucket(Bucket=LIFECYCLE, ObjectLockEnabledForBucket=True)
+    s3.put_object(Bucket=LIFECYCLE, Key="held.txt", Body=b"h", ObjectLockLegalHoldStatus="ON")
+    s3.put_object(Bucket=LIFECYCLE, Key="free.txt", Body=b"f")
+    handler.handler(event("Delete", url), Context())
+    assert [b["Status"] for b in bodies] == ["FAILED"], bodies
+    assert "could not delete 1 objects" in bodies[0]["Reason"]
+    left = [v["Key"] for v in s3.list_object_versions(Bucket=LIFECYCLE).get("Versions", [])]
+    assert left == ["held.txt"]
+
+
 def test_delete_of_missing_bucket_succeeds(s3, handler, cfn_endpoint):
     url, bodies = cfn_endpoint
     handler.handler(event("Delete", url), Context())

@@ -96,6 +96,37 @@ def test_no_arn_aws_literal(rendered, variant, size):  # noqa: F811
         assert "arn:aws:" not in synth.to_json(template), name
 
 
+# Services whose resources these templates can name: an Allow on Resource "*" for them is too broad.
+SCOPABLE_SERVICES = ("s3", "logs", "eks", "eks-auth", "iam", "sts", "lambda", "sns", "sagemaker")
+
+
+def _policy_statements(template: dict):
+    for logical, res in template.get("Resources", {}).items():
+        props = res.get("Properties", {})
+        docs = [p["PolicyDocument"] for p in props.get("Policies", [])]
+        if "PolicyDocument" in props and res["Type"] != "AWS::S3::BucketPolicy":
+            docs.append(props["PolicyDocument"])
+        for doc in docs:
+            for st in doc["Statement"]:
+                yield logical, st
+
+
+@ALL
+def test_iam_allows_no_wildcard_actions_or_unscoped_named_resources(rendered, variant, size):  # noqa: F811
+    seen = 0
+    for name, template in rendered[(variant, size)].items():
+        for logical, st in _policy_statements(template):
+            if st["Effect"] != "Allow":
+                continue
+            seen += 1
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            assert all("*" not in a for a in actions), f"{name}:{logical} allows wildcard actions {actions}"
+            if st["Resource"] == "*" or st["Resource"] == ["*"]:
+                broad = [a for a in actions if a.split(":")[0] in SCOPABLE_SERVICES]
+                assert not broad, f"{name}:{logical} allows {broad} on every resource"
+    assert seen >= 5
+
+
 @ALL
 def test_every_instance_group_uses_the_one_node_subnet(rendered, variant, size):  # noqa: F811
     files = rendered[(variant, size)]
@@ -233,7 +264,8 @@ def test_param_sets_root_default_and_validates():
     assert params["WorkerInstanceType"]["Default"] == "ml.p5.48xlarge"
     assert params["WorkerCount"]["Default"] == "8"
     for bad in ({"NoSuch": "1"}, {"WorkerInstanceType": "ml.trn1.32xlarge"}, {"WorkerCount": "0"},
-                {"ClusterName": "-bad"}, {"TemplateBaseUrl": "https://x/y/"}, {"EnableObservability": "yes"}):
+                {"ClusterName": "-bad"}, {"TemplateBaseUrl": "https://x/y/"}, {"EnableObservability": "yes"},
+                {"WorkerCount": "nan"}, {"EbsVolumeSizeGB": "inf"}):
         with pytest.raises(UsageError):
             synth.synthesize("eks-gpu", "small", bad)
     with pytest.raises(UsageError):

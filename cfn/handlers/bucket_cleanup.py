@@ -14,6 +14,7 @@ Runs on the Lambda python3.12 runtime; boto3 comes with the runtime.
 import json
 import logging
 import threading
+import time
 import urllib.request
 
 import boto3
@@ -21,8 +22,9 @@ import boto3
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
 
-# Answer this long before the Lambda is killed.
+# Answer this long before the Lambda is killed; one response attempt is bounded well below it.
 TIMEOUT_MARGIN_S = 15
+RESPONSE_TIMEOUT_S = 10
 MAX_REASON = 1000
 
 
@@ -53,8 +55,10 @@ class Responder:
         req = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
                                      headers={"Content-Type": "", "Content-Length": str(len(body))})
         for attempt in range(3):
+            if attempt:
+                time.sleep(1)
             try:
-                with urllib.request.urlopen(req, timeout=30) as resp:
+                with urllib.request.urlopen(req, timeout=RESPONSE_TIMEOUT_S) as resp:
                     LOG.info("answered %s (HTTP %s)", status, resp.status)
                     return True
             except Exception as exc:  # keep trying: an unanswered stack hangs for an hour
@@ -84,15 +88,24 @@ def copy_bundle(s3, source_bucket, source_prefix, bucket, dest_prefix):
     return keys
 
 
+def delete_objects(s3, bucket, objects):
+    """DeleteObjects in batches of 1000 (the API's limit); raise if S3 refuses any of them."""
+    for i in range(0, len(objects), 1000):
+        resp = s3.delete_objects(Bucket=bucket, Delete={"Objects": objects[i:i + 1000], "Quiet": True})
+        errors = resp.get("Errors", [])
+        if errors:
+            first = errors[0].get("Message", errors[0])
+            raise RuntimeError(f"could not delete {len(errors)} objects from {bucket}: {first}")
+    return len(objects)
+
+
 def remove_stale(s3, bucket, dest_prefix, keep):
     """Delete current objects under dest_prefix that are not in keep (files removed from the bundle)."""
     keep = set(keep)
     stale = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=dest_prefix):
         stale.extend(o["Key"] for o in page.get("Contents", []) if o["Key"] not in keep)
-    for i in range(0, len(stale), 1000):
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in stale[i:i + 1000]],
-                                                 "Quiet": True})
+    delete_objects(s3, bucket, [{"Key": k} for k in stale])
     return stale
 
 
@@ -100,17 +113,10 @@ def empty_bucket(s3, bucket):
     """Delete every object version and delete marker; a missing bucket counts as empty."""
     deleted = 0
     try:
-        pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket)
-        for page in pages:
-            batch = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                     for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
-            for i in range(0, len(batch), 1000):
-                resp = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch[i:i + 1000], "Quiet": True})
-                errors = resp.get("Errors", [])
-                if errors:
-                    first = errors[0].get("Message", errors[0])
-                    raise RuntimeError(f"could not delete {len(errors)} objects from {bucket}: {first}")
-                deleted += len(batch[i:i + 1000])
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            deleted += delete_objects(s3, bucket, [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])])
     except s3.exceptions.NoSuchBucket:
         LOG.info("bucket %s is already gone", bucket)
     return deleted
