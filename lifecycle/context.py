@@ -24,11 +24,13 @@ def _env(env: Dict[str, str], key: str, default: str) -> str:
     return value if value != "" else default
 
 
-def _float(env: Dict[str, str], key: str, default: float) -> float:
+def _number(env: Dict[str, str], key: str, default, kind=float):
+    """``kind(env[key])`` or the default; a bad value is a ValueError naming the variable."""
     try:
-        return float(_env(env, key, str(default)))
+        return kind(_env(env, key, str(default)))
     except ValueError:
-        raise ValueError("%s must be a number, got %r" % (key, env.get(key))) from None
+        raise ValueError("%s must be %s, got %r" % (key, "an integer" if kind is int else "a number",
+                                                    env.get(key))) from None
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Settings:
     slurm_conf_wait_s: float = 900.0
     shared_wait_s: float = 600.0
     fsx_wait_s: float = 1800.0
+    fsx_poll_s: float = 10.0
     service_wait_s: float = 120.0
     log_file: str = "/var/log/hpq/lifecycle.log"
 
@@ -65,7 +68,7 @@ class Settings:
         s.provisioning_parameters = _env(env, "HPQ_PROVISIONING_PARAMETERS", "")
         s.slurm_prefix = _env(env, "HPQ_SLURM_PREFIX", s.slurm_prefix)
         s.slurm_conf_dir = _env(env, "HPQ_SLURM_CONF_DIR", os.path.join(s.slurm_prefix, "etc"))
-        s.slurmctld_port = int(_env(env, "HPQ_SLURMCTLD_PORT", str(DEFAULT_SLURMCTLD_PORT)))
+        s.slurmctld_port = _number(env, "HPQ_SLURMCTLD_PORT", DEFAULT_SLURMCTLD_PORT, int)
         s.service_manager = _env(env, "HPQ_SERVICE_MANAGER",
                                  "systemd" if os.path.isdir("/run/systemd/system") else "direct")
         s.mount_cmd = shlex.split(_env(env, "HPQ_MOUNT_CMD", "mount"))
@@ -75,10 +78,11 @@ class Settings:
         s.bin_dir = _env(env, "HPQ_BIN_DIR", s.bin_dir)
         steps = _env(env, "HPQ_STEPS", "")
         s.steps = [x.strip() for x in steps.split(",") if x.strip()] or None
-        s.slurm_conf_wait_s = _float(env, "HPQ_SLURM_CONF_WAIT_S", s.slurm_conf_wait_s)
-        s.shared_wait_s = _float(env, "HPQ_SHARED_WAIT_S", s.shared_wait_s)
-        s.fsx_wait_s = _float(env, "HPQ_FSX_WAIT_S", s.fsx_wait_s)
-        s.service_wait_s = _float(env, "HPQ_SERVICE_WAIT_S", s.service_wait_s)
+        s.slurm_conf_wait_s = _number(env, "HPQ_SLURM_CONF_WAIT_S", s.slurm_conf_wait_s)
+        s.shared_wait_s = _number(env, "HPQ_SHARED_WAIT_S", s.shared_wait_s)
+        s.fsx_wait_s = _number(env, "HPQ_FSX_WAIT_S", s.fsx_wait_s)
+        s.fsx_poll_s = _number(env, "HPQ_FSX_POLL_S", s.fsx_poll_s)
+        s.service_wait_s = _number(env, "HPQ_SERVICE_WAIT_S", s.service_wait_s)
         s.log_file = _env(env, "HPQ_LOG_FILE", s.log_file)
         return s
 
@@ -104,6 +108,7 @@ class Context:
         self.node = None  # identity.NodeInfo once the identify step ran
         self.params = None  # identity.ProvisioningParameters
         self._services = None
+        self._imds = None
 
     def path(self, node_path: str) -> str:
         return self.s.path(node_path)
@@ -115,6 +120,15 @@ class Context:
 
             self._services = services.manager(self)
         return self._services
+
+    @property
+    def imds(self):
+        """One IMDS client per run: its session token serves every step."""
+        if self._imds is None:
+            from .imds import ImdsClient
+
+            self._imds = ImdsClient(self.s.imds_url)
+        return self._imds
 
     def node_info(self) -> Dict:
         """The node-info JSON written by the identify step (for steps run on their own)."""

@@ -19,11 +19,12 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from . import files, identity, names
-from .imds import ImdsClient
 
 MOUNT_OPTIONS = "relatime,flock"
-# _netdev: wait for the network; x-systemd.automount: a slow Lustre does not hold up boot.
-FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"
+# _netdev: wait for the network; x-systemd.automount: a slow Lustre does not hold up boot. Required unit:
+# network-online.target, which every systemd distro has (Ubuntu, HyperPod's OS, has no network.service,
+# and a Requires= on a unit that does not exist fails the mount at reboot).
+FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target"
 THROTTLE_CODES = ("Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
                   "TooManyRequestsException", "SlowDown", "RequestThrottled")
 
@@ -244,7 +245,7 @@ def write_test(target: str) -> None:
 
 def region(ctx) -> Optional[str]:
     value = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return value or ImdsClient(ctx.s.imds_url).region()
+    return value or ctx.imds.region()
 
 
 def run(ctx) -> str:
@@ -260,7 +261,7 @@ def run(ctx) -> str:
                             "(the cluster works; nothing is shared between nodes)",
                             names.CLUSTER_TAG_KEY, node.cluster_name, reg, names.FSX_MOUNT_POINT)
             return "no FSx filesystem found (warning logged)"
-        fs = wait_available(fs, reg, ctx.s.fsx_wait_s, float(os.environ.get("HPQ_FSX_POLL_S", "10")), ctx.log)
+        fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log)
         dns, mount_name = fs["DNSName"], fs["LustreConfiguration"]["MountName"]
         origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)
     source = "%s@tcp:/%s" % (dns, mount_name)

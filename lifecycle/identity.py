@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
 from . import files, names
-from .imds import ImdsClient
 
 CONTROLLER = "controller"
 LOGIN = "login"
@@ -160,7 +159,7 @@ def run(ctx) -> str:
             rc = json.load(fh)
     except (OSError, ValueError) as exc:
         raise IdentityError("cannot read %s: %s" % (rc_path, exc)) from None
-    client = ImdsClient(ctx.s.imds_url)
+    client = ctx.imds
     instance_id = client.instance_id()
     node = identify(rc, instance_id, ctx.params)
     if not node.instance_type:

@@ -8,7 +8,7 @@ connection error (that is an unreachable IMDS, and v1 would not help).
 
 from __future__ import annotations
 
-import socket
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -50,7 +50,7 @@ class ImdsClient:
                 if exc.code in REFUSED or exc.code == 401:
                     raise
                 last = "HTTP %d" % exc.code
-            except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, bad replies
                 reason = getattr(exc, "reason", exc)
                 last = "%s" % (reason,)
             if attempt + 1 < self.attempts:

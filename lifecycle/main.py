@@ -67,8 +67,7 @@ def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
     for name, func, purpose in STEPS:
         if name not in wanted:
             continue
-        params = getattr(ctx, "params", None)
-        if name in SLURM_ONLY_STEPS and params is not None and params.orchestrator == identity.EKS:
+        if name in SLURM_ONLY_STEPS and ctx.params is not None and ctx.params.orchestrator == identity.EKS:
             ctx.log.info("step %s: skipped (EKS cluster: Kubernetes does this part)", name)
             continue
         ctx.log.info("step %s: start (%s)", name, purpose)

@@ -102,7 +102,10 @@ def run(ctx) -> str:
     node = identity.load_node(ctx)
     key = desired_key(ctx, node.role)
     uid, gid = _owner(ctx.s.munge_user)
-    os.makedirs(ctx.path("/etc/munge"), mode=0o700, exist_ok=True)
+    key_dir = ctx.path(os.path.dirname(KEY))
+    if not os.path.isdir(key_dir):  # the package makes it munge-owned; munged (as that user) must enter it
+        os.makedirs(key_dir, mode=0o700)
+        os.chown(key_dir, uid, gid)
     changed = files.write_file(ctx.path(KEY), key, 0o400, uid, gid)
     state = ctx.services.ensure_running(UNIT, restart=changed)
     verify(ctx.s.service_wait_s)

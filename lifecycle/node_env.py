@@ -21,8 +21,7 @@ def environment_lines(env: transport.NodeEnvironment):
     # pam_env reads KEY=VALUE; quote anything that is not plain.
     out = []
     for key, value in sorted(env.variables.items()):
-        plain = value and all(c.isalnum() or c in "@%_+=:,./-^" for c in value)
-        out.append("%s=%s" % (key, value if plain else '"%s"' % value.replace('"', '\\"')))
+        out.append("%s=%s" % (key, value if transport.is_plain(value) else '"%s"' % value.replace('"', '\\"')))
     return out
 
 

@@ -37,11 +37,7 @@ def generate(comment: str):
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
         if res.returncode != 0:
             raise SshKeyError("ssh-keygen failed: %s" % res.stdout.strip())
-        with open(key, "rb") as fh:
-            private = fh.read()
-        with open(key + ".pub", "rb") as fh:
-            public = fh.read()
-        return private, public
+        return read_pair(key)
     finally:
         for fn in os.listdir(tmp):
             os.unlink(os.path.join(tmp, fn))
@@ -61,19 +57,28 @@ def shared_pair(ctx, shared: str, user: str, role: str):
         if time.time() >= deadline:
             raise SshKeyError("waited %.0fs for the controller to publish the SSH key at %s" % (ctx.s.shared_wait_s, d))
         time.sleep(1.0)
-    with open(priv, "rb") as fh:
+    return read_pair(priv)
+
+
+def read_pair(private_path: str):
+    """(private, public) bytes of the pair at ``private_path`` and ``private_path``.pub."""
+    with open(private_path, "rb") as fh:
         private = fh.read()
-    with open(pub, "rb") as fh:
+    with open(private_path + ".pub", "rb") as fh:
         public = fh.read()
     return private, public
 
 
 def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes) -> bool:
     ssh = os.path.join(home, ".ssh")
+    changed = False
     if not os.path.isdir(ssh):
         os.makedirs(ssh, mode=0o700)
         os.chown(ssh, uid, gid)
-    changed = files.write_file(os.path.join(ssh, KEY_NAME), private, 0o600, uid, gid)
+    if os.stat(ssh).st_mode & 0o077:  # it holds the private key: owner only (sshd refuses group-writable)
+        os.chmod(ssh, 0o700)
+        changed = True
+    changed |= files.write_file(os.path.join(ssh, KEY_NAME), private, 0o600, uid, gid)
     changed |= files.write_file(os.path.join(ssh, KEY_NAME + ".pub"), public, 0o644, uid, gid)
     pub_line = public.decode().strip()
     for name, lines, mode in (
@@ -88,23 +93,35 @@ def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes) -
 
 
 def slurm_job_script(user: str, private: bytes, public: bytes) -> str:
-    """A batch script that installs the pair on every node of its allocation (no shared filesystem)."""
+    """A batch script that installs the pair on every node of its allocation (no shared filesystem).
+
+    The pair travels base64-encoded in the job's environment (``/proc/PID/environ`` is readable by
+    the owner only), never in a command line, which ``ps`` shows to every user on the node.
+    """
     inner = "\n".join([
         "set -e",
+        "umask 077",
         # HPQ_NODE_ROOT_BASE: tests run several nodes on one host, each under <base>/<node name>.
         'home="${HPQ_NODE_ROOT_BASE:+$HPQ_NODE_ROOT_BASE/$SLURMD_NODENAME}$(getent passwd %s | cut -d: -f6)"'
         % shlex.quote(user),
         'test -n "$home"',
         'mkdir -p "$home/.ssh" && chmod 700 "$home/.ssh"',
-        'echo %s | base64 -d > "$home/.ssh/%s"' % (base64.b64encode(private).decode(), KEY_NAME),
-        'echo %s | base64 -d > "$home/.ssh/%s.pub"' % (base64.b64encode(public).decode(), KEY_NAME),
-        'chmod 600 "$home/.ssh/%s"' % KEY_NAME,
+        'printf %%s "$HPQ_SSH_PRIVATE_B64" | base64 -d > "$home/.ssh/%s"' % KEY_NAME,
+        'printf %%s "$HPQ_SSH_PUBLIC_B64" | base64 -d > "$home/.ssh/%s.pub"' % KEY_NAME,
+        'chmod 600 "$home/.ssh/%s" && chmod 644 "$home/.ssh/%s.pub"' % (KEY_NAME, KEY_NAME),
         'touch "$home/.ssh/authorized_keys" && chmod 600 "$home/.ssh/authorized_keys"',
         'grep -qxF %s "$home/.ssh/authorized_keys" || echo %s >> "$home/.ssh/authorized_keys"'
         % (shlex.quote(public.decode().strip()), shlex.quote(public.decode().strip())),
         'chown -R %s: "$home/.ssh"' % shlex.quote(user),
     ])
-    return "#!/bin/sh\nsrun --ntasks-per-node=1 /bin/sh -c %s\n" % shlex.quote(inner)
+    return "\n".join([
+        "#!/bin/sh",
+        "HPQ_SSH_PRIVATE_B64=%s" % base64.b64encode(private).decode(),
+        "HPQ_SSH_PUBLIC_B64=%s" % base64.b64encode(public).decode(),
+        "export HPQ_SSH_PRIVATE_B64 HPQ_SSH_PUBLIC_B64",
+        "srun --ntasks-per-node=1 --export=ALL /bin/sh -c %s" % shlex.quote(inner),
+        "",
+    ])
 
 
 def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
@@ -145,10 +162,7 @@ def run(ctx) -> str:
     ssh = os.path.join(home, ".ssh")
     priv_path = os.path.join(ssh, KEY_NAME)
     if os.path.exists(priv_path) and os.path.exists(priv_path + ".pub"):
-        with open(priv_path, "rb") as fh:
-            private = fh.read()
-        with open(priv_path + ".pub", "rb") as fh:
-            public = fh.read()
+        private, public = read_pair(priv_path)
     else:
         private, public = generate("%s@%s" % (user, node.cluster_name))
     changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)

@@ -62,8 +62,13 @@ class NodeEnvironment:
         return "\n".join(lines) + "\n"
 
 
+def is_plain(value: str) -> bool:
+    """Needs no quoting in sh or in /etc/environment (pam_env)."""
+    return bool(value) and all(c.isalnum() or c in "@%_+=:,./-^" for c in value)
+
+
 def _sh_quote(value: str) -> str:
-    if value and all(c.isalnum() or c in "@%_+=:,./-^" for c in value):
+    if is_plain(value):
         return value
     return "'" + value.replace("'", "'\"'\"'") + "'"
 

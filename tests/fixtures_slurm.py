@@ -32,7 +32,8 @@ Contract (used by other test modules, e.g. the cluster validation commands):
   cluster.roots       {"controller"|node: pathlib.Path}, each node's HPQ_ROOT
   cluster.run_lifecycle(node) -> CompletedProcess (runs on_create.sh again for that node)
 Jobs run as root, in the node's mount namespace, with the submitting environment.
-Scope: session (start ~5 s). Teardown cancels jobs, then stops every daemon by PID.
+Scope: session (start ~5 s). Teardown kills lifecycle runs still going (by process group), cancels jobs,
+then stops every daemon by PID.
 """
 
 from __future__ import annotations
@@ -174,14 +175,19 @@ class SlurmCluster:
                               timeout=timeout, cwd=str(self.shared_dir))
 
     def run_lifecycle(self, node: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.node_ns), str(self.roots[node]), "bash", str(self.on_create)],
-                              env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=timeout)
+        proc = self.start_lifecycle(node)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        finally:
+            kill_group(proc)  # on a timeout, the python under on_create.sh must not live on
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
     def start_lifecycle(self, node: str) -> subprocess.Popen:
+        """on_create.sh in its own process group, so ``kill_group`` stops all of it (not the daemons it
+        started: the direct service manager gives each its own session; they are stopped by PID file)."""
         return subprocess.Popen([str(self.node_ns), str(self.roots[node]), "bash", str(self.on_create)],
                                 env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                text=True, start_new_session=True)
 
     def node_states(self) -> dict[str, str]:
         res = self.run(["sinfo", "-h", "-N", "-o", "%N %T"])
@@ -206,6 +212,16 @@ class SlurmCluster:
                 except ValueError:
                     pass
         return out
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group a ``start_lifecycle`` process leads, if it still runs, and reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
 
 
 def _stop(pids: list[tuple[str, int]]) -> None:
@@ -309,11 +325,13 @@ def slurm_cluster(tmp_path_factory):
         lifecycle_env[name].pop("SLURM_CONF")
     cluster = SlurmCluster(base=base, env=env, nodes=list(NODES), shared_dir=shared, roots=roots,
                            lifecycle_env=lifecycle_env, on_create=on_create, node_ns=node_ns)
+    procs: dict[str, subprocess.Popen] = {}
     try:
         # All nodes at once, as HyperPod does: workers wait for the controller's MUNGE key on the shared
         # directory and keep slurmd trying until slurmctld serves the config.
         # The controller starts last, so the waiting paths are what gets exercised.
-        procs = {name: cluster.start_lifecycle(name) for name in NODES}
+        for name in NODES:
+            procs[name] = cluster.start_lifecycle(name)
         time.sleep(1.0)
         procs["controller"] = cluster.start_lifecycle("controller")
         for name, proc in procs.items():
@@ -324,6 +342,9 @@ def slurm_cluster(tmp_path_factory):
         cluster.wait_idle(60)
         yield cluster
     finally:
+        # A lifecycle still running (setup failed or timed out) would go on to start daemons: stop it first.
+        for proc in procs.values():
+            kill_group(proc)
         try:
             cluster.run(["scancel", "--user", "root"], timeout=30)
         except subprocess.SubprocessError:

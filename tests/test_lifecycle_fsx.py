@@ -176,11 +176,11 @@ def fake_mount(tmp_path: Path, root: Path, record: bool = True) -> Path:
     return script
 
 
-def node_ctx(tmp_path: Path, params: dict | None = None, record: bool = True):
+def node_ctx(tmp_path: Path, params: dict | None = None, record: bool = True, **env: str):
     root = tmp_path / "node"
     params_path = write_node_files(root, params=params)
     ctx = make_context(root, HPQ_PROVISIONING_PARAMETERS=str(params_path),
-                       HPQ_MOUNT_CMD=str(fake_mount(tmp_path, root, record)))
+                       HPQ_MOUNT_CMD=str(fake_mount(tmp_path, root, record)), **env)
     ctx.node = identity.NodeInfo(cluster_name=(params or {}).get("cluster_name", "c"), instance_id="i-1",
                                  instance_name="n", group="g", role=identity.WORKER, ip="10.0.0.2",
                                  instance_type="ml.g5.48xlarge", controller_ips=["10.0.0.1"])
@@ -193,12 +193,11 @@ def params_for(cluster: str, **extra) -> dict:
                  "login_group": None, "worker_groups": ["worker-group-1"]}, **extra)
 
 
-def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path, monkeypatch):
-    monkeypatch.setenv("HPQ_FSX_POLL_S", "0.01")
+def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path):
     name = "wait-" + uuid.uuid4().hex[:6]
     fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
     proxy = aws(lifecycles=["CREATING", "CREATING", "AVAILABLE"])
-    ctx, root = node_ctx(tmp_path, params_for(name))
+    ctx, root = node_ctx(tmp_path, params_for(name), HPQ_FSX_POLL_S="0.01")
     (root / "etc").mkdir()
     (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\nold@tcp:/x /fsx lustre defaults 0 0\n")
     result = fsx.run(ctx)

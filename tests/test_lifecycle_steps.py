@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import files, identity, install, munge, names, node_env, services, slurm
+from hpq.lifecycle import files, identity, install, munge, names, node_env, services, slurm, ssh_keys
 from hpq.tests.fixtures_imds import imds_factory  # noqa: F401
 from hpq.tests.fixtures_slurm import (
     CONTROLLER_GROUP,
@@ -360,3 +360,32 @@ def test_failure_names_the_step_and_exits_nonzero(tmp_path):
     assert "Traceback" not in res.stdout + res.stderr
     log = (root / "var/log/hpq/on_create.log").read_text()
     assert "step identify: FAILED" in log
+
+
+# ---------------------------------------------------------------------------- SSH key handling
+
+
+def test_ssh_dir_and_key_are_owner_only(tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh").chmod(0o775)  # e.g. made by hand: sshd would refuse it, and the key would be listed
+    private, public = ssh_keys.generate("u@c")
+    assert ssh_keys.install_pair(str(home), os.getuid(), os.getgid(), private, public)
+    assert (home / ".ssh").stat().st_mode & 0o777 == 0o700
+    assert (home / ".ssh" / ssh_keys.KEY_NAME).stat().st_mode & 0o777 == 0o600
+    assert not ssh_keys.install_pair(str(home), os.getuid(), os.getgid(), private, public)
+
+
+def test_slurm_job_keeps_the_private_key_out_of_command_lines():
+    """``ps`` shows every command line to every user: the key may only sit in the job's environment."""
+    import base64
+    import shlex
+
+    private, public = ssh_keys.generate("u@c")
+    script = ssh_keys.slurm_job_script("u", private, public)
+    b64 = base64.b64encode(private).decode()
+    assert f"HPQ_SSH_PRIVATE_B64={b64}" in script.splitlines()
+    srun = script[script.index("\nsrun ") + 1:]  # the one command, through its end (the inner script)
+    assert b64 not in srun and private.decode().split("\n")[1] not in srun
+    inner = shlex.split(srun)[-1]
+    assert inner.splitlines()[:2] == ["set -e", "umask 077"] and "$HPQ_SSH_PRIVATE_B64" in inner
