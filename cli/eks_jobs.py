@@ -9,6 +9,7 @@ so re-running is always safe.
 
 from __future__ import annotations
 
+import http.client
 import re
 import time
 from collections import Counter
@@ -98,6 +99,13 @@ def pod_summary(pod: dict[str, Any]) -> tuple[str, str]:
 
 def _name(pod: dict[str, Any]) -> str:
     return str(pod.get("metadata", {}).get("name", "?"))
+
+
+def _selected(pods: list[dict[str, Any]], selector: str) -> list[dict[str, Any]]:
+    """The pods an equality label selector ("k=v,k2=v2") picks, without asking the API again."""
+    want = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
+    return [p for p in pods if all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v
+                                   for k, v in want.items())]
 
 
 def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -204,8 +212,7 @@ class Runner:
             if state:
                 return None, state, message
             if self.plan.follow:
-                log_pods = self.client.list_pods(self.plan.namespace, self.plan.log_selector)
-                pod = _newest(log_pods)
+                pod = _newest(_selected(pods, self.plan.log_selector))  # the log pods are job pods too
                 if pod and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
                     return pod, None, ""
             self.sleep(self.poll_s)
@@ -237,8 +244,8 @@ class Runner:
                     for line in self.client.follow_log(self.plan.namespace, _name(pod), self.plan.log_container):
                         self.echo(line)
                         lines.append(line)
-                except TimeoutError:
-                    self.echo("(log quiet for too long; waiting for the job instead)")
+                except (OSError, http.client.HTTPException) as exc:  # quiet too long, or the stream broke
+                    self.echo(f"(log stream ended: {exc or type(exc).__name__}; waiting for the job instead)")
                 state, message = job_state(self._job())
                 if state:
                     break
@@ -336,7 +343,7 @@ def judge_nccl(outcome: Outcome, instance_type: str) -> TestVerdict:
 
     try:
         report = nccl_report.parse_text(outcome.log)
-    except Exception as exc:  # noqa: BLE001 - no table at all: the run failed, say why
+    except nccl_report.ReportError as exc:  # no table at all: the run failed, say why
         tail = "\n".join(outcome.log.splitlines()[-15:])
         raise OperationFailed(f"the NCCL test produced no results ({outcome.state}: {outcome.message or exc}). "
                               f"Last log lines:\n{tail}") from None

@@ -41,6 +41,7 @@ CONFIGMAP_LIMIT = 1000 * 1024  # Kubernetes caps a ConfigMap at 1 MiB; leave roo
 PROGRAM_MOUNT = "/opt/hpq"
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")  # what Kubernetes allows as a ConfigMap key
 
 
 @dataclass
@@ -207,6 +208,8 @@ def _program_context(req: RenderRequest) -> dict[str, Any]:
     """ConfigMap files and the torchrun target: hpq's nanoGPT module, or a single --program file."""
     if req.program:
         path = Path(req.program)
+        if not _KEY_RE.match(path.name):  # it becomes a ConfigMap key and a word of the shell command
+            raise UsageError(f"training program file name {path.name!r} may hold only letters, digits, '.', '_', '-'")
         try:
             files = {path.name: path.read_text()}
         except OSError as exc:

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from hpq.tests.fixtures_aws import moto_server, set_aws_env  # noqa: F401 - moto_server is a fixture
+
 
 def _serve(handler_cls: type, ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
@@ -130,31 +132,14 @@ def fake_helm(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------- moto (EKS) over HTTP
 
 
-@pytest.fixture(scope="session")
-def eks_moto_server():
-    """moto in server mode on a free port, started once; state is reset after every test."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def moto_aws(eks_moto_server, monkeypatch):
-    """boto3 reaches moto over HTTP through AWS_ENDPOINT_URL, with dummy credentials.
+def moto_aws(moto_server, monkeypatch, tmp_path):  # noqa: F811
+    """boto3 reaches the suite's moto server over HTTP (AWS_ENDPOINT_URL), dummy credentials, us-west-2.
 
-    No reset between tests (a reset would reach every in-process moto user): tests create what
-    they need idempotently and use names no other test deletes."""
-    for var, val in (("AWS_ENDPOINT_URL", eks_moto_server), ("AWS_ACCESS_KEY_ID", "testing"),
-                     ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-west-2"),
-                     ("AWS_DEFAULT_REGION", "us-west-2")):
-        monkeypatch.setenv(var, val)
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    return eks_moto_server
+    No reset between tests (the server is shared by the whole session): tests create what they
+    need idempotently and use names no other test deletes."""
+    set_aws_env(monkeypatch, moto_server, tmp_path, region="us-west-2")
+    return moto_server
 
 
 def create_eks_cluster(name: str) -> dict[str, Any]:
@@ -207,7 +192,8 @@ class FakeKube:
     Scenario keys: ``logs`` (role -> lines), ``final`` (Succeeded/Failed), ``pending_ticks`` (job
     GETs before pods run), ``waiting`` ((reason, message) a pod stays in), ``unschedulable`` (message),
     ``installed`` (plurals the cluster serves; others 404 like a missing CRD), ``end_at_tick`` (the
-    job ends at that job GET, before its log could be followed).
+    job ends at that job GET, before its log could be followed), ``break_log`` (a followed log's
+    connection drops after that many lines).
     """
 
     def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
@@ -407,11 +393,15 @@ def fake_kube(tmp_path):
                     self.send_header("Content-Type", "text/plain")
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
-                    for line in lines:
+                    cut = kube.scenario.get("break_log")
+                    for line in lines[:cut]:
                         chunk = (line + "\n").encode()
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                         time.sleep(0.002)
+                    if cut is not None:  # the connection drops mid-stream; the job goes on
+                        self.close_connection = True
+                        return None
                     kube.log_done(pod)
                     self.wfile.write(b"0\r\n\r\n")
                     return None

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import tarfile
-import threading
 import time
 import urllib.parse
 import zipfile
@@ -26,11 +25,12 @@ import pytest
 
 from hpq.cfn.handlers import helm
 from hpq.tests.fixtures_eks import (  # noqa: F401
+    _serve,
     cfn_responses,
     create_eks_cluster,
-    eks_moto_server,
     fake_helm,
     moto_aws,
+    moto_server,
 )
 
 HANDLER_FILE = Path(helm.__file__)
@@ -95,8 +95,7 @@ def chart_server():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serve(Handler)
     yield f"http://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
     server.server_close()
@@ -195,6 +194,7 @@ def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_respons
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0], Values="{not json")), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "Values is not valid JSON" in resp["Reason"]
+    assert resp["PhysicalResourceId"] == helm.failed_id({"RequestId": "req-1234"})
     assert fake_helm.calls() == []
 
 
@@ -272,6 +272,30 @@ def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypa
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "helm not found" in resp["Reason"]
+    # nothing reached the cluster: the rollback Delete must succeed although helm is still missing
+    assert resp["PhysicalResourceId"] == helm.failed_id({"RequestId": "req-1234"})
+    helm.handler(event("Delete", cfn_responses.url, props(chart_server[0]), physical_id=resp["PhysicalResourceId"]),
+                 Context(900))
+    assert cfn_responses.wait(2)[1]["Status"] == "SUCCESS"
+
+
+def test_failed_dependency_build_keeps_the_noop_id(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    """helm dependency update runs locally; a failure there leaves no release for Delete to look for."""
+    fake_helm.answer("dependency", rc=1, out="Error: no repository definition for file://charts/mpi-operator\n")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "no repository definition" in resp["Reason"]
+    assert resp["PhysicalResourceId"] == helm.failed_id({"RequestId": "req-1234"})
+    assert [c["args"][0] for c in fake_helm.calls()] == ["dependency"]
+
+
+def test_name_limits_match_kubernetes_and_helm():
+    base = {"ClusterName": "c", "ChartSource": "oci://r/c"}
+    assert helm.properties({"ResourceProperties": {**base, "Namespace": "n" * 63}})["namespace"] == "n" * 63
+    assert helm.properties({"ResourceProperties": {**base, "ReleaseName": "r" * 53}})["release"] == "r" * 53
+    for key, value in (("Namespace", "n" * 64), ("ReleaseName", "r" * 54), ("ReleaseName", "Bad_Name")):
+        with pytest.raises(helm.HandlerError, match=key):
+            helm.properties({"ResourceProperties": {**base, key: value}})
 
 
 @pytest.mark.slow

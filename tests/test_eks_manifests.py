@@ -270,6 +270,7 @@ def test_module_closure_follows_absolute_and_relative_imports():
     ({"test": "fsx"}, "--fsx-id"),
     ({"test": "fsx", "fsx_id": "fs-xyz", "fsx_dns": "d", "fsx_mount_name": "m"}, "invalid FSx"),
     ({"test": "nanogpt", "instance_type": "ml.p5.48xlarge", "program": "/nonexistent/train.py"}, "cannot read"),
+    ({"test": "nanogpt", "instance_type": "ml.p5.48xlarge", "program": "/nonexistent/my train;x.py"}, "file name"),
 ])
 def test_bad_input_is_a_usage_error(kwargs, match):
     with pytest.raises(UsageError, match=match):

@@ -48,7 +48,8 @@ DEFAULT_RELEASE = "hyperpod-dependencies"
 HELM_CANDIDATES = ("/opt/helm/helm", "/opt/python/bin/helm", "/opt/bin/helm", "/opt/kubectl/helm")
 LAYER_PATHS = ("/opt/helm", "/opt/kubectl", "/opt/python/bin", "/opt/bin")
 REASON_LIMIT = 1500  # CloudFormation rejects response bodies over 4 KiB
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a namespace: up to 63 characters
+RELEASE_MAX = 53  # helm's limit for a release name
 _NOT_FOUND = re.compile(r"release: not found", re.IGNORECASE)
 
 
@@ -133,6 +134,8 @@ def properties(event):
     for label, value in (("Namespace", namespace), ("ReleaseName", release)):
         if not _DNS1123.match(value):
             raise HandlerError(f"{label} {value!r} is not a valid name (lowercase letters, digits, '-')")
+    if len(release) > RELEASE_MAX:
+        raise HandlerError(f"ReleaseName {release!r} is longer than {RELEASE_MAX} characters")
     if not source:
         raise HandlerError("ChartSource is required (https URL, oci:// reference or s3://bucket/key)")
     if "{version}" in source:
@@ -296,7 +299,7 @@ def tail(text, n=600):
 # --------------------------------------------------------------------------- chart source
 
 
-def fetch_chart(source, path, workdir, version):
+def fetch_chart(source, path, workdir):
     """A chart reference helm understands: an oci:// ref, a .tgz file, or a chart directory."""
     scheme = urllib.parse.urlparse(source).scheme
     if scheme == "oci":
@@ -381,8 +384,9 @@ def has_dependencies(chart_dir):
 # --------------------------------------------------------------------------- operations
 
 
-def install(p, helm, workdir):
-    chart, is_oci = fetch_chart(p["source"], p["path"], workdir, p["version"])
+def install(p, helm, workdir, on_upgrade):
+    """``on_upgrade()`` runs just before ``helm upgrade``: from then on a release may exist on the cluster."""
+    chart, is_oci = fetch_chart(p["source"], p["path"], workdir)
     if os.path.isdir(chart) and has_dependencies(chart):
         sub = "build" if os.path.isfile(os.path.join(chart, "Chart.lock")) else "update"
         rc, out = helm.run(["dependency", sub, chart])
@@ -398,6 +402,7 @@ def install(p, helm, workdir):
             json.dump(p["values"], fh)
         args += ["--values", values_file]
     args += ["--wait", "--timeout", f"{helm.wait_timeout()}s"]
+    on_upgrade()
     rc, out = helm.run(args)
     if rc != 0:
         raise HandlerError(f"helm upgrade --install {p['release']} in {p['namespace']} failed: {tail(out)}")
@@ -419,8 +424,13 @@ def connect(cluster, region, workdir, deadline, margin):
     return Helm(workdir, kubeconfig(cluster, endpoint, ca, eks_token(cluster, region)), deadline, margin)
 
 
-def dispatch(event, deadline, margin):
-    """(status, reason, physical id, data) for one request."""
+def dispatch(event, deadline, margin, progress):
+    """(status, reason, physical id, data) for one request.
+
+    ``progress["pid"]`` is the id a failure reports. A Create keeps the no-op id until helm upgrade
+    starts, so the rollback Delete of a Create that never reached the cluster (bad properties, no helm
+    layer, download failed) succeeds without needing helm; after that the id names the release, which
+    helm may have half-installed, so the Delete looks for it. Updates and Deletes keep their id."""
     kind = event.get("RequestType")
     region = region_name()
     workdir = tempfile.mkdtemp(prefix="hpq-helm-")
@@ -440,7 +450,8 @@ def dispatch(event, deadline, margin):
         p = properties(event)
         pid = physical_id(p)
         helm = connect(p["cluster"], region, workdir, deadline, margin)
-        reason = install(p, helm, workdir)
+        mark = (lambda: progress.update(pid=pid)) if kind == "Create" else (lambda: None)
+        reason = install(p, helm, workdir, on_upgrade=mark)
         data = {"ReleaseName": p["release"], "Namespace": p["namespace"], "ChartVersion": p["version"],
                 "ChartSource": p["source"]}
         return SUCCESS, reason, pid, data
@@ -448,41 +459,32 @@ def dispatch(event, deadline, margin):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _failure_id(event):
-    """After a failed Create: our real id if the properties name a release (helm may have half-installed
-    it, so Delete must look), else an id that makes the Delete a no-op. Updates keep their id."""
-    if event.get("RequestType") != "Create":
-        return event.get("PhysicalResourceId") or failed_id(event)
-    try:
-        return physical_id(properties(event))
-    except Exception:  # noqa: BLE001
-        return failed_id(event)
-
-
 def handler(event, context):
     """Lambda entry point (index.handler)."""
     log(f"request {event.get('RequestType')} {event.get('LogicalResourceId')}")
     responder = Responder(event, context)
-    margin = float(os.environ.get("HPQ_HELM_MARGIN_S", "20"))
-    remaining = context.get_remaining_time_in_millis() / 1000.0 if context else 900.0
-    deadline = time.time() + remaining
-    fail_pid = _failure_id(event)
-
-    def on_timeout():
-        responder.send(FAILED, f"timed out: the Lambda was about to reach its time limit ({int(remaining)}s) "
-                       "before helm finished; see its CloudWatch log", fail_pid)
-
-    watchdog = threading.Timer(max(remaining - margin, 0.5), on_timeout)
-    watchdog.daemon = True
-    watchdog.start()
+    progress = {"pid": event.get("PhysicalResourceId") or failed_id(event)}
+    watchdog = None
     try:
-        status, reason, pid, data = dispatch(event, deadline, margin)
-        responder.send(status, reason, pid or event.get("PhysicalResourceId") or fail_pid, data)
+        margin = float(os.environ.get("HPQ_HELM_MARGIN_S", "20"))
+        remaining = context.get_remaining_time_in_millis() / 1000.0 if context else 900.0
+        deadline = time.time() + remaining
+
+        def on_timeout():
+            responder.send(FAILED, f"timed out: the Lambda was about to reach its time limit ({int(remaining)}s) "
+                           "before helm finished; see its CloudWatch log", progress["pid"])
+
+        watchdog = threading.Timer(max(remaining - margin, 0.5), on_timeout)
+        watchdog.daemon = True
+        watchdog.start()
+        status, reason, pid, data = dispatch(event, deadline, margin, progress)
+        responder.send(status, reason, pid or progress["pid"], data)
     except HandlerError as exc:
-        responder.send(FAILED, str(exc), fail_pid)
+        responder.send(FAILED, str(exc), progress["pid"])
     except Exception as exc:  # noqa: BLE001 - CloudFormation must hear about every failure
         traceback.print_exc()
-        responder.send(FAILED, f"unexpected {type(exc).__name__}: {exc}", fail_pid)
+        responder.send(FAILED, f"unexpected {type(exc).__name__}: {exc}", progress["pid"])
     finally:
-        watchdog.cancel()
+        if watchdog is not None:
+            watchdog.cancel()
     return {"Status": responder.sent}
