@@ -8,7 +8,6 @@ emulator's gaps without the real templates ever changing.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 
 from hpq import __version__
 from hpq.cli import aws_s3, aws_stacks
-from hpq.cli.aws_session import client, make_session, region_of
+from hpq.cli.aws_session import client, region_of
 from hpq.errors import UsageError
 from hpq.lifecycle import names
 
@@ -198,7 +197,7 @@ def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, st
             if on_note:
                 on_note(f"{key} not given: using {zone} (choose with --param {key}=<zone id>, e.g. where your "
                         "instance capacity is)")
-    rest = [k for k in missing_parameters(release, variant, params)]
+    rest = missing_parameters(release, variant, params)
     if rest:
         raise UsageError(f"missing parameter(s) for {variant}: " + ", ".join(f"--param {k}=..." for k in rest))
     return params
@@ -236,7 +235,6 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     """Check the bucket, upload the release, create the stack or update it through a change set."""
     check_variant(variant)
     check_size(size)
-    aws_s3.validate_bucket_name(bucket)
     name = stack_name or f"hpq-{variant}"
     region = region_of(session)
     s3 = client(session, "s3")
@@ -274,7 +272,6 @@ def unchanged(existing: aws_stacks.StackInfo, params: dict[str, str]) -> bool:
 def publish(session: Any, bucket: str, size: str = "small", variants: list[str] | None = None,
             transform: Transform | None = None, on_progress: Any = None) -> Release:
     """Upload every variant (one shared node bundle) for console Launch Stack links."""
-    aws_s3.validate_bucket_name(bucket)
     check_size(size)
     region = region_of(session)
     s3 = client(session, "s3")
@@ -293,12 +290,3 @@ def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str
         cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}", "hpq eks nccl-test --help"]
     cmds += [f"hpq status {stack} --region {region}", f"hpq destroy {stack} --region {region}"]
     return cmds
-
-
-def session_for(region: str | None, profile: str | None) -> Any:
-    return make_session(region, profile)
-
-
-def elapsed_since(started: float) -> str:
-    mins, secs = divmod(int(time.time() - started), 60)
-    return f"{mins}m{secs:02d}s"

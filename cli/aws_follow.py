@@ -138,8 +138,8 @@ class Follower:
         console = console or Console(stderr=True, soft_wrap=True)
         if verbose is None:
             verbose = not console.is_terminal
-        snap = self.poll()
         try:
+            snap = self.poll()  # the first poll reads every nested template: Ctrl-C may well land here
             with Live(Spinner("dots", snap.line(self.name)), console=console, transient=True,
                       refresh_per_second=4) as live:
                 while True:
@@ -155,8 +155,8 @@ class Follower:
                     time.sleep(self.poll_seconds)
                     snap = self.poll()
         except KeyboardInterrupt:
-            raise Interrupted(
-                f"stopped following; the stack operation continues. Resume with: hpq status {self.name} --follow"
-            ) from None
+            region = getattr(getattr(self.cfn, "meta", None), "region_name", None)
+            resume = f"hpq status {self.name} --follow" + (f" --region {region}" if region else "")
+            raise Interrupted(f"stopped following; the stack operation continues. Resume with: {resume}") from None
         console.print(snap.line(self.name), highlight=False, markup=False)
         return snap

@@ -15,6 +15,9 @@ from hpq.cli.aws_session import NotFound, aws_errors, error_code
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, names
 
+# SageMaker answers an unknown cluster or node with either code.
+_NOT_FOUND_CODES = ("ResourceNotFound", "ValidationException", "ResourceNotFoundException")
+
 
 @dataclass
 class Cluster:
@@ -41,7 +44,7 @@ def describe_cluster(sm: Any, ident: str) -> Cluster:
     try:
         data = sm.describe_cluster(ClusterName=ident)
     except bex.ClientError as exc:
-        if error_code(exc) not in ("ResourceNotFound", "ValidationException", "ResourceNotFoundException"):
+        if error_code(exc) not in _NOT_FOUND_CODES:
             with aws_errors(f"sagemaker:DescribeCluster {ident}"):
                 raise
         near = [c["ClusterName"] for c in list_clusters(sm) if ident.lower() in c["ClusterName"].lower()]
@@ -123,11 +126,11 @@ def resolve_node(sm: Any, cluster: Cluster, group: str | None = None, node: str 
         raise UsageError(f"cluster {cluster.name} has no group {group!r}; groups: {', '.join(cluster.group_names)}")
     if node and not node.isdigit():
         try:
-            with aws_errors(f"sagemaker:DescribeClusterNode {node}"):
-                details = sm.describe_cluster_node(ClusterName=cluster.arn or cluster.name, NodeId=node)["NodeDetails"]
-        except NotFound:
-            details = None
-        except bex.ClientError:
+            details = sm.describe_cluster_node(ClusterName=cluster.arn or cluster.name, NodeId=node)["NodeDetails"]
+        except bex.ClientError as exc:
+            if error_code(exc) not in _NOT_FOUND_CODES:  # denied, throttled...: say so, do not guess
+                with aws_errors(f"sagemaker:DescribeClusterNode {node}"):
+                    raise
             details = None
         if not details:
             raise NotFound(f"node {node!r} is not in cluster {cluster.name}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpq.cli.aws_session import AccessDenied, NotFound, aws_errors, error_code
-from hpq.errors import UsageError
+from hpq.errors import OperationFailed, UsageError
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
@@ -147,7 +147,13 @@ def empty_bucket(s3: Any, bucket: str) -> int:
             ]
             for start in range(0, len(batch), 1000):
                 chunk = batch[start:start + 1000]
-                if chunk:
-                    s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
-                    deleted += len(chunk)
+                # DeleteObjects answers 200 even when some keys fail: those come back under Errors.
+                errors = s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True}).get("Errors") or []
+                deleted += len(chunk) - len(errors)
+                if errors:
+                    first = errors[0]
+                    raise OperationFailed(
+                        f"could not delete {len(errors)} object version(s) in s3://{bucket}, e.g. "
+                        f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".rstrip()
+                    )
     return deleted

@@ -7,6 +7,7 @@ node's sshd. The remote exit status becomes ours.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -44,8 +45,12 @@ def remote_command(args: Sequence[str], login: bool = True) -> str:
 
 
 def _client(target: SshTarget) -> Any:
+    import logging
+
     import paramiko
 
+    # paramiko logs failures with tracebacks from its transport thread; hpq reports them as one line.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
     client = paramiko.SSHClient()
     path = os.path.expanduser(target.known_hosts) if target.known_hosts else None
     if path:
@@ -58,13 +63,54 @@ def _client(target: SshTarget) -> Any:
     return client
 
 
+def _proxy(command: str) -> Any:
+    """Start the ProxyCommand; a missing program (no AWS CLI) or bad quoting is one line, not a traceback."""
+    import select
+
+    import paramiko
+
+    class Proxy(paramiko.ProxyCommand):
+        """paramiko's recv spins until the timeout once the command has exited (e.g. SSM said
+        TargetNotConnected); returning what arrived, b"" at EOF, makes that fail at once like a socket."""
+
+        def recv(self, size: int) -> bytes:
+            ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+            if not ready:
+                raise TimeoutError()
+            return os.read(self.process.stdout.fileno(), size)
+
+    try:
+        return Proxy(command)
+    except ValueError as exc:  # shlex: unbalanced quotes in --proxy-command
+        raise UsageError(f"cannot parse ProxyCommand {command!r}: {exc}") from None
+    except OSError as exc:
+        program = command.split()[0] if command.split() else command
+        hint = ": install the AWS CLI v2 and the Session Manager plugin" if program == "aws" else ""
+        raise OperationFailed(f"cannot run ProxyCommand {program!r} ({exc.strerror or exc}){hint}") from None
+
+
+def _proxy_error(sock: Any) -> str:
+    """The last line the ProxyCommand wrote to stderr if it has exited (e.g. SSM's TargetNotConnected)."""
+    proc = getattr(sock, "process", None)
+    if proc is None or proc.poll() is None or proc.stderr is None:
+        return ""
+    fd = proc.stderr.fileno()
+    os.set_blocking(fd, False)  # a child it started may still hold the pipe open: never wait for EOF
+    try:
+        data = os.read(fd, 65536)
+    except OSError:
+        data = b""
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    return f"ProxyCommand exited {proc.returncode}: {lines[-1].strip()}" if lines else ""
+
+
 def connect(target: SshTarget) -> Any:
     import paramiko
 
     if target.key_filename and not os.path.exists(os.path.expanduser(target.key_filename)):
         raise UsageError(f"SSH key {target.key_filename} not found")
     client = _client(target)
-    sock = paramiko.ProxyCommand(target.proxy_command) if target.proxy_command else None
+    sock = _proxy(target.proxy_command) if target.proxy_command else None
     try:
         client.connect(
             target.host, port=target.port, username=target.user, sock=sock,
@@ -73,19 +119,31 @@ def connect(target: SshTarget) -> Any:
             timeout=target.connect_timeout, banner_timeout=target.connect_timeout,
             auth_timeout=target.connect_timeout,
         )
-    except paramiko.BadHostKeyException as exc:
-        raise OperationFailed(
-            f"host key for {target.host} changed: remove its line from {target.known_hosts} if the node was replaced"
-        ) from exc
-    except paramiko.AuthenticationException:
-        raise OperationFailed(
-            f"SSH authentication as {target.user} failed: pass --key PATH or add the key to ssh-agent; "
-            "the public key must be in ~/.ssh/authorized_keys on the node"
-        ) from None
-    except (paramiko.SSHException, OSError, EOFError) as exc:
-        raise OperationFailed(f"SSH to {target.host} failed: {exc or type(exc).__name__}"
-                              + (" (is the SSM session manager plugin installed?)" if target.proxy_command else "")
-                              ) from None
+    except BaseException as exc:
+        # Close the transport and stop the ProxyCommand (an `aws ssm start-session` process) on every failure.
+        detail = _proxy_error(sock) if sock is not None else ""  # read before close() stops the process
+        client.close()
+        if sock is not None:
+            with contextlib.suppress(OSError):  # the command may have exited and been reaped already
+                sock.close()
+        if isinstance(exc, paramiko.BadHostKeyException):
+            raise OperationFailed(
+                f"host key for {target.host} changed: remove its line from {target.known_hosts} if the node was replaced"
+            ) from None
+        if isinstance(exc, paramiko.PasswordRequiredException):
+            raise OperationFailed(
+                f"SSH key {target.key_filename or ''} is encrypted: add it to ssh-agent (`ssh-add KEY`) and retry"
+            ) from None
+        if isinstance(exc, paramiko.AuthenticationException):
+            raise OperationFailed(
+                f"SSH authentication as {target.user} failed: pass --key PATH or add the key to ssh-agent; "
+                "the public key must be in ~/.ssh/authorized_keys on the node"
+            ) from None
+        if isinstance(exc, paramiko.SSHException | OSError | EOFError):
+            hint = " (is the SSM session manager plugin installed?)" if target.proxy_command else ""
+            raise OperationFailed(f"SSH to {target.host} failed: {detail or (str(exc) or type(exc).__name__) + hint}"
+                                  ) from None
+        raise
     return client
 
 
@@ -100,6 +158,7 @@ def run(target: SshTarget, command: str, stdout: IO[bytes] | None = None, stderr
         transport.set_keepalive(30)
         chan = transport.open_session()
         chan.exec_command(command)
+        chan.shutdown_write()  # no stdin: a command that reads it gets EOF instead of hanging
         try:
             while True:
                 busy = False

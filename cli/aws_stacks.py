@@ -98,12 +98,10 @@ class StackNode:
 
 
 def stack_tree(cfn: Any, root: str, max_depth: int = 5, label: str | None = None) -> list[StackNode]:
-    """Root and every nested stack (depth-first), found through AWS::CloudFormation::Stack resources.
+    """Root and every nested stack (breadth-first), found through AWS::CloudFormation::Stack resources.
 
     Deleted nested stacks stay reachable by their id (an ARN), which ListStackResources still reports.
     """
-    import botocore.exceptions as bex
-
     nodes: list[StackNode] = []
     todo: list[tuple[str, str, int]] = [(root, label or root, 0)]
     seen: set[str] = set()
@@ -115,8 +113,6 @@ def stack_tree(cfn: Any, root: str, max_depth: int = 5, label: str | None = None
         try:
             resources = list_resources(cfn, sid)
         except NotFound:
-            resources = []
-        except bex.ClientError:
             resources = []
         nodes.append(StackNode(sid, path, resources))
         if depth >= max_depth:
@@ -203,7 +199,7 @@ def update_via_change_set(
 
     Parameters not given keep their previous values (only those the new template still declares).
     """
-    if is_failed(info.status) and info.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
+    if info.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
         raise OperationFailed(
             f"stack {info.name} is {info.status} (its creation failed) and cannot be updated: "
             f"see `hpq stack-errors {info.name}`, then `hpq destroy {info.name}` and deploy again"
@@ -222,19 +218,31 @@ def update_via_change_set(
             IncludeNestedStacks=True,
         )
     cs_id = resp["Id"]
-    status, reason, changes = _change_set_changes(cfn, info.name, cs_id)
-    if status == "FAILED":
-        if any(m.lower() in reason.lower() for m in _NO_CHANGE_MARKERS):
-            with aws_errors(f"cloudformation:DeleteChangeSet {info.name}"):
-                cfn.delete_change_set(StackName=info.name, ChangeSetName=cs_id)
+    try:
+        status, reason, changes = _change_set_changes(cfn, info.name, cs_id)
+        if status == "FAILED" and any(m.lower() in reason.lower() for m in _NO_CHANGE_MARKERS):
+            _delete_change_set(cfn, info.name, cs_id)
             return SubmitResult("no-changes", info.stack_id)
-        raise OperationFailed(f"change set for {info.name} failed: {reason}")
-    if on_changes:
-        on_changes(changes)
-    started = time.time()
-    with aws_errors(f"cloudformation:ExecuteChangeSet {info.name}"):
-        cfn.execute_change_set(StackName=info.name, ChangeSetName=cs_id)
+        if status != "CREATE_COMPLETE":
+            raise OperationFailed(f"change set for {info.name} is {status}: {reason or 'not ready after 10 minutes'}")
+        if on_changes:
+            on_changes(changes)
+        started = time.time()
+        with aws_errors(f"cloudformation:ExecuteChangeSet {info.name}"):
+            cfn.execute_change_set(StackName=info.name, ChangeSetName=cs_id)
+    except BaseException:
+        # A failed or abandoned (Ctrl-C, error) change set would linger on the stack: remove it.
+        _delete_change_set(cfn, info.name, cs_id)
+        raise
     return SubmitResult("update", info.stack_id, changes, started=started)
+
+
+def _delete_change_set(cfn: Any, stack: str, cs_id: str) -> None:
+    """Best effort: a change set that cannot be deleted only clutters the console."""
+    try:
+        cfn.delete_change_set(StackName=stack, ChangeSetName=cs_id)
+    except Exception:  # noqa: BLE001 - cleanup must not hide the error that led here
+        pass
 
 
 def delete_stack(cfn: Any, stack_id: str) -> float:

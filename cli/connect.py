@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -56,4 +57,15 @@ def connect(cluster: str, region: str | None, profile: str | None, group: str | 
         if not shutil.which(tool):
             raise OperationFailed(f"`{tool}` not found on PATH: {how} (or use --print)")
     click.echo(f"connecting to {picked.target}", err=True)
-    sys.exit(subprocess.call(cmd))
+    sys.exit(run_session(cmd))
+
+
+def run_session(cmd: list[str]) -> int:
+    """Run the session, ignoring Ctrl-C here: in an SSM shell it is meant for the remote command,
+    and the AWS CLI forwards it. (subprocess.call would kill the session on the KeyboardInterrupt.)"""
+    proc = subprocess.Popen(cmd)  # spawned before SIG_IGN, which the child would otherwise inherit
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -43,16 +43,16 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     """
     from rich.console import Console
 
-    from hpq.cli import aws_deploy, aws_report
-    from hpq.cli.aws_session import client, region_of
+    from hpq.cli import aws_deploy, aws_emulator, aws_report
+    from hpq.cli.aws_s3 import validate_bucket_name
+    from hpq.cli.aws_session import client, make_session, region_of
 
+    # Bad input exits 2 before any credential lookup or network call.
     aws_deploy.check_variant(variant)
     aws_deploy.check_size(size)
-    from hpq.cli.aws_s3 import validate_bucket_name
-
     validate_bucket_name(bucket)
     user_params = aws_deploy.parse_params(params)
-    session = aws_deploy.session_for(region, profile)
+    session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
 
     def show_changes(changes):  # type: ignore[no-untyped-def]
@@ -62,8 +62,6 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
             err.print(f"  {c.action:<8} {c.logical_id} [{c.resource_type}]{repl}", highlight=False, markup=False)
 
     transform = None
-    from hpq.cli import aws_emulator
-
     if aws_emulator.endpoint_is_moto():
 
         def transform(name, templates):  # type: ignore[no-untyped-def]
@@ -132,10 +130,11 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
 
     from hpq.cli import aws_deploy, aws_report
     from hpq.cli.aws_s3 import validate_bucket_name
+    from hpq.cli.aws_session import make_session
 
     validate_bucket_name(bucket)
     aws_deploy.check_size(size)
-    session = aws_deploy.session_for(region, profile)
+    session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
     rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
     links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}

@@ -89,10 +89,8 @@ def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
 def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
                   poll_seconds: float = 5.0) -> dict[str, Any]:
     """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
-    import botocore.exceptions as bex
-
     from hpq.cli import aws_report, aws_s3, aws_stacks
-    from hpq.cli.aws_session import client
+    from hpq.cli.aws_session import NotFound, client
 
     cfn = client(session, "cloudformation")
     info = aws_stacks.describe(cfn, stack)
@@ -102,9 +100,7 @@ def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: b
         for bucket in stack_buckets(cfn, info.stack_id):
             try:
                 emptied[bucket] = aws_s3.empty_bucket(s3, bucket)
-            except aws_s3.NotFound:
-                continue
-            except bex.ClientError:
+            except NotFound:  # already deleted
                 continue
     started = aws_stacks.delete_stack(cfn, info.stack_id)
     result = {"stack": info.name, "stack_id": info.stack_id, "emptied": emptied, "status": "DELETE_IN_PROGRESS"}
@@ -134,11 +130,9 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
       hpq destroy hpq-slurm-gpu --yes --empty-buckets
     """
     from hpq.cli import aws_report, aws_stacks
-    from hpq.cli.aws_session import make_session
+    from hpq.cli.aws_session import client, make_session
 
     session = make_session(region, profile)
-    from hpq.cli.aws_session import client
-
     info = aws_stacks.describe(client(session, "cloudformation"), stack)
     if not yes:
         if not sys.stdin.isatty():

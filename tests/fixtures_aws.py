@@ -40,7 +40,11 @@ def _start(cmd: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
                             start_new_session=True)
     proc._hpq_log = log  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
-    wait_until_ready(lambda: _moto_answers(url), proc, "moto server")
+    try:
+        wait_until_ready(lambda: _moto_answers(url), proc, "moto server")
+    except BaseException:
+        _stop(proc)  # a server that never answered must not outlive the test session
+        raise
     return proc, url
 
 

@@ -100,7 +100,8 @@ def test_node_by_instance_id_and_default_controller(capsys):
     assert out.splitlines()[0] == f"sagemaker-cluster:{cluster_id}_{names.CONTROLLER_GROUP}-{controller}"
     # wrong group for the node, unknown group, unknown cluster: one-line exit 2
     for args, needle in ((["--group", names.CONTROLLER_GROUP, "--node", last], "is in group"),
-                         (["--group", "nope"], "no group"),):
+                         (["--group", "nope"], "no group"),
+                         (["--node", "i-0hpqdoesnotexist"], "is not in cluster")):
         code, _, err = run_cli(["connect", "hpq-big", *args, "--print"], capsys)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(["connect", "hpq-bi", "--print"], capsys)
@@ -119,3 +120,17 @@ def test_target_format():
     proxy = aws_hyperpod.ssh_proxy_command("sagemaker-cluster:q7x2_head-i-1", "us-west-2", "dev")
     assert proxy == ("aws ssm start-session --target sagemaker-cluster:q7x2_head-i-1 --document-name "
                      "AWS-StartSSHSession --parameters portNumber=22 --region us-west-2 --profile dev")
+
+
+def test_ctrl_c_goes_to_the_session_not_hpq():
+    """In an SSM shell Ctrl-C is for the remote command: hpq must neither die nor kill the session.
+
+    The child stands in for `aws ssm start-session`: it sends SIGINT to hpq, then exits 3.
+    """
+    import sys
+
+    from hpq.cli.connect import run_session
+
+    child = ("import os, signal, time; time.sleep(0.3); os.kill(os.getppid(), signal.SIGINT); "
+             "time.sleep(0.3); raise SystemExit(3)")
+    assert run_session([sys.executable, "-c", child]) == 3

@@ -17,10 +17,11 @@ import sys
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
-from hpq.cli import aws_deploy, aws_s3
+from hpq.cli import aws_deploy, aws_s3, aws_stacks
 from hpq.cli.main import main
-from hpq.errors import UsageError
+from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, moto_compatible, moto_server  # noqa: F401
 
@@ -264,3 +265,36 @@ def test_publish_uploads_all_variants(bucket, capsys):
     code, out, _ = run_cli(["publish", bucket], capsys)
     assert code == 0
     assert "| `slurm-gpu` | [![Launch Stack]" in out and "0 uploaded" in out  # idempotent re-run
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_change_set_without_changes_is_success_and_removed(bucket):
+    """moto itself marks a change set with the same template and parameters FAILED ("didn't contain changes")."""
+    tmpl = {"Parameters": {"P": {"Type": "String"}}, "Resources": {"Param": {
+        "Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": {"Ref": "P"}, "Name": "/hpq-t/cs"}}}}
+    boto3.client("s3", region_name=REGION).put_object(Bucket=bucket, Key="cs.json", Body=json.dumps(tmpl))
+    url = f"https://{bucket}.s3.{REGION}.amazonaws.com/cs.json"
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    cfn.create_stack(StackName="hpq-t-cs", TemplateURL=url, Parameters=[{"ParameterKey": "P", "ParameterValue": "a"}])
+    info = aws_stacks.describe(cfn, "hpq-t-cs")
+    assert aws_stacks.update_via_change_set(cfn, info, url, {"P": "a"}, {}).kind == "no-changes"
+    left = cfn.list_change_sets(StackName="hpq-t-cs")["Summaries"]  # moto lists every stack's: filter
+    assert [c for c in left if c.get("StackId") == info.stack_id] == []
+
+
+def test_failed_change_set_is_deleted_and_explained():
+    """Stubber stands in for CloudFormation failing a change set for a real reason (moto never does)."""
+    cfn = boto3.client("cloudformation", region_name=REGION, aws_access_key_id="a", aws_secret_access_key="b")
+    cs = "arn:aws:cloudformation:us-east-1:1:changeSet/hpq-x/1"
+    info = aws_stacks.StackInfo("s", "arn:aws:cloudformation:us-east-1:1:stack/s/1", "UPDATE_COMPLETE")
+    with Stubber(cfn) as stub:
+        stub.add_response("create_change_set", {"Id": cs, "StackId": info.stack_id})
+        stub.add_response("describe_change_set", {"Status": "FAILED", "Changes": [],
+                                                  "StatusReason": "Parameter 'WorkerCount' must be a number"},
+                          {"StackName": "s", "ChangeSetName": cs})
+        stub.add_response("delete_change_set", {}, {"StackName": "s", "ChangeSetName": cs})
+        with pytest.raises(OperationFailed) as exc:
+            aws_stacks.update_via_change_set(cfn, info, "https://b.s3.amazonaws.com/t.json", {}, {})
+        stub.assert_no_pending_responses()
+    assert "must be a number" in str(exc.value) and exc.value.exit_code == 1

@@ -40,6 +40,30 @@ def test_exit_code_and_streams(sshd):
     assert os.path.getsize(sshd.known_hosts) > 0  # host key pinned on first use
 
 
+def test_remote_stdin_is_closed(sshd):
+    """A command that reads stdin gets EOF at once instead of hanging (timeout 5 bounds a regression)."""
+    out = io.BytesIO()
+    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["timeout 5 cat; echo rc=$?"]), out, io.BytesIO())
+    assert code == 0 and out.getvalue() == b"rc=0\n"
+
+
+def test_failed_proxy_is_one_line_fast_and_says_why(tmp_path, capsys):
+    """The ProxyCommand exits at once with SSM's complaint (a stand-in for TargetNotConnected)."""
+    proxy = "sh -c 'echo \"An error occurred (TargetNotConnected) when calling StartSession\" >&2; exit 255'"
+    base = ["remote", "c", "--host", "h", "--known-hosts", str(tmp_path / "kh"), "--proxy-command"]
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exc:
+        main([*base, proxy, "--", "true"])
+    assert exc.value.code == 1 and time.monotonic() - started < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "TargetNotConnected" in err[0] and "exited 255" in err[0], err
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "hpq-no-such-proxy-program %h %p", "--", "true"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot run ProxyCommand 'hpq-no-such-proxy-program'" in err[0], err
+
+
 def test_output_streams_before_command_ends(sshd):
     first_seen: list[float] = []
 
