@@ -28,8 +28,8 @@ def nccl_report(file: str, instance_type: str | None, output: str) -> int:
     """
     from hpq.scripts import nccl_report as rep
 
-    if file == "-":
-        report = rep.parse_text(sys.stdin.read())
+    if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log
+        report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     else:
         report = rep.parse_file(file)
     verdict = rep.evaluate(report, instance_type)

@@ -19,10 +19,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from hpq.lifecycle import names
-from hpq.scripts import distenv, nodeinfo
+from hpq.lifecycle import catalog, names
+from hpq.scripts import distenv, nccl_report, nodeinfo
 
 TORCH_PYTHONS = (
     "/opt/conda/envs/pytorch/bin/python3",
@@ -44,22 +44,19 @@ class LaunchError(Exception):
     """A launcher step failed; the message says which and why (exit 1)."""
 
 
-def command_main(prog: str, argv: Optional[List[str]], parse: Callable, run: Callable,
-                 usage_errors: Tuple[Type[BaseException], ...] = ()) -> int:
+def command_main(prog: str, argv: Optional[List[str]], parse: Callable, run: Callable) -> int:
     """Shared ``main`` of the node commands: parse, run, and turn expected errors into one line.
 
-    A LaunchError (the launch failed) exits 1; ``usage_errors`` (unreadable input) exit 2.
+    A LaunchError (the launch failed) or an OSError (e.g. an unwritable log directory) exits 1;
+    bad arguments exit 2 from argparse.
     """
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse(raw)
     try:
         return run(args, raw)
-    except LaunchError as exc:
+    except (LaunchError, OSError) as exc:
         print("%s: error: %s" % (prog, exc), file=sys.stderr)
         return 1
-    except usage_errors as exc:
-        print("%s: error: %s" % (prog, exc), file=sys.stderr)
-        return 2
 
 
 def bundle_root() -> Optional[str]:
@@ -153,6 +150,42 @@ def reexec_under_salloc(module: str, argv: Sequence[str], nodes: int, tasks_per_
         return subprocess.call(cmd, env=env)
     except OSError as exc:
         raise LaunchError("salloc failed to start: %s" % exc) from None
+
+
+def place(args, raw: Sequence[str], module: str, job_name: str,
+          tasks_per_node: Optional[int]) -> Tuple[str, List[str], Optional[int]]:
+    """Where a command runs: (launcher, hosts, None), or (.., .., exit code) once it re-ran under salloc.
+
+    Shared by the three commands (their ``nodes``, ``launcher``, ``dry_run`` and ``exclusive``
+    arguments): outside an allocation they run again inside a new one; inside, the first
+    NODES hosts of the allocation; with the local launcher, this host only (``hosts`` empty).
+    """
+    launcher = choose_launcher(args.launcher, args.nodes or 1)
+    if launcher != "slurm":
+        return launcher, [], None
+    if not in_allocation():
+        if args.dry_run:
+            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, module, " ".join(raw)))
+            return launcher, [], 0
+        return launcher, [], reexec_under_salloc(module, raw, args.nodes or 2, tasks_per_node, job_name,
+                                                 args.exclusive)
+    hosts = allocation_hosts()
+    nodes = args.nodes or len(hosts)
+    if nodes > len(hosts):
+        raise LaunchError("%d nodes asked for but the allocation has %d (%s)" % (nodes, len(hosts), ",".join(hosts)))
+    return launcher, hosts[:nodes], None
+
+
+def default_gpus(wenv: Dict, instance_type: Optional[str]) -> int:
+    """Processes per node: the instance type's GPUs, else the worker's count, else 1."""
+    if instance_type:
+        try:
+            entry = catalog.lookup(instance_type)
+            if entry.accelerator == catalog.GPU:
+                return entry.accelerator_count
+        except catalog.UnknownInstanceType:
+            pass
+    return int(wenv.get("gpus") or 0) or 1
 
 
 def allocation_hosts() -> List[str]:
@@ -284,6 +317,43 @@ def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args
     chdir = ["--chdir", bundle_root()] if bundle_root() else []
     return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
             + chdir + list(extra) + [python, "-m", module] + list(args))
+
+
+def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str]) -> int:
+    """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
+
+    One ending for run-nccl-test and run-nccom-test: a run without result rows, with wrong
+    elements, short of the catalog, or whose program exited non-zero is a failure (1).
+    """
+    base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
+    with open(log_path, errors="replace") as fh:
+        text = fh.read()
+    try:
+        report = nccl_report.parse_text(text)
+    except nccl_report.ReportError:
+        message = "FAIL: %s produced no result rows (exit status %d); see %s" % (what, rc, log_path)
+        result["verdict"] = {"ok": False, "exit_code": 1, "message": message}
+        code = 1
+    else:
+        try:
+            verdict = nccl_report.evaluate(report, instance_type)
+        except nccl_report.ReportError as exc:  # a type the catalog does not know: judge without expectation
+            verdict = nccl_report.evaluate(report, None)
+            verdict.message += " (%s)" % exc
+        result.update(nccl_report.report_to_dict(report, verdict))
+        message, code = verdict.message, verdict.exit_code
+        if rc != 0:
+            code = 1
+            message = "FAIL: %s exited with status %d (see the log); its rows say: %s" % (
+                what, rc, verdict.message.split(": ", 1)[1])
+            result["verdict"].update(ok=False, exit_code=1, message=message)  # type: ignore[union-attr]
+        print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
+            what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
+            report.wrong_total))
+    print(message)
+    write_json(base + ".json", result)
+    print("# log: %s\n# result: %s.json" % (log_path, base))
+    return code
 
 
 def write_json(path: str, data: Dict) -> None:

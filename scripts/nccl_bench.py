@@ -169,21 +169,22 @@ class Bench:
             self.lib.ncclCommDestroy(self.comm)
             self.comm = None
 
-    # --- data: small integers so every reduction is exact -----------------------------------
-    def _pattern(self, offset: int, count: int, rank: int):
+    # --- data: small integers so every reduction (and every partial sum) is exact -------------
+    def _weight(self, rank):
+        """Rank r's multiplier (int or tensor). bf16 holds integers exactly only up to 256, so in
+        half types the weights are 1 and 2 (sums <= 1.5 n) instead of r+1 (sums up to n(n+1)/2)."""
+        return rank % 2 + 1 if self.exact_small else rank + 1
+
+    def _base(self, offset: int, count: int):
         t = self.torch
         idx = t.arange(offset, offset + count, device=self.device, dtype=t.int64)
-        if self.exact_small:  # 8-bit mantissa: keep every sum <= 256
-            base = idx % 2
-        else:
-            base = idx % 7 + 1
-        return (base * (rank + 1)).to(self.dtype)
+        return idx % 2 if self.exact_small else idx % 7 + 1
+
+    def _pattern(self, offset: int, count: int, rank: int):
+        return (self._base(offset, count) * self._weight(rank)).to(self.dtype)
 
     def _expected_sum(self, offset: int, count: int):
-        t = self.torch
-        idx = t.arange(offset, offset + count, device=self.device, dtype=t.int64)
-        base = idx % 2 if self.exact_small else idx % 7 + 1
-        return (base * (self.n * (self.n + 1) // 2)).to(self.dtype)
+        return (self._base(offset, count) * sum(self._weight(r) for r in range(self.n))).to(self.dtype)
 
     def fill(self, buf, rank: int, offset: int = 0) -> None:
         total = buf.numel()
@@ -242,15 +243,12 @@ class Bench:
                 dist.all_gather_into_tensor(recv, send)
 
             def prep():
-                if not in_place:
-                    recv.fill_(0)
+                recv.fill_(0)  # in-place too: other ranks' blocks must come from the collective
                 self.fill(send, r, offset=r * per)
 
             def expected(off, cnt):
-                idx = t.arange(off, off + cnt, device=self.device, dtype=t.int64)
-                owner = idx // per
-                base = idx % 2 if self.exact_small else idx % 7 + 1
-                return (base * (owner + 1)).to(self.dtype)
+                owner = t.arange(off, off + cnt, device=self.device, dtype=t.int64) // per
+                return (self._base(off, cnt) * self._weight(owner)).to(self.dtype)
             return run, prep, recv, expected
         if op == "reduce_scatter":
             send = t.empty(per * n, dtype=self.dtype, device=self.device)
@@ -261,6 +259,8 @@ class Bench:
 
             def prep():
                 self.fill(send, r)
+                if not in_place:
+                    recv.fill_(0)  # a fresh buffer may still hold a right answer from the last size
             return run, prep, recv, (lambda off, cnt: self._expected_sum(r * per + off, cnt))
         raise ValueError(op)
 
@@ -409,7 +409,8 @@ def main(argv=None) -> int:
             wrong_total += max(wrong, 0)
             cols.append("%s %7.2f %7.2f %6s" % (fmt_time(sec * 1e6), algbw, busbw, "N/A" if wrong < 0 else wrong))
         if rank0:
-            print("  %10d %12d %8s %6s %6d %s %s" % (nbytes, count, args.datatype,
+            shown = count if args.op == "all_reduce" else count // info.world_size  # per rank, like nccl-tests
+            print("  %10d %12d %8s %6s %6d %s %s" % (nbytes, shown, args.datatype,
                                                     "sum" if args.op != "all_gather" else "none", -1, cols[0],
                                                     cols[1]), flush=True)
         del cols

@@ -2,9 +2,11 @@
 
 One parser for every producer hpq meets: nccl-tests (``all_reduce_perf`` and friends, old
 ``error`` and new ``#wrong`` columns, with or without ``root``, ``N/A`` when checking was
-off), hpq's built-in torch.distributed benchmark (same columns) and Neuron's ``nccom-test``
-(``size(B) count(elems) type time:avg(us) algbw(GB/s) busbw(GB/s)``). NCCL_DEBUG chatter,
-MPI warnings, srun ``--label`` prefixes and a cut-off last line are tolerated.
+off, ``cputime`` and ``timestamp`` columns), hpq's built-in torch.distributed benchmark (same
+columns) and Neuron's ``nccom-test`` (``size(B) count(elems) type time:avg(us) algbw(GB/s)
+busbw(GB/s)``). NCCL_DEBUG chatter, MPI warnings, CRLF line ends, srun ``--label`` and
+mpirun ``--tag-output`` prefixes (when several ranks printed tables, the lowest rank's is
+kept) and a cut-off last line are tolerated.
 
 Standard library only: it runs on cluster nodes (``run-nccl-test``) and on laptops
 (``hpq nccl-report``).
@@ -12,6 +14,7 @@ Standard library only: it runs on cluster nodes (``run-nccl-test``) and on lapto
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -32,10 +35,14 @@ OLD_ERROR_TOLERANCE = 1e-3
 # Below this message size a collective is latency-bound and cannot show peak bandwidth.
 PEAK_MIN_BYTES = 128 * 1024 * 1024
 
+NOT_CHECKED = "results were not checked (#wrong N/A): run with -c 1 to verify data"
+
 _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"}
-_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)", re.IGNORECASE)
+# The value may be glued to its unit (nccom-test: "43.6901GB/s") or be "-nan" (nccl-tests' %g).
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.IGNORECASE)
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)", re.IGNORECASE)
-_LABEL_RE = re.compile(r"^\s*\d+:\s")  # srun --label prefix "0: "
+# srun --label "0: ", mpirun --tag-output "[1,0]<stdout>:" (job, rank)
+_LABEL_RE = re.compile(r"^\s*(?:(\d+):\s|\[\d+,(\d+)\]<std(?:out|err)>:\s?)")
 
 
 class ReportError(UsageError):
@@ -150,15 +157,15 @@ def _header_columns(line: str) -> Optional[List[str]]:
 
 
 def _wrong(tok: str, old_style: bool) -> Optional[int]:
+    """``#wrong`` is a count, printed with %g (``1.23457e+06`` from a million on); old ``error`` a magnitude."""
     if tok.upper() == "N/A":
         return None
-    value = _int(tok)
-    if value is not None and not old_style:
-        return value
     f = _num(tok)
-    if f is None:
+    if f is None or math.isnan(f):
         raise ValueError(tok)
-    return 1 if abs(f) > OLD_ERROR_TOLERANCE else 0
+    if old_style:
+        return 1 if abs(f) > OLD_ERROR_TOLERANCE else 0
+    return int(round(f)) if not math.isinf(f) else 1
 
 
 def _measurements(vals: Sequence[str], width: int, old_style: bool) -> List[Measurement]:
@@ -181,7 +188,8 @@ def _parse_row(toks: List[str], header: Optional[List[str]]) -> Optional[Row]:
         return None
     dtype, rest = toks[2], toks[3:]
     redop = None
-    if rest and rest[0].lower() in _REDOPS:
+    # With a header the redop column is taken by position (any op name); without one, by name.
+    if rest and (rest[0].lower() in _REDOPS if header is None else "redop" in header):
         redop, rest = rest[0].lower(), rest[1:]
     old_style = bool(header) and "error" in header and "#wrong" not in header
     has_wrong = bool(header) and ("#wrong" in header or "error" in header)
@@ -202,11 +210,13 @@ def _parse_row(toks: List[str], header: Optional[List[str]]) -> Optional[Row]:
             return None
         rest = rest[1:]
     width = 4 if has_wrong else 3
-    if not rest or len(rest) % width:
+    if not rest or (header is None and len(rest) % width):
         return None
     if header is not None:
-        groups = header.count("busbw")
-        if len(rest) != groups * width:
+        want = header.count("busbw") * width
+        if "timestamp" in header and len(rest) > want:
+            rest = rest[:want]  # date and time after the in-place columns (timestamp option)
+        if len(rest) != want:
             return None  # a row cut short (truncated output)
     try:
         meas = _measurements(rest, width, old_style)
@@ -223,14 +233,17 @@ def parse_text(text: str) -> NcclReport:
         raise ReportError("benchmark output must be text")
     header: Optional[List[str]] = None
     rows: List[Row] = []
+    row_ranks: List[int] = []  # the label's rank per row; -1 without a label
     avg: Optional[float] = None
+    summary = False
     oob: Optional[int] = None
     producer = "nccl-tests"
     lines = text.splitlines()
-    complete_last = text.endswith("\n")
+    complete_last = text.endswith(("\n", "\r"))
     skipped_partial = False
     for idx, raw in enumerate(lines):
-        line = _LABEL_RE.sub("", raw, count=1)
+        label = _LABEL_RE.match(raw)
+        line = raw[label.end():] if label else raw
         cols = _header_columns(line)
         if cols is not None:
             header = cols
@@ -239,7 +252,9 @@ def parse_text(text: str) -> NcclReport:
             continue
         m = _AVG_RE.search(line)
         if m:
-            avg = _num(m.group(1))
+            summary = True
+            value = _num(m.group(1))
+            avg = value if value is not None and math.isfinite(value) else None
             continue
         m = _OOB_RE.search(line)
         if m:
@@ -253,26 +268,36 @@ def parse_text(text: str) -> NcclReport:
             if idx == len(lines) - 1 and toks and _int(toks[0]) is not None:
                 skipped_partial = True
             continue
-        if idx == len(lines) - 1 and not complete_last and avg is None:
+        if idx == len(lines) - 1 and not complete_last and not summary:
             # The very last line had no newline: it may be cut mid-number; keep it only if whole.
             if header is not None and len(toks) < len(header):
                 skipped_partial = True
                 continue
         rows.append(row)
+        row_ranks.append(int(label.group(1) or label.group(2)) if label else -1)
     if not rows:
         raise ReportError("no benchmark result rows found (expected nccl-tests, hpq built-in or "
                           "nccom-test output with size/count/type/time/algbw/busbw columns)")
+    notes = []
+    ranks = sorted(set(row_ranks))
+    if len(ranks) > 1:
+        # Several ranks each printed a table (e.g. a non-MPI nccl-tests started by srun --label):
+        # keep one rank's, as nccl-tests itself prints only rank 0's.
+        rows = [rows[i] for i, k in enumerate(row_ranks) if k == ranks[0]]
+        notes.append("result rows came from %d ranks (%s); only rank %d's are used"
+                     % (len(ranks), ",".join(str(k) for k in ranks), ranks[0]))
     all_bw = [m.busbw_gbps for r in rows for m in r.measurements]
     peak_row = max(rows, key=lambda r: r.busbw_gbps)
     checked = any(m.wrong is not None for r in rows for m in r.measurements)
-    notes = []
-    truncated = avg is None
+    truncated = not summary
     if truncated:
         notes.append("no 'Avg bus bandwidth' summary: the run was cut off or died before the end")
     if skipped_partial:
         notes.append("the last line was incomplete and was ignored")
     if not checked and producer == "nccl-tests":
-        notes.append("results were not checked (#wrong N/A): run with -c 1 to verify data")
+        notes.append(NOT_CHECKED)
+    if summary and avg is None:
+        notes.append("the 'Avg bus bandwidth' summary holds no number; the average is computed from the rows")
     report = NcclReport(
         rows=rows,
         avg_busbw_gbps=avg if avg is not None else sum(all_bw) / len(all_bw),
@@ -377,6 +402,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str]) -> Verdict:
     if report.truncated:
         parts.append("Note: no 'Avg bus bandwidth' summary line: the run was cut off or crashed; look at the "
                      "end of the log.")
+    if NOT_CHECKED in report.notes:
+        parts.append("Note: %s." % NOT_CHECKED)
     verdict = "PASS" if ok else "FAIL"
     return Verdict(ok=ok, exit_code=0 if ok else 1, message="%s: %s" % (verdict, " ".join(parts)),
                    expected_busbw_gbps=expected, instance_type=entry.name if entry else None,

@@ -17,7 +17,6 @@ import sys
 from typing import Dict, List, Optional
 
 from hpq.scripts import launch, nanogpt
-from hpq.scripts.run_nccl_test import default_gpus
 
 MODULE = "hpq.scripts.run_nanogpt"
 
@@ -73,23 +72,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, raw: List[str]) -> int:
-    launcher = launch.choose_launcher(args.launcher, args.nodes or 1)
-    if launcher == "slurm" and not launch.in_allocation():
-        if args.dry_run:
-            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, MODULE, " ".join(raw)))
-            return 0
-        return launch.reexec_under_salloc(MODULE, raw, args.nodes or 2, args.gpus_per_node, "hpq-nanogpt",
-                                          args.exclusive)
-    hosts: List[str] = []
-    nodes = 1
-    if launcher == "slurm":
-        hosts = launch.allocation_hosts()
-        nodes = args.nodes or len(hosts)
-        if nodes > len(hosts):
-            raise launch.LaunchError("%d nodes asked for but the allocation has %d" % (nodes, len(hosts)))
-        hosts = hosts[:nodes]
+    launcher, hosts, done = launch.place(args, raw, MODULE, "hpq-nanogpt", args.gpus_per_node)
+    if done is not None:
+        return done
+    nodes = len(hosts) or 1
     wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
-    gpus = args.gpus_per_node or default_gpus(wenv, wenv.get("instance_type"))
+    gpus = args.gpus_per_node or launch.default_gpus(wenv, wenv.get("instance_type"))
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
     env_vars.setdefault("PYTHONUNBUFFERED", "1")
     env = launch.child_env(env_vars, wenv.get("path_prepend") or ())

@@ -21,8 +21,7 @@ import shutil
 import sys
 from typing import Dict, List, Optional
 
-from hpq.lifecycle import catalog
-from hpq.scripts import launch, nccl_report
+from hpq.scripts import launch
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
 MODULE = "hpq.scripts.run_nccl_test"
@@ -131,54 +130,31 @@ def mpirun_command(mpirun: str, binary: str, hostfile: str, total: int, env: Dic
         cmd.append("--allow-run-as-root")
     cmd += ["-np", str(total), "--hostfile", hostfile, "--bind-to", "none",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0"]
-    for k in sorted(env):
+    # -x: the transport environment, plus NCCL_*/FI_* the user exported (remote ranks get nothing else)
+    for k in sorted(set(env) | {k for k in os.environ if k.startswith(("NCCL_", "FI_"))}):
         cmd += ["-x", k]
     cmd += [binary] + bench_args(args) + ["-g", "1", "-d", args.datatype]
     return cmd
 
 
-def default_gpus(wenv: Dict, instance_type: Optional[str]) -> int:
-    if instance_type:
-        try:
-            entry = catalog.lookup(instance_type)
-            if entry.accelerator == catalog.GPU:
-                return entry.accelerator_count
-        except catalog.UnknownInstanceType:
-            pass
-    return int(wenv.get("gpus") or 0) or 1
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    return launch.command_main("run-nccl-test", argv, parse_args, _run, (nccl_report.ReportError,))
+    return launch.command_main("run-nccl-test", argv, parse_args, _run)
 
 
 def _run(args: argparse.Namespace, raw: List[str]) -> int:
-    nodes_wanted = args.nodes
-    launcher = launch.choose_launcher(args.launcher, nodes_wanted or 1)
-    if launcher == "slurm" and not launch.in_allocation():
-        if args.dry_run:
-            print("would run: salloc -N %d ... %s %s" % (nodes_wanted or 2, MODULE, " ".join(raw)))
-            return 0
-        return launch.reexec_under_salloc(MODULE, raw, nodes_wanted or 2, args.gpus_per_node, "hpq-nccl-test",
-                                          args.exclusive)
-    hosts: List[str] = []
-    if launcher == "slurm":
-        hosts = launch.allocation_hosts()
-        nodes = nodes_wanted or len(hosts)
-        if nodes > len(hosts):
-            raise launch.LaunchError("%d nodes asked for but the allocation has %d (%s)" % (
-                nodes, len(hosts), ",".join(hosts)))
-        hosts = hosts[:nodes]
-    else:
-        nodes = 1
+    launcher, hosts, done = launch.place(args, raw, MODULE, "hpq-nccl-test", args.gpus_per_node)
+    if done is not None:
+        return done
+    nodes = len(hosts) or 1
     wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
     itype = wenv.get("instance_type")
-    gpus = args.gpus_per_node or default_gpus(wenv, itype)
+    gpus = args.gpus_per_node or launch.default_gpus(wenv, itype)
     total = nodes * gpus
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
     env_vars["NCCL_DEBUG"] = args.nccl_debug
-    if args.nccl_debug.upper() == "INFO" and "NCCL_DEBUG_SUBSYS" not in os.environ:
-        env_vars["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+    subsys = os.environ.get("NCCL_DEBUG_SUBSYS") or ("INIT,NET" if args.nccl_debug.upper() == "INFO" else "")
+    if subsys:
+        env_vars["NCCL_DEBUG_SUBSYS"] = subsys
     ld = library_path()
     if ld:
         env_vars["LD_LIBRARY_PATH"] = ld
@@ -237,38 +213,11 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
             rc = launch.run_local(runner[0], "hpq.scripts.nccl_bench", runner[1], gpus, env, log)
         else:
             rc = launch.tee(cmd, env, log)
-    with open(log_path, errors="replace") as fh:
-        text = fh.read()
     result = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": launcher, "nodes": nodes,
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
-    try:
-        report = nccl_report.parse_text(text)
-    except nccl_report.ReportError:
-        msg = "FAIL: the benchmark produced no result rows (exit status %d); see %s" % (rc, log_path)
-        print(msg)
-        result["verdict"] = {"ok": False, "exit_code": 1, "message": msg}
-        launch.write_json(base + ".json", result)
-        print("# result: %s.json" % base)
-        return 1
-    verdict = nccl_report.evaluate(report, itype)
-    result.update(nccl_report.report_to_dict(report, verdict))
-    code = verdict.exit_code
-    message = verdict.message
-    if rc != 0 and code == 0:
-        code = 1
-        message = "FAIL: the benchmark exited with status %d (see the log). %s" % (rc, verdict.message)
-        result["verdict"]["ok"] = False  # type: ignore[index]
-        result["verdict"]["exit_code"] = 1  # type: ignore[index]
-        result["verdict"]["message"] = message  # type: ignore[index]
-    print()
-    print("# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
-        mode, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
-        report.wrong_total))
-    print(message)
-    launch.write_json(base + ".json", result)
-    print("# log: %s\n# result: %s.json" % (log_path, base))
-    return code
+    return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
+                            result, itype)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
-from hpq.scripts import launch, nccl_report
+from hpq.scripts import launch
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -73,20 +73,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _run(args, raw: List[str]) -> int:
-    launcher = launch.choose_launcher(args.launcher, args.nodes or 1)
-    if launcher == "slurm" and not launch.in_allocation():
-        if args.dry_run:
-            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, MODULE, " ".join(raw)))
-            return 0
-        return launch.reexec_under_salloc(MODULE, raw, args.nodes or 2, None, "hpq-nccom-test", args.exclusive)
-    hosts: List[str] = []
-    nodes = 1
-    if launcher == "slurm":
-        hosts = launch.allocation_hosts()
-        nodes = args.nodes or len(hosts)
-        if nodes > len(hosts):
-            raise launch.LaunchError("%d nodes asked for but the allocation has %d" % (nodes, len(hosts)))
-        hosts = hosts[:nodes]
+    launcher, hosts, done = launch.place(args, raw, MODULE, "hpq-nccom-test", None)
+    if done is not None:
+        return done
+    nodes = len(hosts) or 1
     wenv = launch.worker_environment(launcher, args.instance_type, sys.executable)
     itype = wenv.get("instance_type")
     workers = args.workers or default_workers(itype)
@@ -117,28 +107,10 @@ def _run(args, raw: List[str]) -> int:
     log_path = base + ".log"
     with open(log_path, "w") as log:
         rc = launch.tee(cmd, env, log)
-    with open(log_path, errors="replace") as fh:
-        text = fh.read()
     result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
                                  "environment": env_vars, "exit_status": rc, "log": log_path}
-    try:
-        report = nccl_report.parse_text(text)
-    except nccl_report.ReportError:
-        msg = "FAIL: nccom-test produced no result rows (exit status %d); see %s" % (rc, log_path)
-        print(msg)
-        result["verdict"] = {"ok": False, "exit_code": 1, "message": msg}
-        launch.write_json(base + ".json", result)
-        return 1
-    verdict = nccl_report.evaluate(report, itype)
-    result.update(nccl_report.report_to_dict(report, verdict))
-    code = verdict.exit_code if rc == 0 else 1
-    print("\n# summary: %d sizes, peak busbw %.2f GB/s, avg busbw %.2f GB/s" % (
-        len(report.rows), report.peak_busbw_gbps, report.avg_busbw_gbps))
-    print(verdict.message if rc == 0 else "FAIL: nccom-test exited with status %d. %s" % (rc, verdict.message))
-    launch.write_json(base + ".json", result)
-    print("# log: %s\n# result: %s.json" % (log_path, base))
-    return code
+    return launch.judge_log("nccom-test", log_path, rc, result, itype)
 
 
 if __name__ == "__main__":

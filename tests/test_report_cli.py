@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,12 @@ def test_help_has_examples():
     res = subprocess.run([sys.executable, "-m", "hpq", "nccl-report", "--help"], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and "Examples:" in res.stdout and "--instance-type" in res.stdout
+
+
+def test_stdin_with_stray_bytes_is_still_read():
+    """A log with a non-UTF-8 byte on stdin, under a strict stdin encoding (as with an en_US.UTF-8 locale)."""
+    data = (DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt").read_bytes() + b"\xff\xfe NCCL WARN junk\n"
+    res = subprocess.run([sys.executable, "-m", "hpq", "nccl-report", "-"], input=data, capture_output=True,
+                         timeout=60, env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"})
+    assert res.returncode == 0, res.stderr
+    assert b"3.02" in res.stdout and b"Traceback" not in res.stderr

@@ -1,3 +1,4 @@
+# ruff: noqa: UP031  (the nccl-tests layouts below are written with its own printf formats)
 """The benchmark-output parser and verdict (hpq.scripts.nccl_report) on real and broken outputs.
 
 Real data under tests/data/nccl/: seed 004's published rows (nccl-tests over TCP on 2x
@@ -170,3 +171,104 @@ def test_report_to_dict_has_the_contract_keys():
         assert key in d
     assert d["rows"][2]["out_of_place"]["busbw_gbps"] == pytest.approx(37.01)
     assert d["verdict"]["exit_code"] == 0
+
+
+# ---- nccl-tests 2.x layouts, written with the printf formats of nccl-tests' util.cu (figures made up) ----
+
+def _row(size, count, dtype, redop, root, *meas, stamp=""):
+    """One result line as nccl-tests prints it: preamble, then (time, algbw, busbw, #wrong) per mode."""
+    line = "%12i  %12i  %8s  %6s  %6s" % (size, count, dtype, redop, "%6i" % root)
+    for t, a, b, w in meas:
+        line += "  %7s  %6s  %6s  %6s" % (t, a, b, w)
+    return line + ("%21s" % stamp if stamp else "")
+
+
+def _header(time="time", stamp=False):
+    cols = ("size", "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw",
+            "#wrong")
+    return ["#",
+            "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+            % ("", "", "", "", ""),
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s" % (
+                cols + (19 if stamp else 0, "timestamp" if stamp else "")),
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s" % (
+                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+                19 if stamp else 0, "%Y-%m-%d %H:%M:%S" if stamp else "")]
+
+
+PREAMBLE = [
+    "# nccl-tests version 2.17.6 nccl-headers=22809 nccl-library=22809",
+    "# Collective test starting: all_gather_perf",
+    "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 268435456 step: 16(factor) warmup iters: 5 iters: 20 "
+    "agg iters: 1 validation: 0 graph: 0",
+    "#",
+    "# Using devices",
+    "#  Rank  0 Group  0 Pid  41817 on ip-10-1-0-7 device  0 [0000:53:00] NVIDIA H100 80GB HBM3",
+    "#  Rank  1 Group  0 Pid  41818 on ip-10-1-0-7 device  1 [0000:64:00] NVIDIA H100 80GB HBM3",
+]
+TRAILER = ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 139.8 ", "#",
+           "# Collective test concluded: all_gather_perf", "#"]
+
+
+def test_all_gather_unchecked_crlf_with_rank_banners():
+    lines = PREAMBLE + _header() + [
+        "ip-10-1-0-7:41817:41817 [0] NCCL INFO NET/OFI Selected Provider is efa",
+        _row(1048576, 131072, "float", "none", -1, ("21.50", "48.77", "36.58", "N/A"),
+             ("20.90", "50.17", "37.63", "N/A")),
+        _row(16777216, 2097152, "float", "none", -1, ("98.10", "171.0", "128.3", "N/A"),
+             ("97.20", "172.6", "129.5", "N/A")),
+        _row(268435456, 33554432, "float", "none", -1, ("1068.4", "251.3", "188.4", "N/A"),
+             ("1065.0", "252.1", "189.0", "N/A")),
+    ] + TRAILER
+    r = rep.parse_text("\r\n".join(lines) + "\r\n")
+    assert [row.size_bytes for row in r.rows] == [1048576, 16777216, 268435456]
+    assert all(row.redop == "none" and row.root == -1 and row.in_place is not None for row in r.rows)
+    assert r.peak_busbw_gbps == pytest.approx(189.0) and r.avg_busbw_gbps == pytest.approx(139.8)
+    assert not r.truncated and r.out_of_bounds == 0 and r.wrong_total == 0 and not r.checked
+    v = rep.evaluate(r, None)
+    assert v.ok and v.exit_code == 0 and "-c 1" in v.message  # unchecked data is said, not failed
+
+
+def test_wrong_count_in_g_format_and_timestamps_and_cputime():
+    lines = _header(time="cputime", stamp=True) + [
+        _row(8, 2, "float", "sum", -1, ("19.50", "0.00", "0.00", "0"), ("18.88", "0.00", "0.00", "3"),
+             stamp="2026-11-21 13:40:01"),
+        _row(268435456, 67108864, "float", "sum", -1, ("1500.2", "178.9", "335.5", "1.23457e+06"),
+             ("1498.0", "179.2", "336.0", "0"), stamp="2026-11-21 13:40:02"),
+    ] + TRAILER[:2]
+    r = rep.parse_text("\n".join(lines) + "\n")
+    assert len(r.rows) == 2 and r.rows[1].out_of_place.time_us == pytest.approx(1500.2)
+    assert r.rows[1].out_of_place.wrong == 1234570 and r.wrong_total == 1234573
+    v = rep.evaluate(r, None)
+    assert not v.ok and v.exit_code == 1 and "1234573 wrong element" in v.message
+
+
+def test_rooted_collectives_and_op_names_by_position():
+    lines = _header() + [
+        _row(1048576, 262144, "float", "none", 0, ("30.1", "34.84", "34.84", "0"), ("29.8", "35.19", "35.19", "0")),
+        _row(2097152, 524288, "bfloat16", "mulsum", 3, ("40.0", "52.43", "52.43", "0"),
+             ("41.0", "51.15", "51.15", "0")),
+    ] + TRAILER[:2]
+    r = rep.parse_text("\n".join(lines) + "\n")
+    assert [(row.redop, row.root, row.dtype) for row in r.rows] == [("none", 0, "float"), ("mulsum", 3, "bfloat16")]
+
+
+def test_tables_from_several_ranks_keep_rank_0():
+    """A non-MPI nccl-tests started by srun --label (every rank its own table), and mpirun --tag-output."""
+    table = _header() + [_row(1048576, 262144, "float", "sum", -1, ("100.0", "10.49", "18.35", "0"),
+                              ("99.00", "10.59", "18.54", "0"))] + TRAILER[:2]
+    other = [ln.replace("18.54", "99.99") for ln in table]
+    labelled = ["1: " + ln for ln in other] + ["0: " + ln for ln in table]
+    r = rep.parse_text("\n".join(labelled) + "\n")
+    assert len(r.rows) == 1 and r.peak_busbw_gbps == pytest.approx(18.54)
+    assert any("2 ranks" in n for n in r.notes)
+    tagged = ["[1,0]<stdout>:" + ln for ln in table] + ["[1,1]<stderr>:host:12:12 [1] NCCL WARN oops"]
+    r = rep.parse_text("\n".join(tagged) + "\n")
+    assert len(r.rows) == 1 and r.avg_busbw_gbps == pytest.approx(139.8) and not r.truncated
+
+
+def test_nan_average_is_a_summary_but_not_a_number():
+    lines = _header() + [_row(8, 2, "float", "sum", -1, ("19.5", "0.00", "0.00", "0"), ("18.9", "0.00", "0.00", "0")),
+                         "# Avg bus bandwidth    : -nan "]
+    r = rep.parse_text("\n".join(lines) + "\n")
+    assert not r.truncated and not r.avg_busbw_reported and r.avg_busbw_gbps == 0.0
