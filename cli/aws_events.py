@@ -132,6 +132,12 @@ def _is_failure(event: dict[str, Any]) -> bool:
     return str(event.get("ResourceStatus", "")).endswith("_FAILED")
 
 
+def _is_stack_level_failure(event: dict[str, Any]) -> bool:
+    """A stack's own failed or rolling-back status, e.g. a rejected parameter before any resource ran."""
+    status = str(event.get("ResourceStatus", ""))
+    return is_stack_event(event) and (status.endswith("_FAILED") or "ROLLBACK_IN_PROGRESS" in status)
+
+
 def _is_noise(event: dict[str, Any]) -> bool:
     reason = (event.get("ResourceStatusReason") or "").lower()
     return any(n in reason for n in NOISE)
@@ -154,20 +160,34 @@ class StackEvents:
         return ident in names or (ident.startswith("arn:") and ident.count("/") >= 2 and ident.split("/")[1] in names)
 
 
+def _failure(st: StackEvents, e: dict[str, Any]) -> Failure:
+    reason = " ".join(str(e.get("ResourceStatusReason") or "(no reason given)").split())
+    return Failure(
+        stack_path=st.path, stack_id=st.stack_id, logical_id=e.get("LogicalResourceId", ""),
+        resource_type=e.get("ResourceType", ""), status=e.get("ResourceStatus", ""), reason=reason,
+        timestamp=e["Timestamp"], physical_id=e.get("PhysicalResourceId", "") or "", hint=hint_for(reason),
+    )
+
+
 def analyse(stacks: list[StackEvents], stack: str, since: dt.datetime | None) -> RootCause:
     """Pure logic over the events of every stack in the tree: easy to test, shared by all commands."""
     real: dict[str, Failure] = {}
     propagated: list[Failure] = []
+    stack_level: list[Failure] = []
     for st in stacks:
         for e in st.events:
-            if not _is_failure(e) or _is_noise(e) or is_stack_event(e):
-                continue  # stack-level events only summarise their resources' failures
-            reason = " ".join(str(e.get("ResourceStatusReason") or "(no reason given)").split())
-            f = Failure(
-                stack_path=st.path, stack_id=st.stack_id, logical_id=e.get("LogicalResourceId", ""),
-                resource_type=e.get("ResourceType", ""), status=e.get("ResourceStatus", ""), reason=reason,
-                timestamp=e["Timestamp"], physical_id=e.get("PhysicalResourceId", "") or "", hint=hint_for(reason),
-            )
+            if _is_noise(e):
+                continue
+            if is_stack_event(e):
+                # Stack-level events usually only summarise their resources' failures; kept aside for
+                # the case where no resource failed at all.
+                if _is_stack_level_failure(e) and e.get("ResourceStatusReason"):
+                    stack_level.append(_failure(st, e))
+                continue
+            if not _is_failure(e):
+                continue
+            f = _failure(st, e)
+            reason = f.reason
             if e.get("ResourceType") == NESTED_TYPE and reason.lower().startswith(PROPAGATED):
                 propagated.append(f)
                 continue
@@ -179,6 +199,9 @@ def analyse(stacks: list[StackEvents], stack: str, since: dt.datetime | None) ->
         child_failed = any(st.known_as(f.physical_id) and st.stack_id in real for st in stacks)
         if not child_failed and f.stack_id not in real:
             real[f.stack_id] = f
+    if not real and stack_level:
+        first = min(stack_level, key=lambda x: x.timestamp)
+        real[first.stack_id] = first
     return RootCause(stack=stack, since=since, failures=sorted(real.values(), key=lambda x: x.timestamp))
 
 

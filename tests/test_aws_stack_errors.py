@@ -175,6 +175,32 @@ def test_embedded_failure_is_root_cause_when_nested_stack_never_ran():
     assert len(rc.failures) == 1 and rc.root.logical_id == "Storage" and "Access Denied" in rc.root.reason
 
 
+def test_stack_level_failure_is_reported_when_no_resource_failed():
+    """A stack rejected before any resource ran (e.g. a parameter) still gets a root cause line."""
+    root_id = "arn:aws:cloudformation:us-east-1:1:stack/r/1"
+    events = [
+        ev(root_id, "r", "r", STACK, "CREATE_IN_PROGRESS", 0, "User Initiated", physical=root_id),
+        ev(root_id, "r", "r", STACK, "ROLLBACK_IN_PROGRESS", 1,
+           "Parameter validation failed: parameter value use1-az9 for parameter name AvailabilityZoneId "
+           "does not exist", physical=root_id),
+        ev(root_id, "r", "r", STACK, "ROLLBACK_COMPLETE", 2, physical=root_id),
+    ]
+    rc = aws_events.analyse([aws_events.StackEvents("r", root_id, events)], "r", T0)
+    assert len(rc.failures) == 1 and rc.root.status == "ROLLBACK_IN_PROGRESS"
+    assert "AvailabilityZoneId" in rc.root.reason
+
+
+def test_stack_level_summary_is_not_a_root_cause_when_a_resource_failed():
+    root_id = "arn:aws:cloudformation:us-east-1:1:stack/r/1"
+    events = [
+        ev(root_id, "r", "r", STACK, "CREATE_IN_PROGRESS", 0, "User Initiated", physical=root_id),
+        ev(root_id, "r", "Vpc", "AWS::EC2::VPC", "CREATE_FAILED", 1, "VPC limit exceeded"),
+        ev(root_id, "r", "r", STACK, "ROLLBACK_IN_PROGRESS", 2, "Rollback requested by user.", physical=root_id),
+    ]
+    rc = aws_events.analyse([aws_events.StackEvents("r", root_id, events)], "r", T0)
+    assert [f.logical_id for f in rc.failures] == ["Vpc"]
+
+
 def test_no_failures_reports_none():
     rc = aws_events.analyse([aws_events.StackEvents("r", "id", [])], "r", None)
     assert rc.root is None and rc.as_dict()["root_cause"] is None
