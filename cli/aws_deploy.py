@@ -42,17 +42,6 @@ def check_size(size: str) -> str:
     return size
 
 
-def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``K=V`` strings -> dict; a malformed pair is a usage error."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--param expects KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value
-    return out
-
-
 def synthesize(variant: str, size: str, params: dict[str, str] | None = None) -> Templates:
     """The real templates; ``params`` are validated by synth (one-line UsageErrors) and become Defaults."""
     from hpq.cfn import synth

@@ -51,7 +51,9 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     aws_deploy.check_variant(variant)
     aws_deploy.check_size(size)
     validate_bucket_name(bucket)
-    user_params = aws_deploy.parse_params(params)
+    from hpq.cfn.synth import parse_params
+
+    user_params = parse_params(params)
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
 

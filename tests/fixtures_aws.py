@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -25,7 +24,7 @@ import pytest
 
 # The moto rendition lives in the library (hpq deploy uses it by itself against a moto endpoint).
 from hpq.cli.aws_emulator import moto_compatible  # noqa: F401
-from hpq.tests.support import free_port, wait_until_ready
+from hpq.tests.support import free_port, stop_process, wait_until_ready
 
 
 def _moto_answers(url: str) -> bool:
@@ -49,13 +48,7 @@ def _start(cmd: list[str], log_path: str) -> tuple[subprocess.Popen, str]:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_process(proc)
     proc._hpq_log.close()  # type: ignore[attr-defined]
 
 

@@ -13,7 +13,6 @@ import getpass
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.tests.support import free_port, wait_until_ready
+from hpq.tests.support import free_port, stop_process, wait_until_ready
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 
@@ -80,13 +79,7 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         relay = f"{shlex.quote(sys.executable)} -m hpq.tests.fixtures_sshd %h %p"
         yield Sshd("127.0.0.1", port, user, str(d / "user_key"), str(d / "known_hosts"), relay)
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process(proc)
         log.close()
 
 
