@@ -29,25 +29,20 @@ def test_golden(rendered, variant, size):  # noqa: F811
     sources = handler_sources()
     folder = GOLDEN_DIR / variant / size
     files = rendered[(variant, size)]
+    views = {name: golden_view(template, sources) for name, template in files.items()}
     if UPDATE_GOLDEN:
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("*.json"):
-            if stale.name not in files:
-                stale.unlink()
+        synth.write_files(views, folder)  # the same writer as `hpq synth`: stale files dropped
+        return
     problems = []
-    for name, template in files.items():
-        text = synth.to_json(golden_view(template, sources))
+    for name, view in views.items():
+        text = synth.to_json(view)
         path = folder / name
-        if UPDATE_GOLDEN:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                path.write_text(text, encoding="utf-8")
-            continue
         if not path.exists():
             problems.append(f"missing golden file {path}")
         elif path.read_text(encoding="utf-8") != text:
             problems.append(f"{path} differs from the rendered template")
     extra = sorted(p.name for p in folder.glob("*.json") if p.name not in files)
-    if extra and not UPDATE_GOLDEN:
+    if extra:
         problems.append(f"golden files no longer rendered: {extra}")
     assert not problems, "; ".join(problems) + " (HPQ_UPDATE_GOLDEN=1 pytest tests/test_cfn_golden.py, review the diff)"
 
