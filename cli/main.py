@@ -16,20 +16,20 @@ from hpq.errors import EXIT_USAGE, HpqError
 
 # name -> (module, attribute, one-line help). Help lives here so listing commands imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "synth": ("hpq.cli.synth", "synth", "Render CloudFormation templates for a variant (no AWS calls)."),
-    "lint": ("hpq.cli.synth", "lint", "Run cfn-lint over rendered templates; non-zero on any finding."),
-    "nccl-env": ("hpq.cli.nccl", "nccl_env", "Show the EFA/NCCL environment a node of a type gets."),
-    "nccl-report": ("hpq.cli.report", "nccl_report", "Parse nccl-tests output and judge it against the catalog."),
-    "deploy": ("hpq.cli.deploy", "deploy", "Package, create or update a variant's stack, follow it."),
-    "publish": ("hpq.cli.deploy", "publish", "Upload every variant and print Launch Stack links."),
-    "status": ("hpq.cli.stacks", "status", "Show a stack's state and outputs."),
-    "destroy": ("hpq.cli.stacks", "destroy", "Delete a stack (with confirmation) and follow the deletion."),
-    "stack-errors": ("hpq.cli.stacks", "stack_errors", "Root-cause failures through nested stacks."),
-    "check-quotas": ("hpq.cli.quotas", "check_quotas", "Check the service quotas a deploy of that size needs."),
-    "connect": ("hpq.cli.connect", "connect", "Open an SSM session on a HyperPod node."),
-    "remote": ("hpq.cli.remote", "remote", "Run a command on the controller over SSH through SSM."),
-    "remote-nccl-test": ("hpq.cli.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
-    "eks": ("hpq.cli.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
+    "synth": ("hpq.cli.commands.synth", "synth", "Render CloudFormation templates for a variant (no AWS calls)."),
+    "lint": ("hpq.cli.commands.synth", "lint", "Run cfn-lint over rendered templates; non-zero on any finding."),
+    "nccl-env": ("hpq.cli.commands.nccl", "nccl_env", "Show the EFA/NCCL environment a node of a type gets."),
+    "nccl-report": ("hpq.cli.commands.report", "nccl_report", "Parse nccl-tests output and judge it against the catalog."),
+    "deploy": ("hpq.cli.commands.deploy", "deploy", "Package, create or update a variant's stack, follow it."),
+    "publish": ("hpq.cli.commands.deploy", "publish", "Upload every variant and print Launch Stack links."),
+    "status": ("hpq.cli.commands.stacks", "status", "Show a stack's state and outputs."),
+    "destroy": ("hpq.cli.commands.stacks", "destroy", "Delete a stack (with confirmation) and follow the deletion."),
+    "stack-errors": ("hpq.cli.commands.stacks", "stack_errors", "Root-cause failures through nested stacks."),
+    "check-quotas": ("hpq.cli.commands.quotas", "check_quotas", "Check the service quotas a deploy of that size needs."),
+    "connect": ("hpq.cli.commands.connect", "connect", "Open an SSM session on a HyperPod node."),
+    "remote": ("hpq.cli.commands.remote", "remote", "Run a command on the controller over SSH through SSM."),
+    "remote-nccl-test": ("hpq.cli.commands.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
+    "eks": ("hpq.cli.commands.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
 }
 
 

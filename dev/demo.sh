@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-out/templates}
 PY=${PYTHON:-python3}
-$PY -c "import hpq.cli.main" 2>/dev/null || $PY -m pip install -q -e .
+$PY -c "import hpq.cli.main" 2>/dev/null || $PY -m pip install -q -c dev/constraints.txt -e .
 rm -rf "$OUT"
 for size in small medium large; do
     $PY -m hpq synth --all --size "$size" -o "$OUT/$size"

@@ -19,9 +19,9 @@ fi
 
 PY=${PYTHON:-python3}
 echo "== installing Python packages"
-# torch pinned exactly: takes the CPU wheel; anything looser pulls GBs of CUDA packages.
-$PY -m pip install -q "torch==2.13.0"
-$PY -m pip install -q -e ".[test]"
+# Exact versions from dev/constraints.txt, so a new machine tests what this one did. torch is pinned
+# to the CPU wheel (anything looser pulls GBs of CUDA packages).
+$PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
 
 echo "== ruff"
 $PY -m ruff check .

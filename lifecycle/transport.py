@@ -61,6 +61,10 @@ class NodeEnvironment:
             lines.append('case ":$PATH:" in *":%s:"*) ;; *) export PATH="%s:$PATH" ;; esac' % (p, p))
         return "\n".join(lines) + "\n"
 
+    def k8s_env(self) -> List[Dict[str, str]]:
+        """Container ``env:`` entries, in a stable order (EKS manifests, ``hpq nccl-env --format k8s``)."""
+        return [{"name": k, "value": v} for k, v in sorted(self.variables.items())]
+
 
 def is_plain(value: str) -> bool:
     """Needs no quoting in sh or in /etc/environment (pam_env)."""

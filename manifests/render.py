@@ -3,7 +3,7 @@
 Every per-type fact (accelerator resource and count, EFA count, hugepages) comes
 from :mod:`hpq.lifecycle.catalog`; the NCCL/libfabric environment comes from
 :func:`hpq.lifecycle.transport.node_environment`, the same function Slurm nodes
-use, turned into container env by :func:`hpq.cli.nccl.k8s_env`. The templates
+use, turned into container env by :meth:`NodeEnvironment.k8s_env`. The templates
 only lay those facts out, so a fix to the catalog reaches Slurm and EKS alike.
 
 jinja2 and yaml are imported inside functions: the CLI imports this lazily anyway,
@@ -137,7 +137,6 @@ def _check_name(name: str) -> str:
 
 def resolve(req: RenderRequest) -> dict[str, Any]:
     """Template context: resources, environment and commands, all derived here (no logic in templates)."""
-    from hpq.cli.nccl import k8s_env
 
     if req.test not in TESTS:
         raise UsageError(f"unknown test {req.test!r}; choose from {', '.join(TESTS)}")
@@ -183,7 +182,7 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         efa=efa,
         transport=env.transport,
         torch_backend=env.torch_backend,
-        env=k8s_env(env),
+        env=env.k8s_env(),
         env_names=sorted(env.variables),
         resources=resources,
         memory_request=memory_request,

@@ -25,7 +25,6 @@ import json
 import math
 import os
 import socket
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -469,4 +468,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distenv.exit_after_teardown(main())

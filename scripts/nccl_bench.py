@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import time
 from typing import List, Optional, Tuple
 
@@ -427,4 +426,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distenv.exit_after_teardown(main())

@@ -435,7 +435,7 @@ def fake_kube(tmp_path):
 
 
 def kube_client(kube: FakeKube, token: str = "k8s-aws-v1.test-token") -> Any:
-    from hpq.cli.eks_kube import ClusterAccess, KubeClient
+    from hpq.cli.eks.kube import ClusterAccess, KubeClient
 
     return KubeClient(ClusterAccess("test-eks", kube.url, kube.ca_data, token), timeout=10)
 

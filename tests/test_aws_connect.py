@@ -14,7 +14,7 @@ import json
 import boto3
 import pytest
 
-from hpq.cli import aws_hyperpod
+from hpq.cli.aws import hyperpod as aws_hyperpod
 from hpq.cli.main import main
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, aws_env_paging, moto_server, moto_server_paging  # noqa: F401
@@ -129,7 +129,7 @@ def test_ctrl_c_goes_to_the_session_not_hpq():
     """
     import sys
 
-    from hpq.cli.connect import run_session
+    from hpq.cli.commands.connect import run_session
 
     child = ("import os, signal, time; time.sleep(0.3); os.kill(os.getppid(), signal.SIGINT); "
              "time.sleep(0.3); raise SystemExit(3)")

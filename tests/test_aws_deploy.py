@@ -19,7 +19,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli import aws_deploy, aws_s3, aws_stacks
+from hpq.cli.aws import deploy as aws_deploy
+from hpq.cli.aws import s3 as aws_s3
+from hpq.cli.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names

@@ -1,7 +1,7 @@
 """`hpq deploy` run as a user would, as a subprocess, against a bare moto server over HTTP.
 
 No monkeypatching: the command itself notices the moto endpoint and sends moto the moto rendition
-(cli/aws_emulator.py) because moto's CloudFormation cannot create FSx/EKS/SageMaker::Cluster or
+(cli/aws/emulator.py) because moto's CloudFormation cannot create FSx/EKS/SageMaker::Cluster or
 resolve nested outputs. moto is the stand-in for AWS here.
 """
 
@@ -14,7 +14,7 @@ import sys
 import boto3
 import pytest
 
-from hpq.cli import aws_emulator
+from hpq.cli.aws import emulator as aws_emulator
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 
 pytestmark = pytest.mark.slow

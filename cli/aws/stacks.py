@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_session import NotFound, aws_errors, error_code, error_message
+from hpq.cli.aws.session import NotFound, aws_errors, error_code, error_message
 from hpq.errors import OperationFailed
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_session import NotFound, aws_errors, error_code
+from hpq.cli.aws.session import NotFound, aws_errors, error_code
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, names
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hpq.cli.aws_session import aws_options, output_option
+from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 
@@ -19,7 +19,7 @@ def _operation(status: str) -> str:
 
 def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
     """The stack, its outputs and every nested stack's status (for status and its JSON)."""
-    from hpq.cli import aws_stacks
+    from hpq.cli.aws import stacks as aws_stacks
 
     info = aws_stacks.describe(cfn, stack)
     tree = aws_stacks.stack_tree(cfn, info.stack_id, label=info.name)
@@ -51,8 +51,9 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
       hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
       hpq status hpq-eks-gpu --output json | jq .outputs
     """
-    from hpq.cli import aws_report, aws_stacks
-    from hpq.cli.aws_session import client, make_session
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.cli.aws.session import client, make_session
 
     cfn = client(make_session(region, profile), "cloudformation")
     info = aws_stacks.describe(cfn, stack)
@@ -75,7 +76,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
 
 def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
     """Physical names of every S3 bucket in the stack tree (for --empty-buckets)."""
-    from hpq.cli import aws_stacks
+    from hpq.cli.aws import stacks as aws_stacks
 
     out = []
     for node in aws_stacks.stack_tree(cfn, stack_id):
@@ -89,8 +90,10 @@ def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
 def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
                   poll_seconds: float = 5.0) -> dict[str, Any]:
     """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
-    from hpq.cli import aws_report, aws_s3, aws_stacks
-    from hpq.cli.aws_session import NotFound, client
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import s3 as aws_s3
+    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.cli.aws.session import NotFound, client
 
     cfn = client(session, "cloudformation")
     info = aws_stacks.describe(cfn, stack)
@@ -129,8 +132,9 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
       hpq destroy hpq-slurm-gpu
       hpq destroy hpq-slurm-gpu --yes --empty-buckets
     """
-    from hpq.cli import aws_report, aws_stacks
-    from hpq.cli.aws_session import client, make_session
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.cli.aws.session import client, make_session
 
     session = make_session(region, profile)
     info = aws_stacks.describe(client(session, "cloudformation"), stack)
@@ -164,8 +168,10 @@ def stack_errors(stack: str, region: str | None, profile: str | None, all_histor
       hpq stack-errors hpq-slurm-gpu
       hpq stack-errors hpq-eks-gpu --output json
     """
-    from hpq.cli import aws_events, aws_report, aws_stacks
-    from hpq.cli.aws_session import client, make_session
+    from hpq.cli.aws import events as aws_events
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.cli.aws.session import client, make_session
 
     cfn = client(make_session(region, profile), "cloudformation")
     info = aws_stacks.describe(cfn, stack)

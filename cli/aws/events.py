@@ -12,8 +12,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_session import aws_errors
-from hpq.cli.aws_stacks import NESTED_TYPE, stack_tree
+from hpq.cli.aws.session import aws_errors
+from hpq.cli.aws.stacks import NESTED_TYPE, stack_tree
 
 OPERATION_STARTS = {"CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS", "DELETE_IN_PROGRESS", "IMPORT_IN_PROGRESS"}
 NOISE = (

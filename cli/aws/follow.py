@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_stacks import NESTED_TYPE, describe, is_terminal, stack_tree, template_resource_count
+from hpq.cli.aws.stacks import NESTED_TYPE, describe, is_terminal, stack_tree, template_resource_count
 from hpq.errors import HpqError
 
 DONE = {
@@ -76,7 +76,7 @@ class Follower:
 
     def _operation_start(self) -> dt.datetime:
         """When the operation began by AWS's clock (a laptop clock may be off); else our start minus a minute."""
-        from hpq.cli.aws_events import operation_start
+        from hpq.cli.aws.events import operation_start
 
         try:
             page = self.cfn.describe_stack_events(StackName=self.stack).get("StackEvents", [])

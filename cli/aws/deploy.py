@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from hpq import __version__
-from hpq.cli import aws_s3, aws_stacks
-from hpq.cli.aws_session import client, region_of
+from hpq.cli.aws import s3 as aws_s3
+from hpq.cli.aws import stacks as aws_stacks
+from hpq.cli.aws.session import client, region_of
 from hpq.errors import UsageError
 from hpq.lifecycle import names
 
@@ -161,7 +162,7 @@ def missing_parameters(release: Release, variant: str, params: dict[str, str]) -
 
 def default_zone_ids(ec2: Any, how_many: int) -> list[str]:
     """The region's first available AZ ids (sorted, so the choice is stable)."""
-    from hpq.cli.aws_session import aws_errors
+    from hpq.cli.aws.session import aws_errors
 
     with aws_errors("ec2:DescribeAvailabilityZones"):
         zones = ec2.describe_availability_zones(

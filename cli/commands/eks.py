@@ -1,8 +1,8 @@
 """``hpq eks``: the cluster tests as Kubernetes jobs (render offline, or run them on an EKS cluster).
 
 Thin click layer over :mod:`hpq.manifests.render` (manifests),
-:mod:`hpq.cli.eks_kube` (API access from the EKS API + an STS token) and
-:mod:`hpq.cli.eks_jobs` (apply, wait, logs, verdict, cleanup).
+:mod:`hpq.cli.eks.kube` (API access from the EKS API + an STS token) and
+:mod:`hpq.cli.eks.jobs` (apply, wait, logs, verdict, cleanup).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from hpq.cli.aws_session import aws_options, output_option
+from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
@@ -107,7 +107,7 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
              region: str | None, profile: str | None, program: str | None = None, program_args: str = "",
              client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
     """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
-    from hpq.cli import eks_jobs
+    from hpq.cli.eks import jobs as eks_jobs
     from hpq.manifests.render import render_objects
 
     echo = echo or _echo_for(output)
@@ -145,8 +145,8 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
 
 
 def connect(cluster: str, region: str | None, profile: str | None) -> Any:
-    from hpq.cli.aws_session import make_session
-    from hpq.cli.eks_kube import KubeClient, cluster_access
+    from hpq.cli.aws.session import make_session
+    from hpq.cli.eks.kube import KubeClient, cluster_access
 
     session = make_session(region, profile)
     return KubeClient(cluster_access(session, cluster), token_refresh=lambda: cluster_access(session, cluster))

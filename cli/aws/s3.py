@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_session import AccessDenied, NotFound, aws_errors, error_code
+from hpq.cli.aws.session import AccessDenied, NotFound, aws_errors, error_code
 from hpq.errors import OperationFailed, UsageError
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

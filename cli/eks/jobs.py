@@ -1,6 +1,6 @@
 """Run one test as Kubernetes objects: apply, wait with progress, follow the result log, judge, clean up.
 
-The runner talks only through :class:`hpq.cli.eks_kube.KubeClient` (create, get,
+The runner talks only through :class:`hpq.cli.eks.kube.KubeClient` (create, get,
 delete, list pods/nodes, logs), so tests drive it over real HTTP against a small
 local server. Cleanup runs in ``finally`` by the caller, also on Ctrl-C, and a
 leftover from an interrupted earlier run (HTTP 409) is deleted and re-created,
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.eks_kube import KubeClient, KubeError
+from hpq.cli.eks.kube import KubeClient, KubeError
 from hpq.errors import OperationFailed, UsageError
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"

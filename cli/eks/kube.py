@@ -60,7 +60,7 @@ class ClusterAccess:
 
 def resolve_eks_cluster(session: Any, cluster: str) -> tuple[str, str, str]:
     """(EKS cluster name, endpoint, CA) for an EKS cluster name or a HyperPod cluster name that uses EKS."""
-    from hpq.cli.aws_session import aws_errors, client, error_code
+    from hpq.cli.aws.session import aws_errors, client, error_code
 
     eks = client(session, "eks")
     try:
@@ -81,14 +81,14 @@ def resolve_eks_cluster(session: Any, cluster: str) -> tuple[str, str, str]:
 
 
 def _hyperpod_eks_name(session: Any, cluster: str) -> str:
-    from hpq.cli.aws_session import client, error_code
+    from hpq.cli.aws.session import client, error_code
 
     try:
         hp = client(session, "sagemaker").describe_cluster(ClusterName=cluster)
     except Exception as exc:  # noqa: BLE001
         if error_code(exc) in ("ResourceNotFound", "ValidationException"):
             raise UsageError(f"no EKS or HyperPod cluster named {cluster!r} in this region") from None
-        from hpq.cli.aws_session import aws_errors
+        from hpq.cli.aws.session import aws_errors
 
         with aws_errors("sagemaker:DescribeCluster"):
             raise
@@ -101,7 +101,7 @@ def _hyperpod_eks_name(session: Any, cluster: str) -> str:
 def cluster_access(session: Any, cluster: str) -> ClusterAccess:
     """Endpoint, CA and a fresh token for ``cluster`` (valid ~15 minutes; refresh() makes a new one)."""
     from hpq.cfn.handlers.helm import eks_token
-    from hpq.cli.aws_session import aws_errors, region_of
+    from hpq.cli.aws.session import aws_errors, region_of
 
     name, endpoint, ca = resolve_eks_cluster(session, cluster)
     with aws_errors("sts:GetCallerIdentity (presign)"):

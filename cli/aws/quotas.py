@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cli.aws_session import error_code, error_message, translate
+from hpq.cli.aws.session import error_code, error_message, translate
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
@@ -269,7 +269,7 @@ def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str
                  controller_type: str = "ml.m5.xlarge", fsx_gib: int = 1200, ebs_gib: int = 500,
                  sq: Any = None) -> QuotaReport:
     """Read every quota in the plan; ``sq`` lets tests hand in a Stubber-wrapped client."""
-    from hpq.cli.aws_session import client, region_of
+    from hpq.cli.aws.session import client, region_of
 
     region = region_of(session)
     sq = sq or client(session, "service-quotas")

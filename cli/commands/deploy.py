@@ -1,10 +1,10 @@
-"""``hpq deploy`` and ``hpq publish``: thin commands over hpq.cli.aws_deploy."""
+"""``hpq deploy`` and ``hpq publish``: thin commands over hpq.cli.aws.deploy."""
 
 from __future__ import annotations
 
 import click
 
-from hpq.cli.aws_session import aws_options, output_option
+from hpq.cli.aws.session import aws_options, output_option
 from hpq.lifecycle import names
 
 
@@ -43,9 +43,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     """
     from rich.console import Console
 
-    from hpq.cli import aws_deploy, aws_emulator, aws_report
-    from hpq.cli.aws_s3 import validate_bucket_name
-    from hpq.cli.aws_session import client, make_session, region_of
+    from hpq.cli.aws import deploy as aws_deploy
+    from hpq.cli.aws import emulator as aws_emulator
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws.s3 import validate_bucket_name
+    from hpq.cli.aws.session import client, make_session, region_of
 
     # Bad input exits 2 before any credential lookup or network call.
     aws_deploy.check_variant(variant)
@@ -94,7 +96,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
             aws_report.echo_json(result)
         return
     if dep.submit.kind == "no-changes":
-        from hpq.cli.aws_stacks import describe
+        from hpq.cli.aws.stacks import describe
 
         info = describe(cfn, dep.submit.stack_id)
     else:
@@ -130,9 +132,10 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     """
     from rich.console import Console
 
-    from hpq.cli import aws_deploy, aws_report
-    from hpq.cli.aws_s3 import validate_bucket_name
-    from hpq.cli.aws_session import make_session
+    from hpq.cli.aws import deploy as aws_deploy
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws.s3 import validate_bucket_name
+    from hpq.cli.aws.session import make_session
 
     validate_bucket_name(bucket)
     aws_deploy.check_size(size)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hpq.cli.aws_session import aws_options, output_option
+from hpq.cli.aws.session import aws_options, output_option
 
 
 def ssh_options(func: Any) -> Any:
@@ -30,8 +30,9 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
                  user: str, key: str | None, known_hosts: str, proxy_command: str | None, host: str | None,
                  port: int) -> tuple[Any, Any]:
     """(SshTarget, Cluster-or-None): the SSM target unless a ProxyCommand and host are given."""
-    from hpq.cli import aws_hyperpod, aws_ssh
-    from hpq.cli.aws_session import client, make_session
+    from hpq.cli.aws import hyperpod as aws_hyperpod
+    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.cli.aws.session import client, make_session
 
     cl = None
     if proxy_command and host:
@@ -68,7 +69,7 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
       hpq remote my-cluster -- 'srun -N 2 hostname'
       hpq remote my-cluster --group worker --node 0 -- nvidia-smi
     """
-    from hpq.cli import aws_ssh
+    from hpq.cli.aws import ssh as aws_ssh
 
     target, _ = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     try:
@@ -133,7 +134,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     import io
     import shlex
 
-    from hpq.cli import aws_report, aws_ssh
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import ssh as aws_ssh
 
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     args = [runner] + [str(x) for x in (nodes, gpus) if x is not None] + shlex.split(extra)

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from hpq.cli import aws_events, aws_stacks
-from hpq.cli.aws_follow import Follower
+from hpq.cli.aws import events as aws_events
+from hpq.cli.aws import stacks as aws_stacks
+from hpq.cli.aws.follow import Follower
 from hpq.errors import OperationFailed
 
 

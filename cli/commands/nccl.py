@@ -10,17 +10,12 @@ from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 
 
-def k8s_env(env: transport.NodeEnvironment) -> list[dict[str, str]]:
-    """Container ``env:`` entries, in a stable order."""
-    return [{"name": k, "value": v} for k, v in sorted(env.variables.items())]
-
-
 def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(env.variables, indent=2, sort_keys=True) + "\n"
     if fmt == "k8s":
         lines = ["env:"]
-        for item in k8s_env(env):
+        for item in env.k8s_env():
             lines.append(f"  - name: {item['name']}")
             lines.append(f"    value: {json.dumps(item['value'])}")
         return "\n".join(lines) + "\n"
