@@ -30,6 +30,15 @@ TEMPLATES_DIR = "templates"
 NODE_BUNDLE_DIR = "node"
 # Inside the node bundle the code keeps its import names (hpq.lifecycle, hpq.scripts).
 ON_CREATE_SCRIPT = "hpq/lifecycle/on_create.sh"
+# HyperPod's LifeCycleConfig.OnCreate is documented as a file name at the root of SourceS3Uri
+# (API reference, ClusterLifeCycleConfig): a root shim that runs ON_CREATE_SCRIPT.
+ON_CREATE_ENTRY = "on_create.sh"
+# hpq's own node settings (group -> role, cluster name, orchestrator), next to ON_CREATE_ENTRY in the
+# lifecycle prefix. HyperPod never reads it; hpq never writes a file HyperPod reads (provisioning_parameters.json).
+HPQ_CLUSTER_CONFIG = "hpq-cluster.json"
+# Where HyperPod's legacy Slurm model keeps provisioning_parameters.json on a node (the lifecycle also
+# accepts the documented schema next to the bundle).
+NODE_PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
 ROOT_TEMPLATE = "root.json"
 
 # On the node.
