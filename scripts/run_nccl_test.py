@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
     return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype)
+                            result, itype, nodes)
 
 
 if __name__ == "__main__":
