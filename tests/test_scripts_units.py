@@ -294,3 +294,29 @@ def test_bad_arguments_exit_2(tmp_path):
         res = run_module("hpq.scripts.run_nccl_test", args, env, tmp_path)
         assert res.returncode == 2, args
     assert run_nccl_test.find_nccl_tests("all_reduce", str(tmp_path / "missing")) is None
+
+
+def test_unused_neuron_devices_from_dev_and_transport(tmp_path, monkeypatch):
+    """Stand-in: a torch object that only answers cuda.is_available(); /dev is a temporary folder."""
+    from hpq.scripts import distenv
+
+    class Cuda:
+        def __init__(self, ok: bool) -> None:
+            self.ok = ok
+
+        def is_available(self) -> bool:
+            return self.ok
+
+    class Torch:
+        def __init__(self, ok: bool) -> None:
+            self.cuda = Cuda(ok)
+
+    monkeypatch.delenv("HPQ_TORCH_BACKEND", raising=False)
+    assert distenv.unused_neuron_devices(Torch(False), str(tmp_path)) == 0
+    for i in range(16):
+        (tmp_path / f"neuron{i}").touch()
+    (tmp_path / "neuron_misc").touch()
+    assert distenv.unused_neuron_devices(Torch(False), str(tmp_path)) == 16
+    assert distenv.unused_neuron_devices(Torch(True), str(tmp_path)) == 0
+    monkeypatch.setenv("HPQ_TORCH_BACKEND", "xla")
+    assert distenv.unused_neuron_devices(Torch(False), str(tmp_path / "none")) == -1
