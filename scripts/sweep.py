@@ -215,10 +215,10 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     bad = [p for p in measured if p.status != OK]
     skipped = [p for p in pairs if p.status == SKIPPED]
     notes: List[str] = []
-    few = [n for n in nodes if scores[n] is not None and len(met[n]) < MIN_PARTNERS]
-    if few:
-        notes.append("%s met fewer than %d partners: a slow pair cannot be pinned on one of its nodes "
-                     "(a sweep of 4 or more nodes can)" % (", ".join(few), MIN_PARTNERS))
+    alone = [n for n in nodes if scores[n] is not None and len(met[n]) < 2]
+    if alone:
+        notes.append("%s met only one partner: a slow pair cannot be pinned on either of its nodes (a sweep of "
+                     "3 nodes can, of %d or more reliably)" % (", ".join(alone), MIN_PARTNERS + 1))
     if skipped:
         notes.append("%d pair(s) not run: the time budget ran out (--budget)" % len(skipped))
     unmeasured = [n for n in nodes if scores[n] is None]

@@ -164,10 +164,16 @@ def test_every_pair_failed_is_a_failure_not_a_pass():
     assert doc["exit_code"] == 1 and doc["slow_nodes"] == [] and "every pair failed" in doc["message"]
 
 
+def test_three_nodes_pin_the_node_common_to_the_slow_pairs():
+    nodes = names(3)
+    doc, _ = verdict({nodes[0]: 48.0, nodes[1]: 6.0, nodes[2]: 47.0}, random.Random(4), noise=0.0)
+    assert doc["slow_nodes"] == [nodes[1]] and doc["notes"] == []
+
+
 def test_two_nodes_cannot_be_told_apart():
     doc = sweep.build_report(["a", "b"], [PairResult(1, ("a", "b"), OK, busbw_gbps=0.5)], 1, 1 << 20)
     assert doc["slow_nodes"] == [] and doc["exit_code"] == 0
-    assert any("fewer than 3 partners" in n for n in doc["notes"])
+    assert any("met only one partner" in n for n in doc["notes"])
 
 
 def test_skipped_pairs_do_not_count():
@@ -175,7 +181,7 @@ def test_skipped_pairs_do_not_count():
     doc = sweep.build_report(["a", "b", "c"], pairs, 2, 1 << 20)
     assert doc["scores"]["c"] is None and doc["unmeasured_nodes"] == ["c"]
     assert doc["partners"] == {"a": ["b"], "b": ["a"], "c": []}
-    assert any("budget" in n for n in doc["notes"])
+    assert any("budget" in n for n in doc["notes"]) and any("a, b met only one partner" in n for n in doc["notes"])
 
 
 def test_report_text_and_actions():
