@@ -214,7 +214,7 @@ def idle_node_count() -> int:
 
 
 def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
-    if args.sweep and args.nodes is None and not launch.in_allocation() and not args.dry_run:
+    if args.sweep and args.nodes is None and not launch.in_allocation():
         args.nodes = idle_node_count()
     launcher, hosts, done = launch.place(args, raw, MODULE, "hpq-nccl-test", args.gpus_per_node)
     if done is not None:
@@ -336,9 +336,10 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
                  "-c", "1", "--op", "all_reduce", "-d", args.datatype]
         cmd = launch.srun_command(2, gpus, python or "python3", "hpq.scripts.nccl_bench", bargs,
                                   extra=["-w", ",".join(pair), "--time=%d" % minutes])
-        # Its own rendezvous: the pair's first node, a port no other pair of this sweep uses.
-        penv = dict(env, MASTER_ADDR=distenv.node_addr(pair[0]),
-                    MASTER_PORT=str(20000 + (base_port - 20000 + 1 + index) % 20000))
+        # Its own rendezvous: a port no other pair of this sweep uses; the address is derived by every rank
+        # from the step's node list (distenv), where Slurm put rank 0, whatever order -w names the nodes in.
+        penv = dict(env, MASTER_PORT=str(20000 + (base_port - 20000 + 1 + index) % 20000))
+        penv.pop("MASTER_ADDR", None)
         return cmd, penv
 
     if args.dry_run:

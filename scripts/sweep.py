@@ -73,13 +73,16 @@ def schedule(nodes: Sequence[str], rounds: Optional[int] = None) -> List[List[Pa
 
     The first node stays put and the others rotate one place per round; with an odd count a
     placeholder joins and whoever meets it sits the round out (a bye). The full rotation meets
-    every pair exactly once; ``rounds`` (default ``round_count``) takes its first rounds.
+    every pair exactly once; ``rounds`` (default ``round_count``) takes its first rounds. Each pair
+    is given in the order of ``nodes`` (for Slurm: the allocation's order, which is how srun
+    places ranks).
     """
     names = list(nodes)
     if len(set(names)) != len(names):
         raise ValueError("duplicate node names: %s" % ", ".join(sorted(n for n in set(names) if names.count(n) > 1)))
     if len(names) < 2:
         return []
+    index = {n: i for i, n in enumerate(names)}
     ring: List[Optional[str]] = list(names) + ([None] if len(names) % 2 else [])
     size = len(ring)
     want = round_count(len(names)) if rounds is None else max(0, min(rounds, size - 1))
@@ -91,7 +94,7 @@ def schedule(nodes: Sequence[str], rounds: Optional[int] = None) -> List[List[Pa
         for i in range(size // 2):
             a, b = order[i], order[size - 1 - i]
             if a is not None and b is not None:
-                pairs.append((a, b))
+                pairs.append((a, b) if index[a] < index[b] else (b, a))
         out.append(pairs)
         rest = rest[-1:] + rest[:-1]
     return out

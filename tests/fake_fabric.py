@@ -225,6 +225,14 @@ def srun(argv: list[str], cfg: dict) -> int:
     if not hosts or len(hosts) != nodes or any(h not in alloc for h in hosts):
         return fail("srun: error: Unable to create step for job %s: Requested node configuration is not "
                     "available" % os.environ.get("SLURM_JOB_ID"))
+    # Slurm places the step's ranks in its own node order (here: the allocation's), whatever order -w
+    # names them in; a rank told to meet rank 0 anywhere else never finds it (torch's TCPStore times out).
+    hosts = [h for h in alloc if h in hosts]
+    rank0_addr = cfg["nodes"][hosts[0]]["addr"]
+    if os.environ.get("MASTER_ADDR") not in (None, rank0_addr, hosts[0]):
+        sys.stdout.write("torch.distributed.DistStoreError: Timed out after 300 seconds waiting for clients. "
+                         "1/2 clients joined.\n")
+        return 1
     tpn = int(opts.get("--ntasks-per-node", "1"))
     binargs = cmd[cmd.index("hpq.scripts.nccl_bench") + 1:]
     wrong = 1 if misbehave(cfg, hosts, "wrong") else 0

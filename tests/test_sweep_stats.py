@@ -31,6 +31,7 @@ def test_schedule_properties(n):
         assert len(r) == n // 2, "every node but a bye plays each round"
         for a, b in r:
             assert a != b and {a, b} <= set(nodes)
+            assert nodes.index(a) < nodes.index(b), "a pair is given in the nodes' order"
             key = frozenset((a, b))
             assert key not in seen, f"pair {a}+{b} scheduled twice"
             seen.add(key)
