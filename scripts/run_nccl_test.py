@@ -355,7 +355,8 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     extra = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": "slurm",
              "processes_per_node": gpus, "instance_type": itype, "transport": tname, "environment": env_vars,
              "log_dir": log_dir}
-    doc = sweep.build_report(hosts, results, len(rounds), size, extra)
+    doc = sweep.build_report(hosts, results, len(rounds), size, extra,
+                             min_gap=sweep.MIN_GAP_CPU if cpu_only else sweep.MIN_GAP)
     path = os.path.join(outdir, "nccl-sweep-%s.json" % stamp)
     doc["result"] = path
     launch.write_json(path, doc)
