@@ -101,7 +101,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     sw.add_argument("--pair-timeout", type=float, default=180.0, metavar="SECONDS",
                     help="a pair without a result after this long is stopped and counted as failed (default 180)")
     sw.add_argument("--budget", type=float, default=1800.0, metavar="SECONDS",
-                    help="rounds that would end after this are not started (default 1800)")
+                    help="overall limit: a round after the first starts only while a pair timeout (or 30 s) "
+                         "of it is left; its pairs stop when it is spent (default 1800)")
     sw.add_argument("--output", choices=("table", "json"), default="table",
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     ap.add_argument("--corrupt", default=None, help=argparse.SUPPRESS)  # test-only, built-in benchmark
@@ -350,8 +351,12 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
                 index += 1
                 print("would run round %d (%s, hosts %s,%s): %s" % (rno, mode, pair[0], pair[1], " ".join(cmd)))
         return 0
-    results = nccl_sweep.run_rounds(rounds, command, log_dir, args.pair_timeout, args.budget, sys.stdout,
-                                    cwd=launch.child_cwd())
+    try:
+        results = nccl_sweep.run_rounds(rounds, command, log_dir, args.pair_timeout, args.budget, sys.stdout,
+                                        cwd=launch.child_cwd())
+    except KeyboardInterrupt:
+        print("run-nccl-test: interrupted; the running pairs were stopped (logs in %s)" % log_dir, file=sys.stderr)
+        return 130
     extra = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": "slurm",
              "processes_per_node": gpus, "instance_type": itype, "transport": tname, "environment": env_vars,
              "log_dir": log_dir}

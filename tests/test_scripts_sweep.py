@@ -185,3 +185,22 @@ def test_pair_status_from_log(tmp_path):
         assert res.status == want, (i, res)
     res = nccl_sweep.judge_pair(PairResult(1, ("a", "b"), OK, exit_status=0), str(tmp_path / "0.log"))
     assert res.busbw_gbps == 349.95
+
+
+def test_ctrl_c_stops_running_pairs(tmp_path):
+    import signal
+    import time
+
+    env = fake_fabric.cluster_env(tmp_path, {f"node-{i}": 5.0 for i in range(1, 5)}, hang=["node-1", "node-2"])
+    proc = subprocess.Popen([sys.executable, "-m", "hpq.scripts.run_nccl_test", "--sweep", "--binary",
+                             fake_binary(tmp_path), "--instance-type", "p4d.24xlarge"], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(fake_fabric.calls(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    pids = [c["pid"] for c in fake_fabric.calls(tmp_path) if c["event"] == "start"]
+    assert pids and not any(Path(f"/proc/{pid}").exists() for pid in pids)
