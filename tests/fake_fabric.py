@@ -15,7 +15,8 @@ What they refuse, as the real ones do:
   ("Requested node configuration is not available").
 What they print: nccl-tests 2.19.6's own lines (NVIDIA/nccl-tests src/util.cu
 writeDeviceReport/writeResultHeader/writeResultFooter, src/common.cu writeBenchmarkLine*,
-the ``Test NCCL failure`` line of src/common.h NCCLCHECK) for mpirun, and the columns of hpq's
+the ``Test NCCL failure`` line of src/common.h NCCLCHECK; checked against the real 2.19.6 log
+tests/data/nccl/h100x1_nccl-tests_all_reduce_perf.txt) for mpirun, and the columns of hpq's
 built-in benchmark (tests/data/nccl/h200x2_run-nccl-test_builtin.txt) for srun.
 
 Config (JSON, path in $HPQ_FAKE_FABRIC): ``nodes`` {name: {"addr", "busbw"}}, ``hang``,

@@ -204,3 +204,26 @@ def test_ctrl_c_stops_running_pairs(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     pids = [c["pid"] for c in fake_fabric.calls(tmp_path) if c["event"] == "start"]
     assert pids and not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_stand_in_prints_what_nccl_tests_2_19_6_prints():
+    """The stand-in's nccl-tests lines against a real all_reduce_perf 2.19.6 log (tests/data/nccl): the same
+    fixed lines, the same column layout of a result row, rank lines of the same form."""
+    import re
+
+    real = (DATA / "h100x1_nccl-tests_all_reduce_perf.txt").read_text().splitlines()
+    mine = fake_fabric.nccl_tests_output(["node-1", "node-2"], 8, ["-b", "268435456", "-e", "268435456", "-n", "20",
+                                                                    "-w", "1"], 300.0, 0, {}).splitlines()
+    assert mine[:2] == real[:2]
+    header = [i for i, line in enumerate(real) if line.startswith("#       size")][0]
+    assert mine[mine.index(real[header]) - 1: mine.index(real[header]) + 2] == real[header - 1: header + 2]
+
+    def ends(line: str) -> list[int]:
+        return [m.end() for m in re.finditer(r"\S+", line)]
+
+    assert ends(next(x for x in mine if not x.startswith("#"))) == ends(real[header + 2])
+    rank = re.compile(r"^#  Rank +\d+ Group +\d+ Pid +\d+ on +\S+ device +\d+ \[[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\] ")
+    assert rank.match(real[5]) and sum(1 for x in mine if rank.match(x)) == 16
+    masked = [re.sub(r"\d+(\.\d+)?", "N", x) for x in real if x.startswith(("# Out of", "# Avg", "# Collective"))]
+    assert masked == [re.sub(r"\d+(\.\d+)?", "N", x) for x in mine if x.startswith(("# Out of", "# Avg",
+                                                                                        "# Collective"))]
