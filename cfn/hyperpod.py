@@ -4,6 +4,19 @@ Slurm variants: controller group (+ optional login group) and one worker group;
 EKS variants: one worker group with Orchestrator.Eks. Every group uses the ONE
 node subnet (EFA cannot cross AZs), the lifecycle bucket, an EBS volume and
 automatic node recovery. Worker types are limited to the variant's accelerator.
+
+Slurm is configured the API-driven way (the model AWS is moving to): the cluster gets
+``Orchestrator.Slurm.SlurmConfigStrategy: Managed`` and every group a ``SlurmConfig``
+with its ``NodeType`` (Controller, Login, Compute) and, for the workers, the partition.
+Sources: CloudFormation reference AWS::SageMaker::Cluster ClusterSlurmConfig and
+ClusterOrchestratorSlurmConfig; SageMaker Developer Guide "SageMaker HyperPod Slurm
+configuration" (sagemaker-hyperpod-ref.html#sagemaker-hyperpod-ref-slurm-configuration)
+and "Migrating to API-driven Slurm configuration"
+(sagemaker-hyperpod-slurm-api-config-migration.html), which says HyperPod refuses a
+cluster that has both this and a provisioning_parameters.json; hpq never writes that file.
+
+``LifeCycleConfig.OnCreate`` is the bare file name ``on_create.sh`` at the root of
+SourceS3Uri (the API documents it as a file name; the node bundle carries a root shim).
 """
 
 from __future__ import annotations
@@ -20,6 +33,8 @@ CONTROLLER_EBS_GB = 100
 CONTROLLER_THREADS_PER_CORE = 2
 MAX_WORKERS = 256
 FSX_ID_TAG_KEY = "hpq:fsx-file-system-id"
+# HyperPod manages slurm.conf's partitions from the API configuration (ClusterOrchestratorSlurmConfig).
+SLURM_CONFIG_STRATEGY = "Managed"
 
 
 @dataclass(frozen=True)
@@ -34,20 +49,29 @@ class HyperPodConfig:
     worker_group: str = names.WORKER_GROUP
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
+    partition: str = common.SLURM_PARTITION
 
     @property
     def slurm(self) -> bool:
         return self.orchestrator == "slurm"
 
 
-def _group(name: str, instance_type, count, ebs_gb, threads, role, uri) -> sm.ClusterInstanceGroup:
+def _group(name: str, instance_type, count, ebs_gb, threads, role, uri, **extra) -> sm.ClusterInstanceGroup:
     return sm.ClusterInstanceGroup(
         InstanceGroupName=name, InstanceType=instance_type, InstanceCount=count, ExecutionRole=role,
         ThreadsPerCore=threads,
-        LifeCycleConfig=sm.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_SCRIPT),
+        LifeCycleConfig=sm.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_ENTRY),
         InstanceStorageConfigs=[sm.ClusterInstanceStorageConfig(
             EbsVolumeConfig=sm.ClusterEbsVolumeConfig(VolumeSizeInGB=ebs_gb))],
+        **extra,
     )
+
+
+def slurm_config(node_type: str, partition: str | None = None) -> sm.ClusterSlurmConfig:
+    """ClusterSlurmConfig: NodeType Controller/Login/Compute; workers name their (one) partition."""
+    if partition is None:
+        return sm.ClusterSlurmConfig(NodeType=node_type)
+    return sm.ClusterSlurmConfig(NodeType=node_type, PartitionNames=[partition])
 
 
 def build(cfg: HyperPodConfig) -> common.Template:
@@ -81,13 +105,18 @@ def build(cfg: HyperPodConfig) -> common.Template:
                                   Default=cfg.default_controller_type, AllowedValues=list(cfg.controller_types))
         t.add_condition("HasLoginGroup", {"Fn::Equals": [login_on, "true"]})
         groups.append(_group(cfg.controller_group, ctl_type, 1, CONTROLLER_EBS_GB, CONTROLLER_THREADS_PER_CORE,
-                             role, uri))
+                             role, uri, SlurmConfig=slurm_config("Controller")))
         groups.append(If("HasLoginGroup", _group(cfg.login_group, login_type, 1, CONTROLLER_EBS_GB,
-                                                 CONTROLLER_THREADS_PER_CORE, role, uri), Ref("AWS::NoValue")))
-    groups.append(_group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri))
+                                                 CONTROLLER_THREADS_PER_CORE, role, uri,
+                                                 SlurmConfig=slurm_config("Login")), Ref("AWS::NoValue")))
+    worker_extra = {"SlurmConfig": slurm_config("Compute", cfg.partition)} if cfg.slurm else {}
+    groups.append(_group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri, **worker_extra))
 
     kwargs = {}
-    if not cfg.slurm:
+    if cfg.slurm:
+        kwargs["Orchestrator"] = sm.Orchestrator(Slurm=sm.ClusterOrchestratorSlurmConfig(
+            SlurmConfigStrategy=SLURM_CONFIG_STRATEGY))
+    else:
         eks_arn = common.param(t, "EksClusterArn", "EKS cluster HyperPod orchestrates with.",
                                AllowedPattern=r"^arn:aws[a-z-]*:eks:[a-z0-9-]+:[0-9]{12}:cluster/.+$",
                                ConstraintDescription="an EKS cluster ARN.")

@@ -49,6 +49,33 @@ def _out(stack: str, name: str) -> GetAtt:
     return GetAtt(stack_id(stack), f"Outputs.{name}")
 
 
+def _param_refs(node: Any) -> set[str]:
+    """Parameter names a rule references through Ref (pseudo parameters excluded)."""
+    if isinstance(node, dict):
+        out: set[str] = set()
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str) and not value.startswith("AWS::"):
+                out.add(value)
+            else:
+                out |= _param_refs(value)
+        return out
+    if isinstance(node, list):
+        return set().union(*(_param_refs(v) for v in node)) if node else set()
+    return set()
+
+
+def _lift_rules(t: common.Template, nested: dict[str, common.Template]) -> None:
+    """Repeat each nested stack's Rules in the root when the root has every parameter they name.
+
+    A nested stack checks its Rules only when CloudFormation gets to it (after the VPC, the EKS cluster
+    ...); the root checks them before anything is created, and the console shows the message there."""
+    for stack in nested.values():
+        for name, rule in stack.rules.items():
+            body = rule if isinstance(rule, dict) else rule.to_dict()
+            if _param_refs(body) <= set(t.parameters) and name not in t.rules:
+                t.add_rule(name, body)
+
+
 def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> common.Template:
     t = common.new_template(
         f"hpq {variant.name} ({size.name}): SageMaker HyperPod with {'EKS' if variant.eks else 'Slurm'}"
@@ -80,6 +107,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         eks_az = copy(NETWORKING, "EksAvailabilityZoneId")
         k8s = copy(EKS, "KubernetesVersion")
         layer = copy(HELM, "KubectlLayerArn")
+        layer_key = copy(HELM, "HelmLayerS3Key")
         chart_source = copy(HELM, "HelmChartSource")
         chart_path = copy(HELM, "HelmChartPath")
         chart_version = copy(HELM, "HelmChartVersion")
@@ -146,6 +174,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                     "HelmRoleArn": _out(IAM, iam.OUT_HELM_ROLE_ARN)})
         stack(HELM, {"EksClusterName": _out(EKS, names.OUT_EKS_CLUSTER_NAME),
                      "HelmRoleArn": _out(IAM, iam.OUT_HELM_ROLE_ARN), "KubectlLayerArn": layer,
+                     "AssetsBucket": assets_bucket, "HelmLayerS3Key": layer_key,
                      "HelmChartSource": chart_source, "HelmChartPath": chart_path,
                      "HelmChartVersion": chart_version})
         hp_params.update({"EksClusterArn": _out(EKS, names.OUT_EKS_CLUSTER_ARN),
@@ -189,7 +218,10 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                                "HelmChartVersion"]))
     groups += [("Optional stacks", ["EnableObservability", "EnableValidation", "NotificationEmail"]),
                ("Deployment assets (filled by hpq deploy/publish)", ["TemplateBaseUrl", "AssetsBucket",
-                                                                     "AssetsPrefix"])]
+                                                                     "AssetsPrefix"]
+                + (["HelmLayerS3Key"] if variant.eks else []))]
+    _lift_rules(t, nested)
+
     listed = [p for _, ps in groups for p in ps]
     assert sorted(listed) == sorted(t.parameters), "every root parameter belongs to one console group"
     t.set_metadata({"AWS::CloudFormation::Interface": {

@@ -28,6 +28,8 @@ P_TEMPLATE_BASE_URL = "TemplateBaseUrl"
 P_ASSETS_BUCKET = "AssetsBucket"
 P_ASSETS_PREFIX = "AssetsPrefix"
 P_CLUSTER_NAME = "ClusterName"
+P_HELM_LAYER_KEY = "HelmLayerS3Key"
+P_KUBECTL_LAYER_ARN = "KubectlLayerArn"
 LAUNCH_BUTTON = "https://s3.amazonaws.com/cloudformation-examples/cloudformation-launch-stack.png"
 
 
@@ -70,6 +72,7 @@ class Release:
     templates: dict[str, Templates]
     upload: aws_s3.Upload | None = None
     totals: dict[str, int] = field(default_factory=dict)
+    helm_layer_key: str | None = None  # where the helm/kubectl layer zip lies (EKS variants)
 
     def template_url(self, variant: str, stack_file: str = names.ROOT_TEMPLATE) -> str:
         return aws_s3.object_url(self.bucket, self.region, names.template_key(self.version, variant, stack_file))
@@ -82,12 +85,21 @@ class Release:
         return names.node_bundle_prefix(self.version)
 
     def root_parameters(self, variant: str) -> dict[str, str]:
-        """Where the root stack finds its nested templates and the node bundle."""
-        return {
+        """Where the root stack finds its nested templates, the node bundle and (EKS) the helm layer."""
+        out = {
             P_TEMPLATE_BASE_URL: self.base_url(variant),
             P_ASSETS_BUCKET: self.bucket,
             P_ASSETS_PREFIX: self.assets_prefix,
         }
+        if self.helm_layer_key and is_eks(variant):
+            out[P_HELM_LAYER_KEY] = self.helm_layer_key
+        return out
+
+
+def is_eks(variant: str) -> bool:
+    from hpq.cfn.variants import VARIANTS
+
+    return VARIANTS[variant].eks
 
 
 def node_bundle_objects() -> dict[str, bytes]:
@@ -117,8 +129,17 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
             objects[names.template_key(version, variant, fname)] = files[f"templates/{variant}/{fname}"]
     for key, body in bundle.items():
         objects[names.node_bundle_prefix(version) + key] = body
+    layer_key = None
+    if any(is_eks(v) for v in variants) and not (params or {}).get(P_KUBECTL_LAYER_ARN):
+        # Content-addressed by its own digest, outside the release prefix: uploaded once, not per release.
+        from hpq.cli.aws import layer
+
+        shipped = layer.helm_layer()
+        objects[shipped.key] = shipped.body
+        layer_key = shipped.key
     totals = {v: sum(len(t.get("Resources", {})) for t in r.values()) for v, r in templates.items()}
-    return Release(bucket, region, version, list(variants), objects, templates, totals=totals)
+    return Release(bucket, region, version, list(variants), objects, templates, totals=totals,
+                   helm_layer_key=layer_key)
 
 
 def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Release:
