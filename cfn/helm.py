@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from troposphere import Equals, GetAtt, If, Not, Or, Ref, Sub, awslambda, cloudformation, logs
+from troposphere import And, Equals, GetAtt, If, Not, Or, Ref, Sub, awslambda, cloudformation, logs
 
 from hpq.cfn import common
 
@@ -45,6 +45,7 @@ LAYER_ARN_PATTERN = r"^$|^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A
 LAYER_KEY_PATTERN = r"^$|^[A-Za-z0-9!_.*'()/-]+\.zip$"
 OUT_RELEASE = "HelmReleaseId"
 USE_SHIPPED_LAYER = "UseShippedHelmLayer"
+HAS_OWN_LAYER = "HasKubectlLayer"
 # The layer's binaries are linux x86_64 (cli/aws/layer.py): the function must run on x86_64.
 LAMBDA_ARCHITECTURE = "x86_64"
 
@@ -91,7 +92,8 @@ def build(cfg: HelmConfig) -> common.Template:
     release = common.param(t, "ReleaseName", "Helm release name.", Default=DEFAULT_RELEASE,
                            AllowedPattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", MaxLength=53,
                            ConstraintDescription="a Helm release name.")
-    t.add_condition(USE_SHIPPED_LAYER, Equals(layer, ""))
+    t.add_condition(HAS_OWN_LAYER, Not(Equals(layer, "")))
+    t.add_condition(USE_SHIPPED_LAYER, And(Equals(layer, ""), Not(Equals(layer_key, ""))))
     t.add_rule("HelmNeedsALayer", {"Assertions": [{
         "Assert": Or(Not(Equals(layer_key, "")), Not(Equals(layer, ""))),
         "AssertDescription": "helm comes from a Lambda layer: give HelmLayerS3Key (hpq deploy/publish fill it "
@@ -112,7 +114,9 @@ def build(cfg: HelmConfig) -> common.Template:
         Description="Installs, upgrades and uninstalls the HyperPod dependency Helm chart.",
         Runtime=common.LAMBDA_RUNTIME, Handler="index.handler", Timeout=LAMBDA_TIMEOUT_S, MemorySize=1024,
         EphemeralStorage=awslambda.EphemeralStorage(Size=2048),
-        Role=role, Layers=[If(USE_SHIPPED_LAYER, Ref(shipped), layer)], Architectures=[LAMBDA_ARCHITECTURE],
+        Role=role, Architectures=[LAMBDA_ARCHITECTURE],
+        # The HelmNeedsALayer rule refuses a deploy with neither, so the function always has one.
+        Layers=If(USE_SHIPPED_LAYER, [Ref(shipped)], If(HAS_OWN_LAYER, [layer], Ref("AWS::NoValue"))),
         Code=awslambda.Code(ZipFile=common.handler_source(HANDLER)),
         LoggingConfig=awslambda.LoggingConfig(LogGroup=Ref(log_group)),
         Tags=common.tags(),

@@ -106,6 +106,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     if variant.eks:
         eks_az = copy(NETWORKING, "EksAvailabilityZoneId")
         k8s = copy(EKS, "KubernetesVersion")
+        support = copy(EKS, "EksSupportType")
+        public_cidrs = copy(EKS, "EksPublicAccessCidrs")
         layer = copy(HELM, "KubectlLayerArn")
         layer_key = copy(HELM, "HelmLayerS3Key")
         chart_source = copy(HELM, "HelmChartSource")
@@ -168,7 +170,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
                           "LoginInstanceType": login_type})
     if variant.eks:
-        stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s,
+        stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s, "EksSupportType": support,
+                    "EksPublicAccessCidrs": Join(",", public_cidrs),
+                    "FsxCsiRoleArn": _out(IAM, iam.OUT_FSX_CSI_ROLE_ARN),
                     "SubnetIds": _out(NETWORKING, names.OUT_EKS_SUBNET_IDS), "SecurityGroupId": sg,
                     "ClusterRoleArn": _out(IAM, iam.OUT_EKS_CLUSTER_ROLE_ARN),
                     "HelmRoleArn": _out(IAM, iam.OUT_HELM_ROLE_ARN)})
@@ -214,8 +218,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]
     if variant.eks:
-        groups.append(("EKS", ["KubernetesVersion", "KubectlLayerArn", "HelmChartSource", "HelmChartPath",
-                               "HelmChartVersion"]))
+        groups.append(("EKS", ["KubernetesVersion", "EksSupportType", "EksPublicAccessCidrs", "KubectlLayerArn",
+                               "HelmChartSource", "HelmChartPath", "HelmChartVersion"]))
     groups += [("Optional stacks", ["EnableObservability", "EnableValidation", "NotificationEmail"]),
                ("Deployment assets (filled by hpq deploy/publish)", ["TemplateBaseUrl", "AssetsBucket",
                                                                      "AssetsPrefix"]

@@ -33,9 +33,11 @@ def test_helm_stack_creates_its_own_helm_layer(rendered, variant, size):  # noqa
     assert layer["Properties"]["Content"] == {"S3Bucket": {"Ref": "AssetsBucket"}, "S3Key": {"Ref": "HelmLayerS3Key"}}
     assert layer["Properties"]["CompatibleArchitectures"] == ["x86_64"]  # layer.zip holds linux x86_64 binaries
     assert layer["Condition"] == cfn_helm.USE_SHIPPED_LAYER
-    assert helm_t["Conditions"][cfn_helm.USE_SHIPPED_LAYER] == {"Fn::Equals": [{"Ref": "KubectlLayerArn"}, ""]}
+    assert helm_t["Conditions"][cfn_helm.USE_SHIPPED_LAYER] == {"Fn::And": [
+        {"Fn::Equals": [{"Ref": "KubectlLayerArn"}, ""]}, {"Fn::Not": [{"Fn::Equals": [{"Ref": "HelmLayerS3Key"}, ""]}]}]}
     fn = helm_t["Resources"]["HelmFunction"]["Properties"]
-    assert fn["Layers"] == [{"Fn::If": [cfn_helm.USE_SHIPPED_LAYER, {"Ref": logical}, {"Ref": "KubectlLayerArn"}]}]
+    assert fn["Layers"] == {"Fn::If": [cfn_helm.USE_SHIPPED_LAYER, [{"Ref": logical}], {"Fn::If": [
+        cfn_helm.HAS_OWN_LAYER, [{"Ref": "KubectlLayerArn"}], {"Ref": "AWS::NoValue"}]}]}
     assert fn["Architectures"] == ["x86_64"]
     root = rendered[(variant, size)]["root.json"]
     passed = root["Resources"]["HelmStack"]["Properties"]["Parameters"]
@@ -160,3 +162,74 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
         workers = [g for g in _groups(rendered[(variant, size)]["HyperPod.json"])
                    if g["InstanceGroupName"] == names.WORKER_GROUP]
         assert workers[0]["SlurmConfig"]["PartitionNames"] == [common.SLURM_PARTITION]
+
+
+# --------------------------------------------------------------------------- EKS (items 4, 7; issue 15 item 3)
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_kubernetes_versions_eks_still_creates_and_standard_support_by_default(rendered, variant, size):  # noqa: F811
+    """EKS user guide release calendar (kubernetes-versions.html): 1.30 can no longer be created, 1.31 leaves
+    extended support on 2026-11-26; HyperPod's EKS prerequisites list up to 1.35. The default is the newest
+    version in standard support on the calendar's date, and UpgradePolicy.SupportType defaults to STANDARD
+    (no extended-support charges by surprise; CloudFormation AWS::EKS::Cluster UpgradePolicy)."""
+    from hpq.cfn import eks as cfn_eks
+
+    params = rendered[(variant, size)]["root.json"]["Parameters"]
+    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34", "1.35"]
+    in_standard = [v for v, (std_end, _) in cfn_eks.KUBERNETES_CALENDAR.items() if std_end > cfn_eks.CALENDAR_AS_OF]
+    assert params["KubernetesVersion"]["Default"] == max(in_standard, key=lambda v: tuple(map(int, v.split("."))))
+    assert all(ext_end > cfn_eks.CALENDAR_AS_OF for _, ext_end in cfn_eks.KUBERNETES_CALENDAR.values())
+    assert params["EksSupportType"]["Default"] == "STANDARD"
+    assert params["EksSupportType"]["AllowedValues"] == ["STANDARD", "EXTENDED"]
+    cluster = rendered[(variant, size)]["EKS.json"]["Resources"]["Cluster"]["Properties"]
+    assert cluster["UpgradePolicy"] == {"SupportType": {"Ref": "EksSupportType"}}
+    assert cluster["Version"] == {"Ref": "KubernetesVersion"}
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_eks_public_endpoint_cidrs_are_a_parameter(rendered, variant, size):  # noqa: F811
+    """ResourcesVpcConfig.PublicAccessCidrs (CloudFormation AWS::EKS::Cluster) from EksPublicAccessCidrs."""
+    import re
+
+    files = rendered[(variant, size)]
+    vpc = files["EKS.json"]["Resources"]["Cluster"]["Properties"]["ResourcesVpcConfig"]
+    assert vpc["PublicAccessCidrs"] == {"Ref": "EksPublicAccessCidrs"}
+    spec = files["root.json"]["Parameters"]["EksPublicAccessCidrs"]
+    assert spec["Type"] == "CommaDelimitedList" and spec["Default"] == "0.0.0.0/0"
+    assert re.fullmatch(spec["AllowedPattern"], "203.0.113.0/24") and not re.fullmatch(spec["AllowedPattern"], "x")
+    passed = files["root.json"]["Resources"]["EKSStack"]["Properties"]["Parameters"]["EksPublicAccessCidrs"]
+    assert passed == {"Fn::Join": [",", {"Ref": "EksPublicAccessCidrs"}]}
+
+
+def test_public_cidrs_are_checked_one_by_one_at_synth():
+    from hpq.cfn import synth
+    from hpq.errors import UsageError
+
+    files = synth.synthesize("eks-gpu", "small", {"EksPublicAccessCidrs": "203.0.113.0/24,198.51.100.7/32"})
+    assert files["root.json"]["Parameters"]["EksPublicAccessCidrs"]["Default"] == "203.0.113.0/24,198.51.100.7/32"
+    with pytest.raises(UsageError, match="EksPublicAccessCidrs"):
+        synth.synthesize("eks-gpu", "small", {"EksPublicAccessCidrs": "203.0.113.0/24,nope"})
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_fsx_csi_driver_addon_with_pod_identity(rendered, variant, size):  # noqa: F811
+    """The EKS add-on aws-fsx-csi-driver (as AWS's console stack installs it: aws/sagemaker-hyperpod-cluster-setup
+    eks/cloudformation/fsx-template.yaml) with its controller service account fsx-csi-controller-sa mapped
+    through EKS Pod Identity (EKS user guide update-addon-role.html, fsx-csi-create.html) to a role trusted by
+    pods.eks.amazonaws.com with AmazonFSxFullAccess (kubernetes-sigs/aws-fsx-csi-driver docs/install.md); the
+    pod identity agent add-on it needs is installed first."""
+    files = rendered[(variant, size)]
+    addons = {r["Properties"]["AddonName"]: (k, r) for k, r in _resources(files["EKS.json"], "AWS::EKS::Addon").items()}
+    assert "eks-pod-identity-agent" in addons
+    logical, fsx = addons["aws-fsx-csi-driver"]
+    assert fsx["Properties"]["PodIdentityAssociations"] == [
+        {"ServiceAccount": "fsx-csi-controller-sa", "RoleArn": {"Ref": "FsxCsiRoleArn"}}]
+    assert fsx["DependsOn"] == addons["eks-pod-identity-agent"][0]
+    role = files["IAM.json"]["Resources"]["FsxCsiDriverRole"]["Properties"]
+    [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert role["ManagedPolicyArns"] == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonFSxFullAccess"}]
+    passed = files["root.json"]["Resources"]["EKSStack"]["Properties"]["Parameters"]["FsxCsiRoleArn"]
+    assert passed == {"Fn::GetAtt": ["IAMStack", "Outputs.FsxCsiRoleArn"]}
