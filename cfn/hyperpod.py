@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import GetAtt, If, Ref
+from troposphere import And, Condition, Equals, GetAtt, If, Not, Or, Ref
 from troposphere import sagemaker as sm
 
-from hpq.cfn import common
+from hpq.cfn import common, offers
 from hpq.lifecycle import names
 
 CONTROLLER_EBS_GB = 100
@@ -35,6 +35,24 @@ MAX_WORKERS = 256
 FSX_ID_TAG_KEY = "hpq:fsx-file-system-id"
 # HyperPod manages slurm.conf's partitions from the API configuration (ClusterOrchestratorSlurmConfig).
 SLURM_CONFIG_STRATEGY = "Managed"
+# A training plan ARN as the AWS::SageMaker::Cluster schema's TrainingPlanArn pattern has it.
+TRAINING_PLAN_ARN_PATTERN = r"^$|^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:training-plan/.+$"
+INSTANCE_TYPE_PATTERN = r"^$|^ml\.[a-z0-9-]+\.[a-z0-9]+$"
+USES_TRAINING_PLAN = "WorkersUseTrainingPlan"
+ON_DEMAND_OFFER = "WorkerOnDemandOffer"
+ON_DEMAND_WORKERS = "WorkersOnDemand"
+NEEDS_PLAN_RULE = "WorkerTypeNeedsATrainingPlan"
+# OnStartDeepHealthChecks (ClusterInstanceGroup; DeepHealthCheckType InstanceStress | InstanceConnectivity):
+# off by default, they add a long hardware stress test to every node's start.
+DEEP_HEALTH_CHECKS = {
+    "None": None,
+    "InstanceStress": ["InstanceStress"],
+    "InstanceConnectivity": ["InstanceConnectivity"],
+    "InstanceStress,InstanceConnectivity": ["InstanceStress", "InstanceConnectivity"],
+}
+# NodeProvisioningMode: the property only takes "Continuous"; leaving it out is HyperPod's standard mode
+# (all-or-nothing creation), the default here as in AWS's console stack (hyperpod-cluster-template.yaml).
+PROVISIONING_MODES = ("Standard", "Continuous")
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,66 @@ def slurm_config(node_type: str, partition: str | None = None) -> sm.ClusterSlur
     return sm.ClusterSlurmConfig(NodeType=node_type, PartitionNames=[partition])
 
 
+def _worker_group(t: common.Template, cfg: HyperPodConfig, worker_type, worker_count, ebs, threads, role, uri):
+    """The worker group: on demand where the type has an offer in the region, else on a training plan.
+
+    With TrainingPlanArn the group gets the plan and its type comes through TrainingPlanInstanceType (the
+    root passes WorkerInstanceType): the on-demand offer data does not apply to reserved capacity, and
+    HyperPod checks the type against the plan. Without one, the group is on demand only under the
+    WorkerOnDemandOffer condition (cfn-lint's offer data, see cfn/offers.py; cfn-lint checks every value
+    that reaches it), and the WorkerTypeNeedsATrainingPlan rule refuses a type/region without an offer
+    before anything is created.
+    """
+    # No Default on these two: the root always passes them, and cfn-lint then has no value to resolve into a
+    # group that only exists on a plan (the on-demand offer data does not apply to reserved capacity).
+    plan = common.param(t, "TrainingPlanArn", "SageMaker training plan for the workers, or empty (the root passes "
+                        "its own TrainingPlanArn).", AllowedPattern=TRAINING_PLAN_ARN_PATTERN,
+                        ConstraintDescription="empty or a training plan ARN.")
+    plan_type = common.param(t, "TrainingPlanInstanceType", "Worker type reserved by TrainingPlanArn, or empty (the "
+                             "root passes WorkerInstanceType when a plan is given).",
+                             AllowedPattern=INSTANCE_TYPE_PATTERN, ConstraintDescription="empty or an ml.* type.")
+    checks = common.param(t, "OnStartDeepHealthChecks", "Deep health checks on every worker as it starts (long; "
+                          "None skips them).", Default="None", AllowedValues=list(DEEP_HEALTH_CHECKS))
+    t.add_condition(USES_TRAINING_PLAN, Not(Equals(plan, "")))
+    t.add_condition(ON_DEMAND_OFFER, offers.offer_condition("WorkerInstanceType", cfg.worker_types))
+    t.add_condition(ON_DEMAND_WORKERS, And(Condition(ON_DEMAND_OFFER), Not(Condition(USES_TRAINING_PLAN))))
+    t.add_rule(NEEDS_PLAN_RULE, {"Assertions": [{
+        "Assert": Or(Not(Equals(Ref("TrainingPlanArn"), "")),
+                     offers.offer_rule_assertion("WorkerInstanceType", cfg.worker_types)),
+        "AssertDescription": "WorkerInstanceType has no on-demand SageMaker HyperPod offer in this region: give "
+                             "TrainingPlanArn (a SageMaker training plan for that type) or deploy in a region that "
+                             "offers it (hpq deploy names them).",
+    }]})
+    t.add_rule("TrainingPlanNamesItsType", {"Assertions": [{
+        "Assert": Or(And(Equals(plan, ""), Equals(plan_type, "")),
+                     And(Not(Equals(plan, "")), Not(Equals(plan_type, "")))),
+        "AssertDescription": "TrainingPlanArn and TrainingPlanInstanceType go together.",
+    }]})
+    extra = {"SlurmConfig": slurm_config("Compute", cfg.partition)} if cfg.slurm else {}
+    for name, checks_list in DEEP_HEALTH_CHECKS.items():
+        if checks_list:
+            t.add_condition(_checks_condition(name), Equals(checks, name))
+    extra["OnStartDeepHealthChecks"] = _checks_value()
+    on_plan = _group(cfg.worker_group, plan_type, worker_count, ebs, threads, role, uri, TrainingPlanArn=plan,
+                     **extra)
+    on_demand = _group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri, **extra)
+    # Neither a plan nor an offer never gets this far: the WorkerTypeNeedsATrainingPlan rule refuses it.
+    return If(ON_DEMAND_WORKERS, on_demand, on_plan)
+
+
+def _checks_condition(name: str) -> str:
+    return "DeepHealthChecks" + name.replace(",", "")
+
+
+def _checks_value():
+    """Fn::If chain from the OnStartDeepHealthChecks parameter to the property's list (or no property)."""
+    value = Ref("AWS::NoValue")
+    for name, checks_list in reversed(list(DEEP_HEALTH_CHECKS.items())):
+        if checks_list:
+            value = If(_checks_condition(name), checks_list, value)
+    return value
+
+
 def build(cfg: HyperPodConfig) -> common.Template:
     t = common.new_template(f"hpq hyperpod: SageMaker HyperPod cluster ({cfg.orchestrator}).")
     cluster_name = common.cluster_name_param(t)
@@ -109,8 +187,7 @@ def build(cfg: HyperPodConfig) -> common.Template:
         groups.append(If("HasLoginGroup", _group(cfg.login_group, login_type, 1, CONTROLLER_EBS_GB,
                                                  CONTROLLER_THREADS_PER_CORE, role, uri,
                                                  SlurmConfig=slurm_config("Login")), Ref("AWS::NoValue")))
-    worker_extra = {"SlurmConfig": slurm_config("Compute", cfg.partition)} if cfg.slurm else {}
-    groups.append(_group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri, **worker_extra))
+    groups.append(_worker_group(t, cfg, worker_type, worker_count, ebs, threads, role, uri))
 
     kwargs = {}
     if cfg.slurm:
@@ -124,8 +201,13 @@ def build(cfg: HyperPodConfig) -> common.Template:
         kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
+    mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up (or "
+                        "fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster events.",
+                        Default="Standard", AllowedValues=list(PROVISIONING_MODES))
+    t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
     cluster = t.add_resource(sm.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
+        NodeProvisioningMode=If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue")),
         VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
         Tags=common.tags(extra={names.CLUSTER_TAG_KEY: cluster_name, FSX_ID_TAG_KEY: fsx_id}),
         **kwargs,

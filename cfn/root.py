@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from troposphere import Equals, GetAtt, Join, Not, Output, Parameter, Ref
+from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
 from troposphere import cloudformation as cfn
 
 from hpq import __version__
@@ -35,6 +35,7 @@ from hpq.lifecycle import names
 BASE_URL_PATTERN = r"^https://[^\s/]+(/[^\s]*)?[^\s/]$"
 HAS_OBSERVABILITY = "ObservabilityEnabled"
 HAS_VALIDATION = "ValidationEnabled"
+HAS_TRAINING_PLAN = "HasTrainingPlan"
 
 
 def stack_id(name: str) -> str:
@@ -69,9 +70,11 @@ def _lift_rules(t: common.Template, nested: dict[str, common.Template]) -> None:
 
     A nested stack checks its Rules only when CloudFormation gets to it (after the VPC, the EKS cluster
     ...); the root checks them before anything is created, and the console shows the message there."""
+    from troposphere import encode_to_dict
+
     for stack in nested.values():
         for name, rule in stack.rules.items():
-            body = rule if isinstance(rule, dict) else rule.to_dict()
+            body = encode_to_dict(rule)
             if _param_refs(body) <= set(t.parameters) and name not in t.rules:
                 t.add_rule(name, body)
 
@@ -93,6 +96,11 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     worker_type = copy(HYPERPOD, "WorkerInstanceType",
                        Description=f"Worker instance type ({variant.accelerator_label} types from the hpq catalog).")
     worker_count = copy(HYPERPOD, "WorkerCount")
+    plan = copy(HYPERPOD, "TrainingPlanArn", Default="",
+                Description="Optional SageMaker training plan for the workers; required for a worker type without an "
+                            "on-demand HyperPod offer in the region (e.g. ml.p5e.48xlarge).")
+    checks = copy(HYPERPOD, "OnStartDeepHealthChecks")
+    provisioning = copy(HYPERPOD, "NodeProvisioningMode")
     threads = copy(HYPERPOD, "ThreadsPerCore")
     ebs = copy(HYPERPOD, "EbsVolumeSizeGB")
     if variant.slurm:
@@ -126,6 +134,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     assets_prefix = copy(S3, "AssetsPrefix", Default=names.node_bundle_prefix(__version__),
                          Description="Key prefix of the node bundle in AssetsBucket, ending in '/'.")
     t.add_condition(HAS_OBSERVABILITY, Equals(obs_on, "true"))
+    t.add_condition(HAS_TRAINING_PLAN, Not(Equals(plan, "")))
     t.add_condition(HAS_VALIDATION, Equals(val_on, "true"))
     if variant.eks:
         t.add_rule("DistinctAvailabilityZones", {"Assertions": [{
@@ -164,7 +173,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         "ExecutionRoleArn": _out(IAM, names.OUT_EXECUTION_ROLE_ARN),
         "LifecycleS3Uri": _out(S3, names.OUT_LIFECYCLE_URI), "FsxFileSystemId": _out(STORAGE, names.OUT_FSX_ID),
         "WorkerInstanceType": worker_type, "WorkerCount": worker_count, "ThreadsPerCore": threads,
-        "EbsVolumeSizeGB": ebs,
+        "EbsVolumeSizeGB": ebs, "TrainingPlanArn": plan,
+        "TrainingPlanInstanceType": If(HAS_TRAINING_PLAN, worker_type, ""),
+        "OnStartDeepHealthChecks": checks, "NodeProvisioningMode": provisioning,
     }
     if variant.slurm:
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
@@ -212,7 +223,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                         Description="SNS topic with HyperPod events."))
 
     groups = [
-        ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "ThreadsPerCore", "EbsVolumeSizeGB"]
+        ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
+                     "EbsVolumeSizeGB", "OnStartDeepHealthChecks", "NodeProvisioningMode"]
          + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])),
         ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),

@@ -233,3 +233,199 @@ def test_fsx_csi_driver_addon_with_pod_identity(rendered, variant, size):  # noq
     assert role["ManagedPolicyArns"] == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonFSxFullAccess"}]
     passed = files["root.json"]["Resources"]["EKSStack"]["Properties"]["Parameters"]["FsxCsiRoleArn"]
     assert passed == {"Fn::GetAtt": ["IAMStack", "Outputs.FsxCsiRoleArn"]}
+
+
+# --------------------------------------------------------------------------- instance types and plans (item 5)
+
+
+def _worker_branches(template: dict) -> tuple[str, dict, dict]:
+    """(condition, on-demand group, training-plan group) of the worker group's Fn::If."""
+    from hpq.lifecycle import names
+
+    for g in template["Resources"]["Cluster"]["Properties"]["InstanceGroups"]:
+        if "Fn::If" in g and g["Fn::If"][1].get("InstanceGroupName") == names.WORKER_GROUP:
+            return g["Fn::If"][0], g["Fn::If"][1], g["Fn::If"][2]
+    raise AssertionError("no conditional worker group")
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_workers_are_on_demand_only_where_offered_else_on_a_training_plan(rendered, variant, size):  # noqa: F811
+    """cfn-lint's per-region HyperPod offer data (cfn/offers.py) decides where a worker type may run on
+    demand; elsewhere the group runs on TrainingPlanArn (ClusterInstanceGroup.TrainingPlanArn) and a rule
+    refuses a type without an offer and without a plan before anything is created."""
+    from hpq.cfn import hyperpod, offers
+
+    files = rendered[(variant, size)]
+    hp = files["HyperPod.json"]
+    cond, on_demand, on_plan = _worker_branches(hp)
+    assert cond == hyperpod.ON_DEMAND_WORKERS
+    assert on_demand["InstanceType"] == {"Ref": "WorkerInstanceType"} and "TrainingPlanArn" not in on_demand
+    assert on_plan["InstanceType"] == {"Ref": "TrainingPlanInstanceType"}
+    assert on_plan["TrainingPlanArn"] == {"Ref": "TrainingPlanArn"}
+    worker_types = files["root.json"]["Parameters"]["WorkerInstanceType"]["AllowedValues"]
+    assert hp["Conditions"][hyperpod.ON_DEMAND_OFFER] == offers.offer_condition("WorkerInstanceType", worker_types)
+    root = files["root.json"]
+    assert root["Rules"][hyperpod.NEEDS_PLAN_RULE] == hp["Rules"][hyperpod.NEEDS_PLAN_RULE]
+    passed = root["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
+    assert passed["TrainingPlanArn"] == {"Ref": "TrainingPlanArn"}
+    assert passed["TrainingPlanInstanceType"] == {"Fn::If": ["HasTrainingPlan", {"Ref": "WorkerInstanceType"}, ""]}
+    assert root["Parameters"]["TrainingPlanArn"]["Default"] == ""
+
+
+def _eval(node, env: dict) -> object:
+    """Evaluate a condition or rule expression the way CloudFormation does, for a given parameter set."""
+    if isinstance(node, dict):
+        (fn, arg), = node.items()
+        if fn == "Ref":
+            return env[arg]
+        if fn == "Fn::Equals":
+            return _eval(arg[0], env) == _eval(arg[1], env)
+        if fn == "Fn::Contains":
+            return _eval(arg[1], env) in arg[0]
+        if fn == "Fn::And":
+            return all(_eval(a, env) for a in arg)
+        if fn == "Fn::Or":
+            return any(_eval(a, env) for a in arg)
+        if fn == "Fn::Not":
+            return not _eval(arg[0], env)
+        raise AssertionError(f"unexpected {fn}")
+    return node
+
+
+@pytest.mark.parametrize("variant", ["slurm-gpu", "eks-trn"])
+def test_offer_condition_and_rule_agree_with_cfn_lint_data(rendered, variant):  # noqa: F811
+    """For every (worker type, region) in cfn-lint's data, the template's condition and rule say exactly
+    what the data says: ml.p5e.48xlarge nowhere, ml.trn2.48xlarge only in us-east-2 (cfn-lint 1.58.0)."""
+    import json
+    from importlib import resources
+
+    from hpq.cfn import hyperpod, offers
+
+    raw = json.loads(resources.files(offers.DATA_PACKAGE).joinpath(offers.DATA_FILE).read_text())
+    data = {r: set(v["enum"]) for r, v in raw.items() if isinstance(v, dict)}
+    hp = rendered[(variant, "small")]["HyperPod.json"]
+    condition = hp["Conditions"][hyperpod.ON_DEMAND_OFFER]
+    assertion = hp["Rules"][hyperpod.NEEDS_PLAN_RULE]["Assertions"][0]["Assert"]
+    for worker_type in hp["Parameters"]["WorkerInstanceType"]["AllowedValues"]:
+        for region in list(data) + ["eu-west-3"]:  # eu-west-3: no HyperPod prices at all in the data
+            env = {"WorkerInstanceType": worker_type, "AWS::Region": region, "TrainingPlanArn": ""}
+            offered = worker_type in data.get(region, set())
+            assert _eval(condition, env) is offered, (worker_type, region)
+            assert _eval(assertion, env) is offered, (worker_type, region)
+            env["TrainingPlanArn"] = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"
+            assert _eval(assertion, env) is True  # a plan makes any type acceptable
+    if variant == "slurm-gpu":
+        assert offers.offer_regions("ml.p5e.48xlarge") == []
+    else:
+        assert offers.offer_regions("ml.trn2.48xlarge") == ["us-east-2"]
+
+
+def test_lint_sees_a_wrong_offer_claim(tmp_path):
+    """The on-demand group is guarded by the offer condition, and cfn-lint really checks what reaches it:
+    claim ml.p5e.48xlarge is on demand in us-east-1 and W1030 comes back."""
+    import json
+
+    from hpq.cfn import hyperpod, synth
+    from hpq.cfn import lint as cfn_lint
+
+    template = synth.synthesize("slurm-gpu")["HyperPod.json"]
+    cond = template["Conditions"][hyperpod.ON_DEMAND_OFFER]
+    template["Conditions"][hyperpod.ON_DEMAND_OFFER] = {"Fn::Or": [cond, {"Fn::And": [
+        {"Fn::Equals": [{"Ref": "WorkerInstanceType"}, "ml.p5e.48xlarge"]},
+        {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-east-1"]}]}]}
+    path = tmp_path / "HyperPod.json"
+    path.write_text(json.dumps(template))
+    assert cfn_lint.lint_files([path], ["us-east-1"]) and any(
+        f.rule == "W1030" for f in cfn_lint.lint_files([path], ["us-east-1"]))
+    path.write_text(synth.to_json(synth.synthesize("slurm-gpu")["HyperPod.json"]))
+    assert cfn_lint.lint_files([path], ["us-east-1"]) == []
+
+
+# --------------------------------------------------------------------------- networking (item 6)
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_eks_control_plane_subnets_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
+    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html);
+    both hpq subnets are EKS control-plane subnets. The rule sits in the root, checked before anything."""
+    rule = rendered[(variant, size)]["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"][0]["Assert"]
+    for bad in ("use1-az3", "usw1-az2", "cac1-az3"):
+        assert _eval(rule, {"AvailabilityZoneId": bad, "EksAvailabilityZoneId": "use1-az1"}) is False
+        assert _eval(rule, {"AvailabilityZoneId": "use1-az1", "EksAvailabilityZoneId": bad}) is False
+    assert _eval(rule, {"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az6"}) is True
+    eks_subnets = rendered[(variant, size)]["Networking.json"]["Outputs"]["EksSubnetIds"]["Value"]
+    assert eks_subnets == {"Fn::Join": [",", [{"Ref": "NodeSubnet"}, {"Ref": "EksSubnet"}]]}
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_node_subnet_holds_the_largest_cluster(rendered, variant, size):  # noqa: F811
+    """HyperPod prerequisites: a p5.48xlarge node takes 81 IP addresses on EKS, 32 on Slurm; p5 has the most
+    EFA interfaces in the catalog, so that bounds every type. The node subnet (a /17 of the /16) must hold
+    WorkerCount's maximum plus controller and login."""
+    import ipaddress
+
+    from hpq.cfn import networking
+    from hpq.lifecycle import catalog
+
+    assert max(e.efa_interfaces for e in catalog.CATALOG.values()) == catalog.lookup("ml.p5.48xlarge").efa_interfaces
+    files = rendered[(variant, size)]
+    cidr = files["Networking.json"]["Resources"]["NodeSubnet"]["Properties"]["CidrBlock"]
+    assert cidr == {"Fn::Select": [0, {"Fn::Cidr": [{"Ref": "VpcCidr"}, 2, 32 - networking.NODE_SUBNET_PREFIX]}]}
+    vpc = ipaddress.ip_network(files["root.json"]["Parameters"]["VpcCidr"]["Default"])
+    node = list(vpc.subnets(new_prefix=networking.NODE_SUBNET_PREFIX))[0]
+    orchestrator = "eks" if variant.startswith("eks") else "slurm"
+    nodes = int(files["root.json"]["Parameters"]["WorkerCount"]["MaxValue"]) + 2
+    assert node.num_addresses - 5 >= nodes * networking.IPS_PER_NODE[orchestrator] + networking.SUBNET_RESERVED_IPS
+    others = [files["Networking.json"]["Resources"][k]["Properties"]["CidrBlock"] for k in ("PublicSubnet",)]
+    blocks = list(vpc.subnets(new_prefix=networking.SMALL_SUBNET_PREFIX))
+    for other in others:  # the small subnets come from the other half: no overlap with the node subnet
+        assert not blocks[other["Fn::Select"][0]].overlaps(node)
+
+
+# --------------------------------------------------------------------------- smaller shapes (item 7)
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_fsx_metadata_mode_automatic(rendered, variant, size):  # noqa: F811
+    """PERSISTENT_2 with MetadataConfiguration Mode AUTOMATIC, as in awslabs/awsome-distributed-ai
+    1.architectures/5.sagemaker-hyperpod/sagemaker-hyperpod.yaml and 3.FSxLustre.yaml."""
+    lustre = rendered[(variant, size)]["Storage.json"]["Resources"]["FileSystem"]["Properties"]["LustreConfiguration"]
+    assert lustre["DeploymentType"] == "PERSISTENT_2"
+    assert lustre["MetadataConfiguration"] == {"Mode": "AUTOMATIC"}
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # noqa: F811
+    """HyperPod's EventBridge events carry the cluster ARN in ``resources`` (Developer Guide, "SageMaker
+    HyperPod cluster events reference"): the rule matches on it, not on every cluster in the account."""
+    rule = rendered[(variant, size)]["Validation.json"]["Resources"]["ClusterEventsRule"]["Properties"]
+    assert rule["EventPattern"]["resources"] == [{"Ref": "ClusterArn"}]
+    assert rule["EventPattern"]["source"] == ["aws.sagemaker"]
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
+    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and
+    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    files = rendered[(variant, size)]
+    params = files["root.json"]["Parameters"]
+    assert params["OnStartDeepHealthChecks"]["Default"] == "None"
+    assert params["NodeProvisioningMode"]["Default"] == "Standard"
+    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+    hp = files["HyperPod.json"]
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                          {"Ref": "AWS::NoValue"}]}
+    _, on_demand, on_plan = _worker_branches(hp)
+    value = on_demand["OnStartDeepHealthChecks"]
+    assert value == on_plan["OnStartDeepHealthChecks"]
+
+    def resolve(node, choice):  # follow the Fn::If chain for one parameter value
+        while isinstance(node, dict) and "Fn::If" in node:
+            cond, yes, no = node["Fn::If"]
+            node = yes if _eval(hp["Conditions"][cond], {"OnStartDeepHealthChecks": choice}) else no
+        return node
+
+    assert resolve(value, "None") == {"Ref": "AWS::NoValue"}
+    assert resolve(value, "InstanceStress") == ["InstanceStress"]
+    assert resolve(value, "InstanceStress,InstanceConnectivity") == ["InstanceStress", "InstanceConnectivity"]
