@@ -181,15 +181,15 @@ def missing_parameters(release: Release, variant: str, params: dict[str, str]) -
     return sorted(k for k, spec in declared.items() if "Default" not in spec and k not in params)
 
 
-def default_zone_ids(ec2: Any, how_many: int) -> list[str]:
-    """The region's first available AZ ids (sorted, so the choice is stable)."""
+def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The region's first available AZ ids (sorted, so the choice is stable), less ``exclude``."""
     from hpq.cli.aws.session import aws_errors
 
     with aws_errors("ec2:DescribeAvailabilityZones"):
         zones = ec2.describe_availability_zones(
             Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}]
         )["AvailabilityZones"]
-    ids = sorted(z["ZoneId"] for z in zones if z.get("ZoneId"))
+    ids = sorted(z["ZoneId"] for z in zones if z.get("ZoneId") and z["ZoneId"] not in exclude)
     if len(ids) < how_many:
         raise UsageError(f"the region has {len(ids)} available AZ(s); pass --param AvailabilityZoneId=... explicitly")
     return ids[:how_many]
@@ -202,7 +202,12 @@ def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, st
     azs = [k for k in AZ_PARAMS if k in missing]
     if azs:
         taken = {params[k] for k in AZ_PARAMS if k in params}
-        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken)) if z not in taken]
+        exclude: tuple[str, ...] = ()
+        if is_eks(variant):  # both subnets are EKS control-plane subnets
+            from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+
+            exclude = EKS_UNSUPPORTED_AZ_IDS
+        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken), exclude) if z not in taken]
         for key, zone in zip(azs, choices, strict=False):
             params[key] = zone
             if on_note:
@@ -256,6 +261,12 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     existing = aws_stacks.exists(cfn, name)
     if existing is None:
         params = fill_defaults(client(session, "ec2"), release, variant, params, on_note)
+    # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
+    from hpq.cli.aws import preflight
+
+    root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
+    previous = existing.parameters if existing is not None else {}
+    preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note)
     upload_release(s3, release, on_progress)
     # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}
