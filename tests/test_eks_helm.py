@@ -29,7 +29,6 @@ import pytest
 
 from hpq.cfn.handlers import helm
 from hpq.tests.fixtures_eks import (  # noqa: F401
-    UNREACHABLE_KUBECONFIG,
     _serve,
     cfn_responses,
     create_eks_cluster,
