@@ -349,6 +349,7 @@ def run(ctx) -> str:
     source = "%s@tcp:/%s" % (dns, mount_name)
     state = mount(ctx, dns, mount_name)
     fstab_changed = update_fstab(ctx, source)
+    os.makedirs(ctx.path(names.FSX_MOUNT_POINT), exist_ok=True)  # a mount table may name the node path only
     write_test(ctx.path(names.FSX_MOUNT_POINT))
     return "%s from %s: %s, fstab %s, write test ok" % (
         source, origin, state, "updated" if fstab_changed else "unchanged")

@@ -197,8 +197,8 @@ WantedBy=multi-user.target
 
 # Stand-in for `mount -t lustre -o OPTS SOURCE TARGET`, i.e. mount.lustre: it resolves the MGS host name
 # first (here through HOSTS, a stand-in for DNS) and fails the way mount.lustre does when it cannot; the
-# kernel then lists the mount with the IP NID. It appends that line to the node's mount table
-# ($HPQ_PROC_MOUNTS, else $HPQ_ROOT/proc/mounts: the lifecycle's settings, inherited) and, with SHARED,
+# kernel then lists the mount with the IP NID. It appends that line to the node's mount table (TABLE, else
+# $HPQ_PROC_MOUNTS, else $HPQ_ROOT/proc/mounts: the lifecycle's settings, inherited; never the host's) and, with SHARED,
 # links the target to a shared directory so the "filesystem" is real. FAIL_FIRST: fail that many calls
 # first (an MGS not reachable yet). Every call is appended to CALLS.
 FAKE_MOUNT = r"""#!/bin/sh
@@ -218,20 +218,23 @@ if [ -z "$ip" ]; then
     exit 22
 fi
 if [ -n "{shared}" ]; then rmdir "$tgt" 2>/dev/null || true; ln -sfn "{shared}" "$tgt"; fi
-table=${HPQ_PROC_MOUNTS:-$HPQ_ROOT/proc/mounts}
+table="{table}"
+[ -n "$table" ] || table=${HPQ_PROC_MOUNTS:-${HPQ_ROOT:?no node mount table to write}/proc/mounts}
+case "$table" in /proc/*) echo "fake mount: refusing to write the host's $table" >&2; exit 99;; esac
 mkdir -p "$(dirname "$table")"
 echo "$ip@tcp$rest $tgt lustre rw,relatime,flock,lazystatfs 0 0" >> "$table"
 """
 
 
 def write_fake_mount(path: Path, hosts: dict[str, str] | None = None, shared: Path | None = None,
-                     fail_first: int = 0) -> Path:
+                     fail_first: int = 0, table: Path | None = None) -> Path:
     """Write the mount stand-in at ``path``; returns the file its calls are recorded in."""
     hosts_file = path.parent / (path.name + ".hosts")
     hosts_file.write_text("".join(f"{ip} {name}\n" for name, ip in (hosts or {FSX_DNS: FSX_IP}).items()))
     calls = path.parent / (path.name + ".calls")
     path.write_text(FAKE_MOUNT.replace("{calls}", str(calls)).replace("{hosts}", str(hosts_file))
-                    .replace("{shared}", str(shared or "")).replace("{fail_first}", str(fail_first)))
+                    .replace("{shared}", str(shared or "")).replace("{fail_first}", str(fail_first))
+                    .replace("{table}", str(table or "")))
     path.chmod(0o755)
     return calls
 
@@ -263,10 +266,15 @@ def build_bundle(dest: Path) -> Path:
     return dest / names.ON_CREATE_ENTRY
 
 
+def clean_env() -> dict:
+    """This process's environment without HPQ_* / SLURM_* settings (each test gives its own)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("HPQ_", "SLURM_", "SAGEMAKER_"))}
+
+
 def run_on_create(entry: Path, env: dict, *args: str, cwd: Path | None = None,
                   timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the bundle's root on_create.sh the way HyperPod does: from the prefix directory, as `bash on_create.sh`."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("HPQ_", "SLURM_"))}
-    full.update(env)
-    return subprocess.run(["bash", entry.name, *args], cwd=str(cwd or entry.parent), env=full,
+    """Run the bundle's root on_create.sh the way HyperPod does: ``bash on_create.sh`` from the prefix
+    directory (or, with ``cwd``, by its full path from somewhere else)."""
+    argv = ["bash", entry.name if cwd is None else str(entry), *args]
+    return subprocess.run(argv, cwd=str(cwd or entry.parent), env=dict(clean_env(), **env),
                           capture_output=True, text=True, timeout=timeout)
