@@ -89,26 +89,35 @@ class Settings:
     def from_env(cls, env: Optional[Dict[str, str]] = None, bundle_root: str = "") -> "Settings":
         env = dict(os.environ if env is None else env)
         s = cls()
-        s.root = os.path.abspath(_env(env, "HPQ_ROOT", "/"))
-        s.bundle_root = os.path.abspath(_env(env, "HPQ_BUNDLE_ROOT", bundle_root or _default_bundle_root()))
+        # Relative paths are relative to where the run was started (on_create.sh then moves to the bundle).
         s.start_dir = os.path.abspath(_env(env, "HPQ_START_DIR", os.getcwd()))
+
+        def given(path: str) -> str:
+            return os.path.normpath(os.path.join(s.start_dir, path)) if path else ""
+
+        def command(key: str, default: str) -> List[str]:
+            argv = _command(env, key, default)
+            return [given(argv[0]) if "/" in argv[0] else argv[0]] + argv[1:]
+
+        s.root = given(_env(env, "HPQ_ROOT", "/"))
+        s.bundle_root = given(_env(env, "HPQ_BUNDLE_ROOT", bundle_root or _default_bundle_root()))
         s.imds_url = _env(env, "HPQ_IMDS_URL", s.imds_url).rstrip("/")
         # SAGEMAKER_RESOURCE_CONFIG_PATH: the variable AWS's reference on_create.sh honours
         # (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/on_create.sh).
-        given = _env(env, "HPQ_RESOURCE_CONFIG", env.get("SAGEMAKER_RESOURCE_CONFIG_PATH", ""))
-        s.resource_config = given or s.path(names.RESOURCE_CONFIG)
-        s.provisioning_parameters = _env(env, "HPQ_PROVISIONING_PARAMETERS", "")
-        s.cluster_config = _env(env, "HPQ_CLUSTER_CONFIG", "")
+        rc = _env(env, "HPQ_RESOURCE_CONFIG", env.get("SAGEMAKER_RESOURCE_CONFIG_PATH", ""))
+        s.resource_config = given(rc) or s.path(names.RESOURCE_CONFIG)
+        s.provisioning_parameters = given(_env(env, "HPQ_PROVISIONING_PARAMETERS", ""))
+        s.cluster_config = given(_env(env, "HPQ_CLUSTER_CONFIG", ""))
         s.node_ips = [x.strip() for x in _env(env, "HPQ_NODE_IP", "").split(",") if x.strip()]
-        s.proc_mounts = _env(env, "HPQ_PROC_MOUNTS", "") or s.path(names.PROC_MOUNTS)
+        s.proc_mounts = given(_env(env, "HPQ_PROC_MOUNTS", "")) or s.path(names.PROC_MOUNTS)
         s.slurm_prefix = _env(env, "HPQ_SLURM_PREFIX", s.slurm_prefix)
         s.slurm_conf_dir = _env(env, "HPQ_SLURM_CONF_DIR", os.path.join(s.slurm_prefix, "etc"))
         s.slurmctld_port = _number(env, "HPQ_SLURMCTLD_PORT", DEFAULT_SLURMCTLD_PORT, int)
         s.slurm_node_root = _env(env, "HPQ_SLURM_NODE_ROOT", s.slurm_node_root)
         s.service_manager = _env(env, "HPQ_SERVICE_MANAGER",
                                  "systemd" if os.path.isdir("/run/systemd/system") else "direct")
-        s.mount_cmd = _command(env, "HPQ_MOUNT_CMD", "mount")
-        s.modprobe_cmd = _command(env, "HPQ_MODPROBE_CMD", "modprobe")
+        s.mount_cmd = command("HPQ_MOUNT_CMD", "mount")
+        s.modprobe_cmd = command("HPQ_MODPROBE_CMD", "modprobe")
         s.default_user = _env(env, "HPQ_DEFAULT_USER", s.default_user)
         s.munge_user = _env(env, "HPQ_MUNGE_USER", s.munge_user)
         s.nccl_profile = _env(env, "HPQ_NCCL_PROFILE", s.nccl_profile)

@@ -9,7 +9,7 @@ bundle="$(cd "$here/../.." && pwd)"
 root="${HPQ_ROOT:-/}"
 log_dir="${root%/}/var/log/hpq"
 mkdir -p "$log_dir"
-log="$log_dir/on_create.log"
+log="$(cd "$log_dir" && pwd)/on_create.log"  # absolute: the script moves into the bundle below
 py="${HPQ_PYTHON:-python3}"
 if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
     # Amazon Linux 2 ships Python 3.7: the lifecycle cannot run there, and says which AMI it needs.

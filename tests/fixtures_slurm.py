@@ -74,6 +74,8 @@ CONTROLLER_TYPE = "ml.m5.xlarge"
 # CPUs per node (up to 4, never more than the host has: slurmd drains a node with fewer than configured).
 NODE_CPUS = max(1, min(os.cpu_count() or 1, 4))
 HOST_MOUNT_POINTS = ("/run/munge", "/run/slurm")
+HYPERPOD_MUNGE_KEY = bytes(range(256)) * 4  # 1024 bytes, what `mungekey` makes by default (munge 0.5.14+)
+STALE_MUNGE_KEY = bytes(reversed(range(256))) * 4
 NODE_PYTHON = "/usr/bin/python3"  # the system interpreter, as on a node: no boto3, no hpq installed
 
 NODE_NS = """#!/bin/sh
@@ -279,10 +281,15 @@ def slurm_cluster(tmp_path_factory):
     ctl_port, *ports = free_ports(1 + len(NODES))
     node_ports = dict(zip(NODES, ports, strict=True))
     roots = {name: base / name for name in ["controller"] + NODES}
-    for root in roots.values():
+    for name, root in roots.items():
         for sub in ("run/munge", "run/slurm", "var/log/munge", "var/lib/munge", "var/spool"):
             (root / sub).mkdir(parents=True)  # what the packages create
             (root / sub).chmod(0o755)
+        # The MUNGE key the image brought: the same on the controller and node-1 (HyperPod's), a stale
+        # one on node-2, so the lifecycle keeps the first and replaces the second.
+        (root / "etc/munge").mkdir(parents=True, mode=0o700)
+        (root / "etc/munge/munge.key").write_bytes(STALE_MUNGE_KEY if name == "node-2" else HYPERPOD_MUNGE_KEY)
+        (root / "etc/munge/munge.key").chmod(0o400)
         (root / "opt/ml/config").mkdir(parents=True)
         (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config(), indent=1))
         # The documented legacy file where HyperPod keeps it, here only for the FSx names.

@@ -215,3 +215,17 @@ Local:
 """)
     assert "10.1.92.200" in identity.local_addresses(str(trie))
     assert not any(ip.startswith("127.") for ip in identity.local_addresses(str(trie)))
+
+
+def test_relative_paths_are_relative_to_where_the_run_started(tmp_path, bundle, imds_factory):  # noqa: F811
+    """on_create.sh moves into the bundle before Python starts; paths given relative to the caller still work."""
+    fn.write_json(tmp_path / "samples/resource_config.json", fn.slurm_resource_config())
+    fn.write_json(tmp_path / "samples/pp.json", fn.provisioning_parameters())
+    srv = imds_factory({"": fn.imds_answers(SLURM_IDS["login-group-1"], "m5.4xlarge")})
+    res = fn.run_on_create(bundle, dict(HPQ_ROOT="node", HPQ_IMDS_URL=srv.url,
+                                        HPQ_RESOURCE_CONFIG="samples/resource_config.json",
+                                        HPQ_PROVISIONING_PARAMETERS="samples/pp.json"),
+                           "--steps", "identify", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert node_info(tmp_path / "node")["role"] == "login"
+    assert (tmp_path / "node/var/log/hpq/on_create.log").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.tests.fixtures_slurm import NODES, slurm_cluster  # noqa: F401
+from hpq.tests.fixtures_slurm import HYPERPOD_MUNGE_KEY, NODES, slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -67,11 +67,18 @@ def test_workers_are_configless(slurm_cluster):  # noqa: F811
         assert b"--conf-server" in cmdline and node.encode() in cmdline
 
 
-def test_one_munge_key_everywhere(slurm_cluster):  # noqa: F811
+def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):  # noqa: F811
+    """The controller and node-1 booted with the same key (kept); node-2 with another (replaced). The jobs
+    that ran on both workers prove munged on every node accepts the others' credentials."""
     keys = {name: (root / "etc/munge/munge.key").read_bytes() for name, root in slurm_cluster.roots.items()}
-    assert len(set(keys.values())) == 1 and len(keys["controller"]) == 1024
-    assert (slurm_cluster.shared_dir / ".hpq/munge/munge.key").read_bytes() == keys["controller"]
+    assert set(keys.values()) == {HYPERPOD_MUNGE_KEY}
+    assert (slurm_cluster.shared_dir / ".hpq/munge/munge.key").read_bytes() == HYPERPOD_MUNGE_KEY
     assert oct((slurm_cluster.roots["node-1"] / "etc/munge/munge.key").stat().st_mode & 0o777) == "0o400"
+    logs = {name: (slurm_cluster.base / f"lifecycle-{name}.out").read_text() for name in slurm_cluster.roots}
+    assert "MUNGE key: kept this node's key sha256:" in logs["controller"]
+    assert "recorded it as the cluster key" in logs["controller"]
+    assert "MUNGE key: kept this node's key sha256:" in logs["node-1"] and "the same as the cluster key" in logs["node-1"]
+    assert "MUNGE key: replaced this node's key sha256:" in logs["node-2"]
 
 
 def test_ssh_key_shared_through_fsx(slurm_cluster):  # noqa: F811
