@@ -82,11 +82,18 @@ def listening(ip: str, port: int, timeout: float = 10.0) -> None:
 
 
 def ssh(ctx, ip: str, port: int, user_key: Path, known: Path, *opts: str) -> subprocess.CompletedProcess:
-    listening(ip, port)
-    return subprocess.run(
-        ["ssh", "-F", ctx.path("/etc/ssh/ssh_config"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-         "-o", f"UserKnownHostsFile={known}", "-o", "IdentitiesOnly=yes", "-i", str(user_key), "-p", str(port),
-         *opts, f"root@{ip}", "echo", "reached"], capture_output=True, text=True, timeout=30)
+    """ssh with the node's client configuration; a refused connection (sshd re-executing itself after the
+    reload the lifecycle asked for) is tried again, anything else is the answer."""
+    deadline = time.time() + 10
+    while True:
+        listening(ip, port)
+        res = subprocess.run(
+            ["ssh", "-F", ctx.path("/etc/ssh/ssh_config"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+             "-o", f"UserKnownHostsFile={known}", "-o", "IdentitiesOnly=yes", "-i", str(user_key), "-p", str(port),
+             *opts, f"root@{ip}", "echo", "reached"], capture_output=True, text=True, timeout=30)
+        if "Connection refused" not in res.stderr or time.time() >= deadline:
+            return res
+        time.sleep(0.1)
 
 
 @pytest.fixture
