@@ -79,9 +79,11 @@ def principals(node: identity.NodeInfo) -> List[str]:
 def ensure_ca(shared: str, cluster: str) -> Tuple[str, str, bool]:
     """(CA private key path, CA public key line, created by this call)."""
     d = os.path.join(shared, CA_DIR)
+    parent = os.path.dirname(d)
+    os.makedirs(parent, exist_ok=True)
+    if os.stat(parent).st_mode & 0o755 != 0o755:  # every user's ssh reads known_hosts below it
+        os.chmod(parent, os.stat(parent).st_mode | 0o755)
     if not os.path.exists(os.path.join(d, "ca.pub")):
-        parent = os.path.dirname(d)
-        os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".ssh-ca-", dir=parent)
         try:
             os.chmod(tmp, 0o755)

@@ -139,6 +139,9 @@ def test_replaced_node_is_trusted_through_the_cluster_ca(cluster):
     res = ssh(ctl, CLUSTER_IPS["worker"], port, user_key, known, "-o", "HostKeyAlias=ip-127-0-0-3")
     assert res.returncode == 0, res.stderr  # the Slurm node name is a principal too
     assert known.read_text() == ""  # nothing learned: the CA vouched
+    ca = shared / host_certs.CA_DIR
+    assert (ca / "private").stat().st_mode & 0o777 == 0o700 and (ca / "private/ca").stat().st_mode & 0o777 == 0o600
+    assert (ca / "known_hosts").stat().st_mode & 0o777 == 0o644 and (ca.stat().st_mode & 0o755) == 0o755
 
     # Second run on the same node: nothing re-signed, nothing rewritten, sshd left alone.
     cert = Path(wrk.path("/etc/ssh/ssh_host_ed25519_key-cert.pub"))
