@@ -43,7 +43,7 @@ class NodeInfo:
     instance_type: Optional[str]
     controller_ips: List[str] = field(default_factory=list)
     controller_names: List[str] = field(default_factory=list)
-    worker_count: int = 0  # nodes that run slurmd (every instance but the controllers)
+    worker_count: int = 0  # instances of the worker groups (without a role file: all but the controllers)
     orchestrator: str = SLURM
     slurm_node_name: str = ""
     partition: Optional[str] = None
@@ -156,6 +156,10 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
     cluster_name = rc.cluster_name or (role_file.cluster_name if role_file else None) or ""
     itype = mine.instance_type or imds_type
     fsx = sources.fsx
+    if role_file and orchestrator == SLURM:
+        workers = [i for i in rc.instances if i.group in role_file.worker_groups]
+    else:
+        workers = [i for i in rc.instances if i.customer_ip not in controller_ips]
     hostnames: List[str] = []
     for inst in rc.instances:
         for name in (inst.name, slurm_node_name(inst.customer_ip)):
@@ -171,7 +175,7 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
         instance_type=catalog.normalize(itype) if itype else None,
         controller_ips=controller_ips,
         controller_names=controller_names,
-        worker_count=sum(1 for i in rc.instances if i.customer_ip not in controller_ips),
+        worker_count=len(workers),
         orchestrator=orchestrator,
         slurm_node_name=slurm_node_name(mine.customer_ip) if orchestrator == SLURM else "",
         partition=role_file.partitions.get(mine.group) if role_file else None,

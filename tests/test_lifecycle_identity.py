@@ -55,6 +55,7 @@ def test_documented_provisioning_parameters_give_the_role(tmp_path, bundle, imds
     assert info["controller_ips"] == [fn.SLURM_NODES["controller-machine-1"][1]]
     assert info["fsx_dns_name"] == fn.FSX_DNS and info["fsx_mountname"] == fn.FSX_MOUNTNAME
     assert info["region"] == fn.REGION  # from ClusterArn, no IMDS call needed for it
+    assert info["worker_count"] == 2  # the worker group's instances; the login node is not one
     if role == "worker":
         assert info["partition"] == "ml.p5.48xlarge" and info["instance_type"] == "ml.p5.48xlarge"
     assert f"is {role} in group" in res.stdout
@@ -163,6 +164,7 @@ def test_without_role_file_slurm_config_still_tells_the_controller():
     assert identity.identify(rc, SLURM_IDS["controller-machine-1"], [], none).role == "controller"
     worker = identity.identify(rc, SLURM_IDS["worker-group-1-1"], [], none)
     assert worker.role == "worker" and "SlurmConfig" in worker.role_source
+    assert worker.worker_count == 3  # no role file: every node but the controller
     bare = fn.slurm_resource_config()
     del bare["ClusterConfig"]["SlurmConfig"]
     with pytest.raises(identity.IdentityError, match="no role for this Slurm node: none of a, b exists"):
