@@ -47,6 +47,11 @@ PROVISIONING_PARAMETERS = "provisioning_parameters.json"
 NODE_INFO = "/etc/hpq/node-info.json"
 FSX_MOUNT_POINT = "/fsx"
 NODE_INSTALL_DIR = "/opt/hpq"
+PROC_MOUNTS = "/proc/mounts"
+# The worker's secondary EBS volume HyperPod mounts on every node (awsome-distributed-ai
+# 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh puts containerd
+# and kubelet there; tools/devops-agent/docs/hyperpod-mental-model.md, "Storage layout").
+EKS_DATA_DISK = "/opt/sagemaker"
 
 # Stack output names (consumed across nested stacks and printed by the CLI).
 OUT_VPC_ID = "VpcId"
