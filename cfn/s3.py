@@ -24,7 +24,6 @@ from hpq.cfn import common
 from hpq.lifecycle import names
 
 HANDLER = "bucket_cleanup"
-CLUSTER_CONFIG_SCHEMA_VERSION = 1
 _LOGIN_PLACEHOLDER = "__hpq_login_group__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
 
@@ -50,7 +49,7 @@ def cluster_config(cfg: S3Config) -> Sub:
      "controller_group": "controller", "login_group": "login" | null, "worker_groups": ["worker"],
      "partition": "dev"}; EKS: orchestrator "eks", controller/login/partition null."""
     doc = {
-        "schema_version": CLUSTER_CONFIG_SCHEMA_VERSION,
+        "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
         "orchestrator": "slurm" if cfg.slurm else "eks",
         "cluster_name": "${ClusterName}",
         "controller_group": cfg.controller_group if cfg.slurm else None,

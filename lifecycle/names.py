@@ -36,6 +36,8 @@ ON_CREATE_ENTRY = "on_create.sh"
 # hpq's own node settings (group -> role, cluster name, orchestrator), next to ON_CREATE_ENTRY in the
 # lifecycle prefix. HyperPod never reads it; hpq never writes a file HyperPod reads (provisioning_parameters.json).
 HPQ_CLUSTER_CONFIG = "hpq-cluster.json"
+# Its schema version: the S3 stack writes it, the lifecycle refuses any other (one bundle, one schema).
+HPQ_CLUSTER_CONFIG_SCHEMA = 1
 # Where HyperPod's legacy Slurm model keeps provisioning_parameters.json on a node (the lifecycle also
 # accepts the documented schema next to the bundle).
 NODE_PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"

@@ -29,7 +29,6 @@ from . import names
 SLURM = "slurm"
 EKS = "eks"
 ORCHESTRATORS = (SLURM, EKS)
-CLUSTER_CONFIG_SCHEMA = 1
 
 
 class RoleFileError(Exception):
@@ -76,9 +75,9 @@ def _opt_str(doc: Dict, key: str, path: str) -> Optional[str]:
 
 def load_cluster_config(path: str) -> RoleFile:
     doc = _read(path)
-    if doc.get("schema_version") != CLUSTER_CONFIG_SCHEMA:
+    if doc.get("schema_version") != names.HPQ_CLUSTER_CONFIG_SCHEMA:
         raise RoleFileError("%s: schema_version %r is not %d (a bundle older or newer than this lifecycle?)"
-                            % (path, doc.get("schema_version"), CLUSTER_CONFIG_SCHEMA))
+                            % (path, doc.get("schema_version"), names.HPQ_CLUSTER_CONFIG_SCHEMA))
     orchestrator = doc.get("orchestrator")
     if orchestrator not in ORCHESTRATORS:
         raise RoleFileError("%s: orchestrator %r is none of %s" % (path, orchestrator, ", ".join(ORCHESTRATORS)))
