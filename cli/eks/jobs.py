@@ -324,12 +324,18 @@ def pick_instance_type(client: KubeClient, requested: str | None, nodes: int) ->
 # ---------------------------------------------------------------------- FSx for Lustre
 
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
-FSX_ADDON_HINT = (
-    "Install the EKS add-on aws-fsx-csi-driver with an IAM role through EKS Pod Identity (service account "
-    "kube-system/fsx-csi-controller-sa; https://docs.aws.amazon.com/eks/latest/userguide/fsx-csi-create.html), "
-    "e.g. `aws eks create-addon --cluster-name CLUSTER --addon-name aws-fsx-csi-driver --pod-identity-associations "
-    "serviceAccount=fsx-csi-controller-sa,roleArn=ROLE_ARN`, or redeploy with the hpq EKS stack that installs it; "
-    "or run without --fsx-claim")
+
+
+def fsx_addon_hint() -> str:
+    """How to add the driver: the same add-on and service account the hpq EKS stack installs (cfn/eks.py)."""
+    from hpq.cfn.eks import FSX_CSI_ADDON, FSX_CSI_SERVICE_ACCOUNT
+
+    return (f"Install the EKS add-on {FSX_CSI_ADDON} with an IAM role (AmazonFSxFullAccess, trusted by "
+            f"pods.eks.amazonaws.com) through EKS Pod Identity for kube-system/{FSX_CSI_SERVICE_ACCOUNT} "
+            "(https://docs.aws.amazon.com/eks/latest/userguide/fsx-csi-create.html): `aws eks create-addon "
+            f"--cluster-name CLUSTER --addon-name {FSX_CSI_ADDON} --pod-identity-associations "
+            f"serviceAccount={FSX_CSI_SERVICE_ACCOUNT},roleArn=ROLE_ARN` (the hpq EKS stack installs it); "
+            "or run without --fsx-claim")
 
 
 def check_fsx_claim(client: KubeClient, namespace: str, claim: str) -> None:
@@ -342,7 +348,7 @@ def check_fsx_claim(client: KubeClient, namespace: str, claim: str) -> None:
     if client.get("storage.k8s.io/v1", "CSIDriver", None, FSX_CSI_DRIVER) is None:
         raise OperationFailed(
             f"--fsx-claim {claim}: the cluster has no FSx for Lustre CSI driver (no CSIDriver {FSX_CSI_DRIVER}), "
-            f"so the pods that mount the claim would never start. {FSX_ADDON_HINT}.")
+            f"so the pods that mount the claim would never start. {fsx_addon_hint()}.")
     pvc = client.get("v1", "PersistentVolumeClaim", namespace, claim)
     if pvc is None:
         raise UsageError(f"--fsx-claim {claim}: no PersistentVolumeClaim {claim!r} in namespace {namespace}; create "
