@@ -9,9 +9,10 @@ Where a value could not be confirmed against a primary source, the entry says so
 in ``unconfirmed`` (field names), and ``note`` explains.
 
 The all-reduce bus bandwidth a healthy cluster reaches is kept apart from the
-hardware facts, in ``BUSBW`` (end of this module): one figure for one node
-(NVLink / NeuronLink / PCIe inside the instance) and figures per node count for
-several nodes (network-bound), each with the publication it comes from.
+hardware facts, at the end of this module (``busbw_table``, ``expected_busbw``):
+one figure for one node (NVLink / NeuronLink / PCIe inside the instance) and
+figures per node count for several nodes (network-bound), each with the
+publication it comes from.
 """
 
 from __future__ import annotations
