@@ -17,6 +17,17 @@ Identities to assign an IAM role to an Amazon EKS add-on" and the FSx CSI driver
 kubernetes-sigs/aws-fsx-csi-driver docs/install.md), so FSx claims in pods can bind.
 The pod identity agent add-on it needs is installed here too. AWS's console stack
 installs the same add-on (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/fsx-template.yaml).
+
+Kubernetes secrets are envelope-encrypted with a customer-managed KMS key of this stack
+(``EncryptionConfig: [{Resources: [secrets], Provider: {KeyArn}}]``): symmetric, in the cluster's
+region, rotated yearly (EKS user guide "Encrypt Kubernetes secrets with KMS on existing clusters",
+enable-kms.html, and "Default envelope encryption for all Kubernetes API data",
+envelope-encryption.html; CloudFormation AWS::EKS::Cluster Provider). EKS creates a grant on the key
+with the credentials of whoever creates the cluster (CloudFormation acting for the deployer), which
+the key policy's account-root statement leaves to the deployer's IAM permissions (kms:CreateGrant,
+kms:DescribeKey), and EKS checks the cluster role's own access to the key: the key policy gives that
+role the use of the key. ``EncryptionConfig`` is create-only: an EKS stack created without it cannot
+take it by a stack update (CloudFormation would have to replace the named cluster).
 """
 
 from __future__ import annotations
@@ -49,6 +60,9 @@ POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+# What the cluster role does with the secrets key (EKS checks it when the cluster is created, and its health checks
+# list the key's grants).
+CLUSTER_ROLE_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ListGrants")
 PUBLIC_CIDR_PATTERN = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])/([0-9]|[12][0-9]|3[0-2])$"
 
 
@@ -86,8 +100,14 @@ def build(cfg: EksConfig) -> common.Template:
     helm_role = common.param(t, "HelmRoleArn", "Helm Lambda role ARN that gets cluster admin.",
                              AllowedPattern=common.ROLE_ARN_PATTERN, ConstraintDescription="an IAM role ARN.")
 
+    secrets_key = common.kms_key(t, "SecretsKey", "Envelope encryption of the EKS cluster's Kubernetes secrets.", {
+        "Sid": "ClusterRoleUsesTheKey", "Effect": "Allow", "Principal": {"AWS": role},
+        "Action": list(CLUSTER_ROLE_KEY_ACTIONS), "Resource": "*",
+    })
     cluster = t.add_resource(eks.Cluster(
         "Cluster", Name=cluster_name, Version=version, RoleArn=role,
+        EncryptionConfig=[eks.EncryptionConfig(Resources=["secrets"],
+                                               Provider=eks.Provider(KeyArn=GetAtt(secrets_key, "Arn")))],
         AccessConfig=eks.AccessConfig(AuthenticationMode="API_AND_CONFIG_MAP",
                                       BootstrapClusterCreatorAdminPermissions=True),
         # Public AND private endpoint: nodes use the private one inside the VPC; the Helm Lambda (outside

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from troposphere import And, Equals, GetAtt, If, Not, Or, Ref, Sub, awslambda, cloudformation, logs
+from troposphere import And, Equals, GetAtt, If, Not, Or, Ref, Sub, awslambda, cloudformation
 
 from hpq.cfn import common
 
@@ -48,6 +48,11 @@ USE_SHIPPED_LAYER = "UseShippedHelmLayer"
 HAS_OWN_LAYER = "HasKubectlLayer"
 # The layer's binaries are linux x86_64 (cli/aws/layer.py): the function must run on x86_64.
 LAMBDA_ARCHITECTURE = "x86_64"
+OUTSIDE_VPC_REASON = (
+    "The function reaches the EKS API through the cluster's public endpoint (open only to EksPublicAccessCidrs) and "
+    "fetches the chart from GitHub, S3 or an OCI registry. Attached to the VPC it would leave hyperplane ENIs in the "
+    "node subnet that hold up deletion of the subnet and security group for a long time (docs/templates.md, "
+    "'EKS and Helm').")
 
 
 class HelmChart(cloudformation.CustomResource):
@@ -107,8 +112,7 @@ def build(cfg: HelmConfig) -> common.Template:
         LicenseInfo="Apache-2.0",
     ))
 
-    log_group = t.add_resource(logs.LogGroup("HelmFunctionLogs", RetentionInDays=30,
-                                             DeletionPolicy="Delete", UpdateReplacePolicy="Delete"))
+    log_group = common.encrypted_log_group(t, "HelmFunctionLogs", "helm-chart")
     fn = t.add_resource(awslambda.Function(
         "HelmFunction",
         Description="Installs, upgrades and uninstalls the HyperPod dependency Helm chart.",
@@ -120,6 +124,7 @@ def build(cfg: HelmConfig) -> common.Template:
         Code=awslambda.Code(ZipFile=common.handler_source(HANDLER)),
         LoggingConfig=awslambda.LoggingConfig(LogGroup=Ref(log_group)),
         Tags=common.tags(),
+        Metadata=common.checkov_skips(**common.custom_resource_function_skips(OUTSIDE_VPC_REASON)),
     ))
     chart = HelmChart("HelmChart", ServiceToken=GetAtt(fn, "Arn"), ServiceTimeout=LAMBDA_TIMEOUT_S + 120)
     for key, value in {

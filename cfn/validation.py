@@ -34,9 +34,18 @@ def build(cfg: ValidationConfig) -> common.Template:
     email = common.param(t, "NotificationEmail", "Optional address for event mails (empty: none).", Default="",
                          AllowedPattern=r"^$|^[^@\s]+@[^@\s]+\.[^@\s]+$", ConstraintDescription="an e-mail address.")
     t.add_condition("HasEmail", Not(Equals(email, "")))
+    # The AWS-managed key alias/aws/sns cannot serve here: its key policy cannot be changed and does not let
+    # EventBridge publish. A customer-managed key whose policy allows events.amazonaws.com to generate data keys
+    # and decrypt is what the SNS Developer Guide prescribes for AWS event sources ("Key management", section
+    # "Enable compatibility between event sources from AWS services and encrypted topics", sns-key-management.html).
+    key = common.kms_key(t, "EventsTopicKey", "Encrypts the HyperPod events topic.", {
+        "Sid": "EventBridgePublishesToTheTopic", "Effect": "Allow",
+        "Principal": {"Service": "events.amazonaws.com"},
+        # The guide's kms:GenerateDataKey* and kms:Decrypt, spelled out.
+        "Action": ["kms:Decrypt", *common.KMS_GENERATE_DATA_KEY_ACTIONS], "Resource": "*",
+    })
     topic = t.add_resource(sns.Topic(
-        # No SSE with the AWS-managed SNS key: its key policy does not let EventBridge publish.
-        "EventsTopic",
+        "EventsTopic", KmsMasterKeyId=GetAtt(key, "Arn"),
         Subscription=If("HasEmail", [sns.Subscription(Protocol="email", Endpoint=email)], Ref("AWS::NoValue")),
         Tags=common.tags(),
     ))

@@ -24,6 +24,10 @@ echo "== installing Python packages"
 # to the CPU wheel (anything looser pulls GBs of CUDA packages).
 $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
 
+echo "== checkov (its own virtualenv: it pins boto3 exactly, the project's environment must not get that)"
+HPQ_CHECKOV=$(bash dev/checkov-venv.sh "$PY")
+export HPQ_CHECKOV  # tests/test_cfn_checkov.py runs it; it fails (never skips) without it
+
 echo "== ruff"
 $PY -m ruff check .
 echo "== pytest"

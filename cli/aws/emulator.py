@@ -57,8 +57,9 @@ def moto_compatible(variant: str, templates: dict) -> dict:
 
     Stub-only resource types become AWS::SSM::Parameter placeholders, and GetAtt on them or on a
     nested stack's outputs becomes a literal; Fn::Cidr (unknown to moto) is computed from the
-    parameter default; conditional resources (the optional stacks, off by default) are left out
-    because moto cannot update a stack that skipped them. Everything else (VPC, subnets, NAT, endpoints, SG
+    parameter default; KMS keys lose their tags (moto reads them in the KMS API's shape); conditional
+    resources (the optional stacks, off by default) are left out because moto cannot update a stack
+    that skipped them. Everything else (VPC, subnets, NAT, endpoints, SG
     rules, IAM, S3 bucket + policy, SNS, nested-stack wiring, parameters, conditions) is deployed
     by moto as written. The swapped types are covered elsewhere: cfn-lint on the real templates,
     SageMaker create_cluster directly against moto, handlers as Python.
@@ -79,6 +80,11 @@ def moto_compatible(variant: str, templates: dict) -> dict:
                 if key in old:
                     swapped[key] = old[key]
             new["Resources"][logical] = swapped
+        # moto's AWS::KMS::Key reads Tags in the KMS API's shape (TagKey/TagValue) and fails on CloudFormation's
+        # Key/Value, which the real service takes: the copy leaves the keys' tags out.
+        for res in new["Resources"].values():
+            if res["Type"] == "AWS::KMS::Key":
+                res.get("Properties", {}).pop("Tags", None)
         # moto crashes updating a stack whose conditional (skipped) nested stack it never created, so
         # the optional stacks (Observability, Validation: off by default) are left out of the copy.
         for logical in [k for k, r in new["Resources"].items() if "Condition" in r]:
