@@ -64,19 +64,23 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
 @click.option("--instance-type", default=None, metavar="TYPE",
-              help="Worker instance type (default: the variant's, ml.g5.16xlarge for slurm-gpu).")
+              help="Worker instance type (default: the variant's smallest type without a bandwidth target, "
+                   "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
 @click.option("--keep", is_flag=True, help="Leave the nodes running; enter them with `hpq rehearse shell`.")
 @click.option("--node-env", "node_env", multiple=True, metavar="NAME=VALUE",
               help="Extra environment for every node's OnCreate, e.g. an HPQ_* lifecycle setting (repeatable).")
-@click.option("--nccl-args", default="", metavar="ARGS", help="More run-nccl-test arguments, e.g. '-e 64M'.")
-@click.option("--nanogpt-args", default="", metavar="ARGS", help="More run-nanogpt arguments, e.g. '--iters 50'.")
+@click.option("--nccl-args", default=None, metavar="ARGS",
+              help="run-nccl-test arguments after NODES (default: '-e 16M -n 5 -w 1', sized for 2 cores).")
+@click.option("--nanogpt-args", default=None, metavar="ARGS",
+              help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
+                   "--ckpt-every 10 --log-every 5').")
 @click.option("--no-validate", is_flag=True, help="Stop once Slurm is up (skip run-nccl-test and run-nanogpt).")
 @click.option("--lifecycle-timeout", default=900.0, show_default=True, type=float, metavar="S",
               help="Seconds every node's OnCreate may take.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
-            nccl_args: str, nanogpt_args: str, no_validate: bool, lifecycle_timeout: float, output: str) -> None:
+            nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, lifecycle_timeout: float, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
     Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
@@ -105,11 +109,12 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
 
     prereqs.check(variant, validate=not no_validate)
     from hpq.cli.rehearse import report
-    from hpq.cli.rehearse.run import Options, Rehearsal
+    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS, Options, Rehearsal
 
     opts = Options(variant=variant, workers=workers, instance_type=instance_type, login=login, keep=keep,
-                   node_env=env, nccl_args=nccl_args, nanogpt_args=nanogpt_args, validate=not no_validate,
-                   lifecycle_timeout=lifecycle_timeout)
+                   node_env=env, nccl_args=DEFAULT_NCCL_ARGS if nccl_args is None else nccl_args,
+                   nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
+                   validate=not no_validate, lifecycle_timeout=lifecycle_timeout)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)
