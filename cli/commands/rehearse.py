@@ -48,15 +48,27 @@ def rehearse() -> None:
     pass
 
 
-def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+def node_names(variant: str, workers: int, login: bool) -> list[str]:
+    """The names a rehearsal gives its nodes (cli/rehearse/plan.add_nodes)."""
+    names_ = ["controller"] if variant.startswith("slurm") else []
+    if login:
+        names_.append("login-1")
+    return names_ + [f"worker-{i}" for i in range(1, workers + 1)]
+
+
+def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dict[str, str]]:
+    """``[NODE:]NAME=VALUE`` -> {node or "": {NAME: VALUE}}; "" applies to every node."""
     from hpq.errors import UsageError
 
-    out = {}
+    out: dict[str, dict[str, str]] = {}
     for v in values:
         key, sep, value = v.partition("=")
-        if not sep or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
-            raise UsageError(f"--node-env {v!r}: expected NAME=VALUE")
-        out[key] = value
+        node, _, name = key.rpartition(":")
+        if not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise UsageError(f"--node-env {v!r}: expected [NODE:]NAME=VALUE")
+        if node and node not in known_nodes:
+            raise UsageError(f"--node-env {v!r}: no node {node!r}; nodes: {', '.join(known_nodes)}")
+        out.setdefault(node, {})[name] = value
     return out
 
 
@@ -68,8 +80,9 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
 @click.option("--keep", is_flag=True, help="Leave the nodes running; enter them with `hpq rehearse shell`.")
-@click.option("--node-env", "node_env", multiple=True, metavar="NAME=VALUE",
-              help="Extra environment for every node's OnCreate, e.g. an HPQ_* lifecycle setting (repeatable).")
+@click.option("--node-env", "node_env", multiple=True, metavar="[NODE:]NAME=VALUE",
+              help="Extra environment for OnCreate on every node (or on NODE only), e.g. an HPQ_* lifecycle "
+                   "setting (repeatable).")
 @click.option("--nccl-args", default=None, metavar="ARGS",
               help="run-nccl-test arguments after NODES (default: '-e 16M -n 5 -w 1', sized for 2 cores).")
 @click.option("--nanogpt-args", default=None, metavar="ARGS",
@@ -104,7 +117,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
             raise UsageError(f"--instance-type: {exc}") from None
         if itype not in VARIANTS[variant].worker_types():
             raise UsageError(f"--instance-type {itype} is not a {VARIANTS[variant].accelerator_label} type for {variant}")
-    env = _env_pairs(node_env)
+    env = _env_pairs(node_env, node_names(variant, workers, login))
     from hpq.cli.rehearse import prereqs
 
     prereqs.check(variant, validate=not no_validate)

@@ -43,7 +43,8 @@ class Options:
     instance_type: str | None = None
     login: bool = False
     keep: bool = False
-    node_env: dict[str, str] = field(default_factory=dict)  # extra environment for every node's OnCreate
+    # Extra environment for OnCreate: {"": every node, "<node name>": that node only}.
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)
     nccl_args: str = DEFAULT_NCCL_ARGS
     nanogpt_args: str = DEFAULT_NANOGPT_ARGS
     validate: bool = True
@@ -317,7 +318,7 @@ class Rehearsal:
     def run_lifecycles(self) -> None:
         assert self.plan is not None and self.state is not None and self.moto is not None
         s3 = aws.session().client("s3")
-        env = hyperpod.oncreate_env(self.moto.node_url, self.opts.node_env)
+        common = self.opts.node_env.get("", {})
         group_of = {g.name: g for g in self._groups}
         threads = []
         order = list(self.plan.nodes)  # controller first (HyperPod provisions it first), all running at once
@@ -327,6 +328,7 @@ class Rehearsal:
             node = self.nodes[spec.name]
             workdir, count = hyperpod.stage_prefix(s3, node, bucket, prefix)
             log_path = os.path.join(self.state.logdir, f"{spec.name}.lifecycle.log")
+            env = hyperpod.oncreate_env(self.moto.node_url, {**common, **self.opts.node_env.get(spec.name, {})})
             run = hyperpod.start_oncreate(node, workdir, g.on_create, env, log_path)
             self.runs[spec.name] = run
             self.say(spec.name, f"OnCreate {g.on_create} in {workdir} ({count} files from s3://{bucket}/{prefix})")
