@@ -172,3 +172,22 @@ def test_keep_shell_and_down(env):
                               capture_output=True, text=True, timeout=120, env=env)
     assert down.returncode == 0 and f"rehearsal {run_id}: removed" in down.stdout, down.stderr
     assert leftovers(run_id, before) == []
+
+
+def test_eks_variant_runs_the_eks_lifecycle_and_checks_its_manifests(env):
+    before = daemons_outside_host_netns()
+    res = rehearse(env, "eks-gpu", "--workers", "2", "--output", "json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout)
+    assert r["variant"] == "eks-gpu" and r["result"] == "pass"
+    assert "no Kubernetes API server runs" in res.stderr
+    assert [n["role"] for n in r["nodes"]] == ["worker", "worker"]  # EKS clusters have no Slurm controller
+    for n in r["nodes"]:
+        status = {s["name"]: s["status"] for s in n["steps"]}
+        assert status["identify"] == status["fsx"] == "done"
+        assert status["slurm"] == status["munge"] == "skipped"  # Kubernetes does that part
+    m = r["manifests"]
+    assert m["ok"] and m["api_server"] is None and {i["test"] for i in m["manifests"]} >= {"nccl-test", "nanogpt"}
+    assert all(i["objects"] > 0 and i["status"] == "valid" for i in m["manifests"])
+    assert r["nccl"] is None and r["slurm_nodes_idle"] == 0
+    assert leftovers(r["run_id"], before) == []

@@ -386,8 +386,9 @@ class Realizer:
                      "StackId": sc.pseudo["AWS::StackId"], "RequestId": "rehearsal"}
             physical, data = bucket_cleanup.apply(event, self.client("s3"))
             return {"Ref": physical, **data}
-        self.d.notes.append(f"{res['Type']} {logical}: handler {handler or 'unknown'} not run "
-                            "(it needs a service the rehearsal does not emulate)")
+        why = ("its helm handler needs a Kubernetes API server, and no API server runs in a rehearsal"
+               if handler == "helm" else f"handler {handler or 'unknown'} needs a service the rehearsal does not emulate")
+        self.d.notes.append(f"{res['Type']} {logical}: not run ({why})")
         return {"Ref": f"{logical}-rehearsal"}
 
     def _cluster(self, props: dict[str, Any]) -> dict[str, Any]:

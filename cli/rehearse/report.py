@@ -11,7 +11,10 @@ def emit(result: dict[str, Any], output: str, out: TextIO | None = None, err: Te
     out = out or sys.stdout
     err = err or sys.stderr
     if result.get("failure"):
-        err.write(failure_text(result["failure"]))
+        try:
+            err.write(failure_text(result["failure"]))
+        except OSError:
+            pass
     if output == "json":
         out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     else:

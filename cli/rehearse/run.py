@@ -85,8 +85,11 @@ class Progress:
 
     def __call__(self, who: str, message: str) -> None:
         with self._lock:
-            self.stream.write(f"[{time.time() - self.t0:6.1f}s] {who}: {message}\n")
-            self.stream.flush()
+            try:
+                self.stream.write(f"[{time.time() - self.t0:6.1f}s] {who}: {message}\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # a closed pipe (| head) must not stop the rehearsal or its teardown
+                pass
 
 
 class Rehearsal:
