@@ -19,6 +19,11 @@ HANDLER_DIR = Path(__file__).resolve().parent / "handlers"
 ZIPFILE_MAX_BYTES = 1_000_000
 
 LAMBDA_RUNTIME = "python3.12"
+# The one Slurm partition of the worker group: HyperPod's API-driven Slurm configuration puts the workers
+# in it (ClusterSlurmConfig.PartitionNames, at most one), and hpq-cluster.json tells the nodes its name.
+# "dev" is the partition HyperPod's agent defines by default and AWS's samples use
+# (awslabs/awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/README.md, partition_name "dev").
+SLURM_PARTITION = "dev"
 TEMPLATE_VERSION = "2010-09-09"
 
 

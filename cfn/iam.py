@@ -19,7 +19,15 @@ CLUSTER_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 EKS_CLUSTER_POLICY = "AmazonEKSClusterPolicy"
 LAMBDA_BASIC_POLICY = "service-role/AWSLambdaBasicExecutionRole"
 
+FSX_CSI_POLICY = "AmazonFSxFullAccess"
 OUT_HELM_ROLE_ARN = "HelmRoleArn"
+OUT_FSX_CSI_ROLE_ARN = "FsxCsiRoleArn"
+# Trust policy for a role assumed through EKS Pod Identity (EKS user guide, pod-id-role.html).
+POD_IDENTITY_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                   "Action": ["sts:AssumeRole", "sts:TagSession"]}],
+}
 OUT_EKS_CLUSTER_ROLE_ARN = "EksClusterRoleArn"
 
 
@@ -108,6 +116,13 @@ def build(cfg: IamConfig) -> common.Template:
         ]})],
         Tags=common.tags(),
     ))
+    # The FSx for Lustre CSI driver's controller: the managed policy its docs name
+    # (kubernetes-sigs/aws-fsx-csi-driver docs/install.md; EKS user guide fsx-csi-create.html).
+    fsx_csi_role = t.add_resource(iam.Role(
+        "FsxCsiDriverRole", AssumeRolePolicyDocument=POD_IDENTITY_TRUST,
+        ManagedPolicyArns=[common.managed_policy(FSX_CSI_POLICY)], Tags=common.tags(),
+    ))
     common.output(t, OUT_EKS_CLUSTER_ROLE_ARN, GetAtt(eks_role, "Arn"), "EKS cluster service role ARN.")
+    common.output(t, OUT_FSX_CSI_ROLE_ARN, GetAtt(fsx_csi_role, "Arn"), "FSx CSI driver role (EKS Pod Identity).")
     common.output(t, OUT_HELM_ROLE_ARN, GetAtt(helm_role, "Arn"), "Helm Lambda execution role ARN.")
     return t

@@ -1,12 +1,20 @@
 """S3 stack: the lifecycle bucket HyperPod reads OnCreate from, plus its contents custom resource.
 
 The custom resource (cfn/handlers/bucket_cleanup.py) copies the node bundle from
-the assets bucket into the lifecycle prefix, writes provisioning_parameters.json,
-and on delete empties every version and delete marker so the stack can go away.
+the assets bucket into the lifecycle prefix, writes hpq's own node settings
+``hpq-cluster.json`` (names.HPQ_CLUSTER_CONFIG) at the root of that prefix, and on
+delete empties every version and delete marker so the stack can go away.
+
+hpq never writes provisioning_parameters.json: that file is HyperPod's legacy Slurm
+configuration, and HyperPod refuses a cluster that has it together with the API-driven
+Slurm configuration the HyperPod stack uses (SageMaker Developer Guide, "Migrating to
+API-driven Slurm configuration"). EKS variants get hpq-cluster.json too, with no Slurm
+groups and no partition.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam, logs
@@ -16,7 +24,7 @@ from hpq.cfn import common
 from hpq.lifecycle import names
 
 HANDLER = "bucket_cleanup"
-PROVISIONING_VERSION = "1.0.0"
+_LOGIN_PLACEHOLDER = "__hpq_login_group__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
 
 
@@ -26,11 +34,34 @@ class LifecycleContents(cloudformation.CustomResource):
 
 @dataclass(frozen=True)
 class S3Config:
-    slurm: bool  # provisioning_parameters.json carries controller/login groups only for Slurm
+    slurm: bool  # hpq-cluster.json names controller/login groups and the partition only for Slurm
     worker_groups: tuple[str, ...] = (names.WORKER_GROUP,)
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
+    partition: str = common.SLURM_PARTITION
     lambda_timeout_s: int = 600
+
+
+def cluster_config(cfg: S3Config) -> Sub:
+    """hpq-cluster.json as a JSON string (CloudFormation properties cannot carry null), e.g.
+
+    {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "<ClusterName>",
+     "controller_group": "controller", "login_group": "login" | null, "worker_groups": ["worker"],
+     "partition": "dev"}; EKS: orchestrator "eks", controller/login/partition null."""
+    doc = {
+        "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
+        "orchestrator": "slurm" if cfg.slurm else "eks",
+        "cluster_name": "${ClusterName}",
+        "controller_group": cfg.controller_group if cfg.slurm else None,
+        "login_group": _LOGIN_PLACEHOLDER if cfg.slurm else None,
+        "worker_groups": list(cfg.worker_groups),
+        "partition": cfg.partition if cfg.slurm else None,
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    if not cfg.slurm:
+        return Sub(text)
+    text = text.replace(json.dumps(_LOGIN_PLACEHOLDER), "${LoginGroup}")
+    return Sub(text, LoginGroup=If("HasLoginGroup", json.dumps(cfg.login_group), "null"))
 
 
 def lifecycle_uri(bucket) -> Sub:
@@ -39,7 +70,7 @@ def lifecycle_uri(bucket) -> Sub:
 
 def build(cfg: S3Config) -> common.Template:
     t = common.new_template("hpq s3: lifecycle bucket, node bundle copy, cleanup of every version on delete.")
-    cluster = common.cluster_name_param(t)
+    common.cluster_name_param(t)  # hpq-cluster.json names it through ${ClusterName}
     assets_bucket = common.param(t, "AssetsBucket", "Bucket holding the node bundle.",
                                  AllowedPattern=common.BUCKET_NAME_PATTERN, ConstraintDescription="an S3 bucket name.")
     assets_prefix = common.param(t, "AssetsPrefix", "Key prefix of the node bundle, ending in '/'.",
@@ -87,7 +118,7 @@ def build(cfg: S3Config) -> common.Template:
                 {"Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
                  "Resource": GetAtt(log_group, "Arn")},
                 {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketVersions"], "Resource": bucket_arn},
-                # Writes the bundle copy and provisioning_parameters.json, deletes; never reads its own objects.
+                # Writes the bundle copy and hpq-cluster.json, deletes; never reads its own objects.
                 {"Effect": "Allow", "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
                  "Resource": Join("", [bucket_arn, "/*"])},
                 {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": assets_arn,
@@ -108,11 +139,6 @@ def build(cfg: S3Config) -> common.Template:
         Tags=common.tags(),
     ))
 
-    provisioning = {"version": PROVISIONING_VERSION, "cluster_name": cluster,
-                    "orchestrator": "slurm" if cfg.slurm else "eks", "worker_groups": list(cfg.worker_groups)}
-    if cfg.slurm:
-        provisioning["controller_group"] = cfg.controller_group
-        provisioning["login_group"] = If("HasLoginGroup", cfg.login_group, Ref("AWS::NoValue"))
     prefix = names.LIFECYCLE_PREFIX + "/"
     t.add_resource(LifecycleContents(
         "LifecycleContents",
@@ -122,11 +148,11 @@ def build(cfg: S3Config) -> common.Template:
         SourceBucket=assets_bucket,
         SourcePrefix=assets_prefix,
         DestinationPrefix=prefix,
-        ProvisioningParametersKey=prefix + names.PROVISIONING_PARAMETERS,
-        ProvisioningParameters=provisioning,
+        ClusterConfigKey=prefix + names.HPQ_CLUSTER_CONFIG,
+        ClusterConfig=cluster_config(cfg),
     ))
 
     common.output(t, names.OUT_LIFECYCLE_BUCKET, Ref(bucket), "Lifecycle bucket name.")
     common.output(t, names.OUT_LIFECYCLE_URI, lifecycle_uri(Ref(bucket)),
-                  "LifeCycleConfig.SourceS3Uri (holds the node bundle and provisioning_parameters.json).")
+                  "LifeCycleConfig.SourceS3Uri (holds on_create.sh, the node bundle and hpq-cluster.json).")
     return t

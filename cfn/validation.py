@@ -3,8 +3,11 @@
 Post-deploy signal without logging in: node health and cluster state events of
 SageMaker HyperPod (EventBridge, detail-type prefix "SageMaker HyperPod") reach
 an encrypted topic, optionally mailed to an address. It consumes the cluster ARN,
-so it is created only after the cluster. The functional checks (NCCL, training)
-are `hpq remote-nccl-test` and `hpq eks nccl-test`.
+so it is created only after the cluster, and the rule matches only THIS cluster's
+events: HyperPod's EventBridge events name the cluster ARN in ``resources``
+(SageMaker Developer Guide, "SageMaker HyperPod cluster events reference";
+cluster events need NodeProvisioningMode Continuous). The functional checks (NCCL,
+training) are `hpq remote-nccl-test` and `hpq eks nccl-test`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def build(cfg: ValidationConfig) -> common.Template:
     ))
     rule = t.add_resource(events.Rule(
         "ClusterEventsRule", Description=Sub("HyperPod events; deployed after ${ClusterArn}"), State="ENABLED",
-        EventPattern={"source": ["aws.sagemaker"], "detail-type": [{"prefix": EVENT_DETAIL_TYPE_PREFIX}]},
+        EventPattern={"source": ["aws.sagemaker"], "detail-type": [{"prefix": EVENT_DETAIL_TYPE_PREFIX}],
+                      "resources": [Ref("ClusterArn")]},
         Targets=[events.Target(Id="topic", Arn=Ref(topic))],
     ))
     t.add_resource(sns.TopicPolicy(

@@ -36,6 +36,8 @@ ON_CREATE_ENTRY = "on_create.sh"
 # hpq's own node settings (group -> role, cluster name, orchestrator), next to ON_CREATE_ENTRY in the
 # lifecycle prefix. HyperPod never reads it; hpq never writes a file HyperPod reads (provisioning_parameters.json).
 HPQ_CLUSTER_CONFIG = "hpq-cluster.json"
+# Its schema version: the S3 stack writes it, the lifecycle refuses any other (one bundle, one schema).
+HPQ_CLUSTER_CONFIG_SCHEMA = 1
 # Where HyperPod's legacy Slurm model keeps provisioning_parameters.json on a node (the lifecycle also
 # accepts the documented schema next to the bundle).
 NODE_PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
@@ -47,6 +49,11 @@ PROVISIONING_PARAMETERS = "provisioning_parameters.json"
 NODE_INFO = "/etc/hpq/node-info.json"
 FSX_MOUNT_POINT = "/fsx"
 NODE_INSTALL_DIR = "/opt/hpq"
+PROC_MOUNTS = "/proc/mounts"
+# The worker's secondary EBS volume HyperPod mounts on every node (awsome-distributed-ai
+# 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh puts containerd
+# and kubelet there; tools/devops-agent/docs/hyperpod-mental-model.md, "Storage layout").
+EKS_DATA_DISK = "/opt/sagemaker"
 
 # Stack output names (consumed across nested stacks and printed by the CLI).
 OUT_VPC_ID = "VpcId"

@@ -55,8 +55,12 @@ class _Base:
                 return p
         return None
 
-    def unit_sections(self, unit: str, with_dropins: bool = True) -> Dict[str, Dict[str, List[str]]]:
-        """The unit's settings as systemd would merge them: vendor file, then drop-ins by name."""
+    def unit_sections(self, unit: str, with_dropins: bool = True,
+                      without: Optional[str] = None) -> Dict[str, Dict[str, List[str]]]:
+        """The unit's settings as systemd would merge them: vendor file, then drop-ins by name.
+
+        ``without``: leave out our own drop-in of that name (what the unit is without our change).
+        """
         path = self.unit_path(unit)
         if path is None:
             raise ServiceError("no unit file %s under %s" % (unit, ", ".join(self.ctx.path(d) for d in UNIT_DIRS)))
@@ -67,6 +71,7 @@ class _Base:
             for d in reversed(UNIT_DIRS):  # /etc wins over /lib for the same file name
                 for p in glob.glob(self.ctx.path("%s/%s.d/*.conf" % (d, unit))):
                     dropins[os.path.basename(p)] = p
+            dropins.pop("%s.conf" % without, None)
             paths += [dropins[k] for k in sorted(dropins)]
         for p in paths:
             _parse_unit(files.read_text(p) or "", sections)
@@ -144,6 +149,13 @@ class SystemdManager(_Base):
 
     def stop(self, unit: str) -> None:
         self._systemctl("stop", unit, check=False)
+
+    def reload_config(self, unit: str) -> str:
+        """Make a running daemon re-read its configuration (systemctl reload); a stopped one is left alone."""
+        if not self.is_active(unit):
+            return "not running"
+        self._systemctl("reload", unit)
+        return "reloaded"
 
 
 class DirectManager(_Base):
@@ -282,6 +294,14 @@ class DirectManager(_Base):
                 raise ServiceError("%s exited %s right after start; last log lines: %s"
                                    % (unit, proc.returncode, _tail(log_path)))
         files.write_file(self.pid_file(unit), "%d\n" % pid)
+
+    def reload_config(self, unit: str) -> str:
+        """SIGHUP, what the units' ExecReload does for sshd and slurmd; a stopped daemon is left alone."""
+        pid = self.pid(unit)
+        if pid is None:
+            return "not running"
+        os.kill(pid, signal.SIGHUP)
+        return "reloaded"
 
     def stop(self, unit: str) -> None:
         pid = self.pid(unit)

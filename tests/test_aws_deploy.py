@@ -84,6 +84,57 @@ def test_release_is_content_addressed():
     assert a.base_url("slurm-gpu") == f"https://b.s3.{REGION}.amazonaws.com/hpq/{a.version}/templates/slurm-gpu"
 
 
+def test_eks_release_ships_the_helm_layer_content_addressed():
+    """EKS variants upload the CDK kubectl layer zip (helm/helm, kubectl/kubectl) under a key named by its
+    own digest, outside the release prefix (a 36 MB zip is not re-uploaded for every template change), and
+    fill HelmLayerS3Key; Slurm releases and releases with a KubectlLayerArn of the user's carry none."""
+    import hashlib
+    import io
+    import zipfile
+
+    from hpq.cli.aws import layer
+
+    rel = aws_deploy.build_release("b", REGION, ["eks-gpu"])
+    key = rel.root_parameters("eks-gpu")["HelmLayerS3Key"]
+    body = rel.objects[key]
+    assert key == f"hpq/layers/kubectl-helm-{hashlib.sha256(body).hexdigest()[:16]}.zip"
+    assert not key.startswith(names.s3_version_prefix(rel.version))
+    assert {"helm/helm", "kubectl/kubectl"} <= set(zipfile.ZipFile(io.BytesIO(body)).namelist())
+    assert layer.helm_layer().key == key
+    other = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"WorkerCount": "3"})
+    assert other.version != rel.version and other.root_parameters("eks-gpu")["HelmLayerS3Key"] == key
+    slurm = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
+    assert "HelmLayerS3Key" not in slurm.root_parameters("slurm-gpu")
+    assert not any(k.startswith(layer.KEY_PREFIX) for k in slurm.objects)
+    arn = "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"
+    own = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"KubectlLayerArn": arn})
+    assert "HelmLayerS3Key" not in own.root_parameters("eks-gpu")
+    assert not any(k.startswith(layer.KEY_PREFIX) for k in own.objects)
+
+
+def test_eks_release_without_the_layer_package_is_a_usage_error(monkeypatch):
+    """Without hpq[eks] (the layer package) and without KubectlLayerArn: exit 2 naming the pip command."""
+    import importlib.metadata
+
+    from hpq.cli.aws import layer
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    layer.helm_layer.cache_clear()
+    try:
+        with pytest.raises(UsageError) as exc:
+            aws_deploy.build_release("b", REGION, ["eks-gpu"])
+        assert exc.value.exit_code == 2
+        assert "pip install 'hyperpod-quickstart[eks]'" in str(exc.value) and "KubectlLayerArn" in str(exc.value)
+        aws_deploy.build_release("b", REGION, ["slurm-gpu"])  # Slurm needs no layer
+        aws_deploy.build_release("b", REGION, ["eks-gpu"], params={
+            "KubectlLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"})
+    finally:
+        layer.helm_layer.cache_clear()
+
+
 def test_quick_create_link_prefills_release():
     rel = aws_deploy.build_release("my-art", "eu-west-1", ["eks-gpu"])
     url = aws_deploy.quick_create_url(rel, "eks-gpu")
@@ -95,6 +146,7 @@ def test_quick_create_link_prefills_release():
     assert q["stackName"] == ["hpq-eks-gpu"]
     assert q["param_AssetsBucket"] == ["my-art"]
     assert q["param_TemplateBaseUrl"] == [rel.base_url("eks-gpu")]
+    assert q["param_HelmLayerS3Key"] == [rel.helm_layer_key]
 
 
 def _subprocess_hpq(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

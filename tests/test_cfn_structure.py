@@ -146,7 +146,7 @@ def test_every_instance_group_uses_the_one_node_subnet(rendered, variant, size):
         assert names_ == [names.WORKER_GROUP]
         assert cluster["Orchestrator"]["Eks"]["ClusterArn"] == {"Ref": "EksClusterArn"}
     for g in flat:
-        assert g["LifeCycleConfig"] == {"OnCreate": names.ON_CREATE_SCRIPT, "SourceS3Uri": {"Ref": "LifecycleS3Uri"}}
+        assert g["LifeCycleConfig"]["SourceS3Uri"] == {"Ref": "LifecycleS3Uri"}
         assert "ThreadsPerCore" in g
         assert g["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"]
     assert cluster["NodeRecovery"] == "Automatic"
@@ -281,18 +281,6 @@ def test_root_parameters_as_data():
     assert synth.stack_files("slurm-gpu") == [
         "Networking.json", "Security.json", "Storage.json", "S3.json", "IAM.json", "HyperPod.json",
         "Observability.json", "Validation.json"]
-
-
-def test_provisioning_parameters_come_from_resource_properties(rendered):  # noqa: F811
-    slurm = rendered[("slurm-gpu", "small")]["S3.json"]["Resources"]["LifecycleContents"]["Properties"]
-    pp = slurm["ProvisioningParameters"]
-    assert pp["version"] == "1.0.0" and pp["cluster_name"] == {"Ref": "ClusterName"}
-    assert pp["controller_group"] == names.CONTROLLER_GROUP and pp["worker_groups"] == [names.WORKER_GROUP]
-    assert pp["login_group"] == {"Fn::If": ["HasLoginGroup", names.LOGIN_GROUP, {"Ref": "AWS::NoValue"}]}
-    assert slurm["ProvisioningParametersKey"] == f"{names.LIFECYCLE_PREFIX}/{names.PROVISIONING_PARAMETERS}"
-    eks = rendered[("eks-gpu", "small")]["S3.json"]["Resources"]["LifecycleContents"]["Properties"]
-    assert "controller_group" not in eks["ProvisioningParameters"]
-    assert pp["orchestrator"] == "slurm" and eks["ProvisioningParameters"]["orchestrator"] == "eks"
 
 
 def test_every_root_parameter_is_documented():

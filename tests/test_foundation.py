@@ -74,7 +74,10 @@ class TestNodeBundle:
         files = bundle.node_bundle_files()
         assert "hpq/__init__.py" in files and "hpq/errors.py" in files
         assert "hpq/lifecycle/transport.py" in files and "hpq/lifecycle/catalog.py" in files
-        assert all(k.startswith(("hpq/lifecycle/", "hpq/scripts/", "hpq/")) for k in files)
+        # Everything under hpq/, plus the OnCreate entry at the root (contract: OnCreate = "on_create.sh").
+        assert all(k.startswith(("hpq/lifecycle/", "hpq/scripts/", "hpq/")) for k in files if k != names.ON_CREATE_ENTRY)
+        assert names.ON_CREATE_ENTRY == "on_create.sh" and names.ON_CREATE_ENTRY in files
+        assert "hpq/lifecycle/on_create.sh" in files  # what the entry runs
         assert not any("__pycache__" in k or k.endswith(".pyc") for k in files)
         assert not any(k.startswith(("hpq/cli/", "hpq/cfn/", "hpq/tests/")) for k in files)
 

@@ -16,7 +16,7 @@ import urllib.request
 # Resource types moto's CloudFormation only stubs (GetAtt -> HTTP 500) or cannot run (Lambda-backed
 # custom resources need Docker). The moto transform swaps them for SSM parameters in a COPY.
 MOTO_STUB_ONLY = ("AWS::FSx::", "AWS::SageMaker::Cluster", "AWS::EKS::", "Custom::", "AWS::Lambda::Function",
-                  "AWS::APS::", "AWS::Grafana::")
+                  "AWS::Lambda::LayerVersion", "AWS::APS::", "AWS::Grafana::")
 
 
 RENDITION_NOTE = ("--emulate moto: deploying the moto rendition of the templates (FSx, EKS, SageMaker::Cluster, "

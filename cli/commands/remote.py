@@ -117,19 +117,27 @@ def worker_instance_type(cl: Any) -> str | None:
 @click.option("--instance-type", default=None, help="Judge against this type (default: the cluster's worker type).")
 @click.option("--extra", default="", help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
 @click.option("--runner", default="run-nccl-test", show_default=True, help="The remote command to run.")
+@click.option("--sweep", is_flag=True,
+              help="Pairwise sweep (run-nccl-test --sweep): two nodes at a time, name the slow node. NODES "
+                   "defaults to every idle node.")
 @output_option
 def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: str | None, profile: str | None,
                      group: str | None, node: str | None, user: str, key: str | None, known_hosts: str, port: int,
                      host: str | None, proxy_command: str | None, instance_type: str | None, extra: str,
-                     runner: str, output: str) -> None:
+                     runner: str, sweep: bool, output: str) -> None:
     """Run run-nccl-test on CLUSTER's controller (NODES nodes x GPUS per node) and judge it here.
 
     The output streams live; the verdict uses the same parser and catalog as `hpq nccl-report`.
+    With --sweep the progress streams live and the sweep's verdict (node table, evidence, the
+    scontrol/sbatch commands) is printed here from the JSON the controller sends back: exit 0 no
+    slow node, 1 slow node(s) or failed pairs.
 
     \b
     Examples:
       hpq remote-nccl-test my-cluster 2
       hpq remote-nccl-test my-cluster 4 8 --extra '-e 1G'
+      hpq remote-nccl-test my-cluster --sweep
+      hpq remote-nccl-test my-cluster 8 --sweep --output json
     """
     import io
     import shlex
@@ -138,6 +146,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     from hpq.cli.aws import ssh as aws_ssh
 
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
+    if sweep:
+        _remote_sweep(target, runner, nodes, gpus, shlex.split(extra), output)
     args = [runner] + [str(x) for x in (nodes, gpus) if x is not None] + shlex.split(extra)
     captured = io.BytesIO()
     stream = sys.stderr.buffer if output == "json" else sys.stdout.buffer
@@ -154,3 +164,32 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     else:
         click.echo(message)
     sys.exit(exit_code)
+
+
+def _remote_sweep(target: Any, runner: str, nodes: int | None, gpus: int | None, extra: list[str],
+                  output: str) -> None:
+    """run-nccl-test --sweep --output json on the controller: progress on stderr live, verdict rendered here."""
+    import io
+    import shlex
+
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.scripts import sweep as node_sweep
+
+    args = [runner, "--sweep"] + [str(x) for x in (nodes, gpus) if x is not None] + extra + ["--output", "json"]
+    captured = io.BytesIO()
+    try:
+        code = aws_ssh.run(target, aws_ssh.remote_command([shlex.join(args)]), stdout=captured)
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted; the sweep may still be running on the cluster", err=True)
+        sys.exit(130)
+    doc = node_sweep.extract_json(captured.getvalue().decode("utf-8", "replace"))
+    if doc is None:
+        click.echo(f"FAIL: no sweep result came back; {runner} exited {code} (its messages are above)")
+        sys.exit(code or 1)
+    doc["remote_exit_code"] = code
+    if output == "json":
+        aws_report.echo_json(doc)
+    else:
+        click.echo(node_sweep.format_report(doc))
+    sys.exit(int(doc.get("exit_code", 1)))
