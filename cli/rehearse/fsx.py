@@ -10,7 +10,7 @@ lustre/utils/mount_lustre.c, convert_hostnames). What differs from a real Lustre
 the kernel's filesystem type column says ``tmpfs``, not ``lustre`` (only the kernel's Lustre
 module can register that type), so ``mount.lustre`` also writes the node's mount table as a
 Lustre client's kernel would show it (``<ip>@tcp:/<mountname> /fsx lustre rw,...``) to
-``MOUNTS_FILE``, which the lifecycle reads through its documented ``HPQ_MOUNTS_FILE`` setting.
+``MOUNTS_FILE``, which the lifecycle reads through its documented ``HPQ_PROC_MOUNTS`` setting.
 
 ``mount.lustre`` is installed in every node at /usr/sbin (mount(8) runs ``/sbin/mount.<type>``),
 so the lifecycle's plain ``mount -t lustre -o ... <dns>@tcp:/<mountname> /fsx`` goes through
@@ -28,8 +28,9 @@ from hpq.cli.rehearse.node import FSX_EXPORT
 from hpq.errors import OperationFailed
 
 SOURCE_FILE = "/run/hpq-rehearse/fsx-source"
-# The node's mount table as a Lustre client's kernel would show it (the /fsx line typed lustre), written
-# by mount.lustre after each mount; the lifecycle reads it through the documented HPQ_MOUNTS_FILE.
+# The node's mount table as a Lustre client's kernel would show it (the /fsx line typed lustre): seeded
+# from the kernel's at boot, rewritten by mount.lustre after each mount; the lifecycle reads it through
+# its documented HPQ_PROC_MOUNTS setting (lifecycle/context.py).
 MOUNTS_FILE = "/run/hpq-rehearse/mounts"
 LUSTRE_OPTIONS = "rw,relatime,flock,lazystatfs"
 
@@ -63,6 +64,9 @@ mv __MOUNTS__.tmp __MOUNTS__
 
 class FsxError(OperationFailed):
     pass
+
+
+SEED_MOUNTS = f"mkdir -p {MOUNTS_FILE.rsplit('/', 1)[0]} && cat /proc/self/mounts > {MOUNTS_FILE}"
 
 
 def nid_source(ip: str, mount_name: str) -> str:

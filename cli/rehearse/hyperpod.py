@@ -285,7 +285,7 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
         # (lifecycle/services.py), as the lifecycle would pick by itself without /run/systemd/system.
         "HPQ_SERVICE_MANAGER": "direct",
         # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (cli/rehearse/fsx.py).
-        "HPQ_MOUNTS_FILE": MOUNTS_FILE,
+        "HPQ_PROC_MOUNTS": MOUNTS_FILE,
     }
     env.update(extra)
     return env

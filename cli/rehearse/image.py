@@ -7,7 +7,9 @@ Stand-in for the AMI (and for systemd's boot-time work, since there is no system
 - the runtime directories systemd would create (``RuntimeDirectory=``: /run/munge, /run/sshd,
   /run/slurm) and Slurm's spool and log directories;
 - the default user ``ubuntu`` with the rehearsal's public key (what a user adds to reach the
-  controller), a per-node SSH host key, and sshd running (the AMI's ssh.service);
+  controller), a per-node SSH host key, and sshd running: the AMI's ssh.service, started at boot by
+  the node's service manager (the lifecycle's direct manager, standing in for systemd), so a later
+  reload of it (the host-certs step) reaches the running sshd;
 - one MUNGE key, the same on every node (HyperPod gives every node of a cluster the same key);
 - a PyTorch environment at /opt/conda/envs/pytorch (the DLAMI path ``run-nccl-test`` looks in),
   running the Python that runs hpq when it has torch; the AWS CLI from hpq's environment;
@@ -68,7 +70,7 @@ def hosts_file(entries: list[tuple[str, str]]) -> str:
 
 
 def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public_key: str,
-         torch_python: str | None, mount_lustre: str) -> None:
+         torch_python: str | None, mount_lustre: str, seed_mounts: str) -> None:
     """Lay the image on a freshly created node and start what the AMI starts (sshd)."""
     node.sh(BOOT)
     node.write("/etc/hostname", node.spec.hostname + "\n")
@@ -86,4 +88,10 @@ def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public
         node.write(f"{TORCH_ENV}/bin/python3", wrapper(torch_python), 0o755)
         node.sh(f"ln -sfn python3 {TORCH_ENV}/bin/python")
     node.write("/usr/sbin/mount.lustre", mount_lustre, 0o755)
-    node.start_daemon(["/usr/sbin/sshd", "-D", "-e"], "sshd.log")
+    node.sh(seed_mounts)
+    # systemd would start ssh.service at boot; here the lifecycle's direct service manager does, from
+    # hpq's own installed copy (the node's copy arrives only with OnCreate).
+    code = ("from hpq.lifecycle import context, services\n"
+            "ctx = context.Context(context.Settings.from_env({'HPQ_SERVICE_MANAGER': 'direct'}))\n"
+            "print(services.manager(ctx).ensure_running('ssh.service'))")
+    node.run([sys.executable, "-c", code], timeout=60)

@@ -29,10 +29,11 @@ from hpq.errors import OperationFailed
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared FSx tmpfs, bound before pivot_root
 
-# $1 node dir, $2 hostname, $3 FSx export on the host ("" for none). Runs in fresh mount+UTS namespaces
-# inside the node's network namespace; prints "ready" once the node's root is in place.
+# $1 node dir, $2 hostname, $3 FSx export on the host ("" for none), $4 "1" for a data volume at
+# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume). Runs in fresh mount+UTS
+# namespaces inside the node's network namespace; prints "ready" once the node's root is in place.
 NODE_INIT = r"""set -eu
-d=$1; host=$2; fsx=$3; r=$d/root
+d=$1; host=$2; fsx=$3; ebs=$4; r=$d/root
 mount -t overlay hpq-node -o "lowerdir=/,upperdir=$d/upper,workdir=$d/work" "$r"
 mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
@@ -44,6 +45,10 @@ mount --bind "$d/tmp" "$r/tmp"
 if [ -n "$fsx" ]; then
     mkdir -p "$r/run/hpq-rehearse/fsx-export"
     mount --bind "$fsx" "$r/run/hpq-rehearse/fsx-export"
+fi
+if [ "$ebs" = 1 ]; then
+    mkdir -p "$d/ebs" "$r/opt/sagemaker"
+    mount --bind "$d/ebs" "$r/opt/sagemaker"
 fi
 hostname "$host"
 cd "$r"
@@ -79,14 +84,15 @@ class Node:
 
     # ------------------------------------------------------------------ lifecycle of the namespaces
 
-    def create(self, fsx_export: str | None, timeout: float = 30.0) -> None:
+    def create(self, fsx_export: str | None, data_volume: bool = True, timeout: float = 30.0) -> None:
         for sub in ("upper", "work", "root", "tmp", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir / "tmp", 0o1777)
         # Not `ip netns exec`: it remounts /sys for the namespace and so drops the host's cgroup mounts,
         # which slurmd needs to see (its cgroup plugin initializes even with proctrack/linuxproc).
         argv = ["unshare", "--mount", "--uts", "--propagation", "private",
-                "nsenter", f"--net=/run/netns/{self.spec.netns}", "/bin/sh", "-c", NODE_INIT, "node-init", str(self.dir), self.spec.hostname, fsx_export or ""]
+                "nsenter", f"--net=/run/netns/{self.spec.netns}", "/bin/sh", "-c", NODE_INIT, "node-init", str(self.dir), self.spec.hostname, fsx_export or "",
+                "1" if data_volume else "0"]
         log = open(self.log_dir / "node-init.log", "wb")  # noqa: SIM115 - the holder keeps it open
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -56,3 +56,7 @@ def check(variant: str, validate: bool = True) -> None:
     missing_py = [why for mod, why in wanted_py.items() if importlib.util.find_spec(mod) is None]
     if missing_py:
         raise UsageError(f"missing Python packages in {sys.executable}: pip install {' '.join(sorted(set(missing_py)))}")
+    if not slurm:  # the Helm stack's layer is part of what an EKS deploy uploads
+        from hpq.cli.aws import layer
+
+        layer.helm_layer()  # LayerMissing (a UsageError) names the pip command

@@ -27,7 +27,7 @@ from hpq.cli.rehearse import aws, fsx, hyperpod, image, netns, validate
 from hpq.cli.rehearse import plan as plan_mod
 from hpq.cli.rehearse import state as state_mod
 from hpq.cli.rehearse.node import Node
-from hpq.errors import EXIT_FAILED, EXIT_OK, OperationFailed
+from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
 
 LOG_BASE = os.environ.get("HPQ_REHEARSE_LOG_DIR", "/var/log/hpq-rehearse")
 # Sized for a 2-core machine (docs/benchmarks.md): sizes up to 16 MB, and 20 training iterations.
@@ -114,6 +114,7 @@ class Rehearsal:
     def execute(self) -> tuple[dict[str, Any], int]:
         t0 = time.time()
         failure: Failure | None = None
+        usage: HpqError | None = None
         interrupted: Interrupted | None = None
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
 
@@ -132,6 +133,9 @@ class Rehearsal:
             interrupted = Interrupted(signal.SIGINT)
         except OperationFailed as exc:
             failure = Failure(self._current_stage, str(exc))
+        except HpqError as exc:  # bad input found late (exit 2), still after a full teardown
+            failure = Failure(self._current_stage, str(exc))
+            usage = exc
         except Exception as exc:  # a bug: still a result, a teardown, and the traceback in the logs
             import traceback
 
@@ -149,6 +153,8 @@ class Rehearsal:
                 signal.signal(s, h)
         if interrupted is not None:
             return self.result, 128 + interrupted.signum
+        if usage is not None:
+            return self.result, usage.exit_code
         return self.result, EXIT_FAILED if failure else EXIT_OK
 
     _current_stage = "setup"
@@ -263,14 +269,14 @@ class Rehearsal:
             netns.create_node_link(spec.netns, spec.host_iface, p.bridge, spec.ip, p.prefix_len, p.gateway,
                                    plan_mod.NODE_IFACE)
             node = Node(spec, Path(self.state.workdir) / "nodes" / spec.name)
-            node.create(self.state.fsx_export or None)
+            node.create(self.state.fsx_export or None, data_volume=self._has_data_volume(spec.group))
             self.nodes[spec.name] = node
             st = self.state.node(spec.name)
             assert st is not None
             st.holder_pid = node.holder_pid
             self.state.save()
             image.boot(node, hosts, munge_key, (keyfile.with_suffix(".pub")).read_text(), torch_python,
-                       fsx.MOUNT_LUSTRE)
+                       fsx.MOUNT_LUSTRE, fsx.SEED_MOUNTS)
             if torch_python:
                 _open_path_for_users(node, torch_python)
             if fsx_source:
@@ -295,6 +301,14 @@ class Rehearsal:
         self.remote = validate.Remote(p.controller.ip if p.controller else "", str(keyfile),
                                       str(Path(self.state.workdir) / "ssh" / "known_hosts"))
         self._groups = groups
+
+    def _has_data_volume(self, group: str) -> bool:
+        """HyperPod mounts a group's EBS volume (InstanceStorageConfigs) at /opt/sagemaker."""
+        assert self.deployed is not None
+        for g in self.deployed.cluster.get("InstanceGroups") or []:
+            if g.get("InstanceGroupName") == group:
+                return any("EbsVolumeConfig" in c for c in g.get("InstanceStorageConfigs") or [])
+        return False
 
     def _start_imds(self, node: Node) -> None:
         s = node.spec
