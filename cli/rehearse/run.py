@@ -50,6 +50,7 @@ class Options:
     validate: bool = True
     lifecycle_timeout: float = 900.0
     slurm_timeout: float = 120.0
+    validate_timeout: float = 900.0  # each validation command, bounded on the controller
     link_rates: dict[str, str] = field(default_factory=dict)  # node name -> tc rate on its ens5
     # (name, callable(rehearsal) -> (result key, data, ok, message)): run after validation, e.g. a sweep.
     extra_stages: list[tuple[str, Callable[[Rehearsal], tuple[str, Any, bool, str]]]] = field(default_factory=list)
@@ -108,6 +109,7 @@ class Rehearsal:
         self.slurm_ready: dict[str, float] = {}
         self.remote: validate.Remote | None = None
         self._aws_env: Any = None
+        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ entry
 
@@ -395,7 +397,7 @@ class Rehearsal:
         assert self.plan is not None
         ctl = self.nodes.get(self.plan.controller.name) if self.plan.controller else None
         want = {n.hostname: n.name for n in self.plan.nodes if n.role != plan_mod.CONTROLLER}
-        while ctl is not None and want and len(self.slurm_ready) < len(want):
+        while ctl is not None and want and len(self.slurm_ready) < len(want) and not self._stop.is_set():
             res = ctl.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=10)
             for line in res.stdout.decode(errors="replace").splitlines():
                 parts = line.split()
@@ -406,7 +408,7 @@ class Rehearsal:
                         self.slurm_ready[name] = round(time.time() - run.started, 1)
             if all(r.finished is not None and r.exit_code for r in self.runs.values()):
                 return
-            time.sleep(0.5)
+            self._stop.wait(0.5)
 
     def wait_slurm(self) -> None:
         assert self.plan is not None and self.remote is not None
@@ -428,7 +430,7 @@ class Rehearsal:
         assert self.plan is not None and self.remote is not None
         cmd = validate.nccl_command(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nccl_args)
         self.say("nccl", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
-        data, code, message = validate.run_nccl(self.remote, cmd, self.plan.worker_type)
+        data, code, message = validate.run_nccl(self.remote, cmd, self.plan.worker_type, self.opts.validate_timeout)
         self.result["nccl"] = data
         self.say("nccl", message)
         if code:
@@ -438,7 +440,7 @@ class Rehearsal:
         assert self.plan is not None and self.remote is not None
         cmd = validate.nanogpt_command(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nanogpt_args)
         self.say("nanogpt", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
-        data, code, message = validate.run_nanogpt(self.remote, cmd)
+        data, code, message = validate.run_nanogpt(self.remote, cmd, self.opts.validate_timeout)
         self.result["nanogpt"] = data
         self.say("nanogpt", message)
         if code:
@@ -510,6 +512,7 @@ class Rehearsal:
         """Collect logs, then tear down (unless kept) with further signals held back."""
         blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        self._stop.set()
         try:
             self._collect_logs()
             if self._aws_env is not None and not self.opts.keep:
@@ -530,6 +533,11 @@ class Rehearsal:
 
                     shutil.rmtree(self.state.logdir, ignore_errors=True)
                     self.result["logs"] = None
+                for d in (LOG_BASE, str(state_mod.STATE_DIR)):  # the parents, once nothing is left in them
+                    try:
+                        os.rmdir(d)
+                    except OSError:
+                        pass
                 if problems:
                     self.say("teardown", "left behind: " + "; ".join(problems))
                     self.result.setdefault("teardown_problems", problems)

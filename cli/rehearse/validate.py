@@ -33,10 +33,15 @@ class Remote:
 
         return SshTarget(self.host, None, self.user, 22, self.key, self.known_hosts, connect_timeout=20.0)
 
-    def run(self, command: str, echo: Any = None) -> tuple[int, str, str]:
-        """(exit status, stdout, stderr) of ``command`` in a login shell on the node."""
+    def run(self, command: str, echo: Any = None, timeout: float | None = None) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr) of ``command`` in a login shell on the node.
+
+        ``timeout`` bounds it on the node (coreutils ``timeout``: SIGTERM, SIGKILL 10 s later; exit 124).
+        """
         from hpq.cli.aws import ssh as aws_ssh
 
+        if timeout:
+            command = f"timeout -k 10 {int(timeout)} {command}"
         out, err = io.BytesIO(), io.BytesIO()
         code = aws_ssh.run(self.target(), aws_ssh.remote_command([command]), stdout=out, stderr=err,
                            on_stdout=echo)
@@ -77,11 +82,17 @@ def nccl_command(workers: int, worker_type: str, extra: str) -> str:
     return shlex.join(args) + (" " + extra if extra else "")
 
 
-def run_nccl(remote: Remote, command: str, worker_type: str, echo: Any = None) -> tuple[dict[str, Any], int, str]:
+TIMED_OUT = 124
+
+
+def run_nccl(remote: Remote, command: str, worker_type: str, timeout: float | None = None,
+             echo: Any = None) -> tuple[dict[str, Any], int, str]:
     from hpq.cli.commands.remote import nccl_verdict
 
-    code, out, err = remote.run(command, echo)
+    code, out, err = remote.run(command, echo, timeout)
     data, exit_code, message = nccl_verdict(out, worker_type, code)
+    if code == TIMED_OUT:
+        message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped); {message}"
     data["command"] = command
     if exit_code and err.strip():
         data["stderr_tail"] = err.strip().splitlines()[-10:]
@@ -102,8 +113,9 @@ def nanogpt_command(workers: int, worker_type: str, extra: str) -> str:
     return shlex.join(args) + (" " + extra if extra else "")
 
 
-def run_nanogpt(remote: Remote, command: str, echo: Any = None) -> tuple[dict[str, Any], int, str]:
-    code, out, err = remote.run(command, echo)
+def run_nanogpt(remote: Remote, command: str, timeout: float | None = None,
+                echo: Any = None) -> tuple[dict[str, Any], int, str]:
+    code, out, err = remote.run(command, echo, timeout)
     m = re.search(r"^# result: (\S+\.json)\s*$", out, re.M)
     result: dict[str, Any] = {"command": command, "exit_status": code}
     if m:
@@ -117,6 +129,8 @@ def run_nanogpt(remote: Remote, command: str, echo: Any = None) -> tuple[dict[st
     tail = (out.strip().splitlines() or [""])[-1]
     message = "PASS: run-nanogpt finished and its ranks agree" if ok else \
         f"FAIL: run-nanogpt exited {code}: {tail or err.strip()[-300:]}"
+    if code == TIMED_OUT:
+        message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped)"
     if not ok and err.strip():
         result["stderr_tail"] = err.strip().splitlines()[-10:]
     return result, 0 if ok else 1, message
