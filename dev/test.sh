@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote).
-APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2"
+# Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote, MPIJob
+# workers); Open MPI runs the rendered MPIJob launcher command against them.
+APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 openmpi-bin"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 missing=""

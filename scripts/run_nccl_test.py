@@ -294,7 +294,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
     return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype)
+                            result, itype, nodes)
 
 
 def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: int, wenv: Dict,

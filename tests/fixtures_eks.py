@@ -290,6 +290,7 @@ class FakeKube:
 
     def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.cluster_objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name): cluster-scoped, read-only
         self.pods: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.created: list[dict[str, Any]] = []
@@ -420,6 +421,12 @@ def fake_kube(tmp_path):
             parts = url.path.strip("/").split("/")
             if url.path == "/api/v1/nodes":
                 return self._send(200, {"kind": "NodeList", "items": kube.nodes})
+            if "namespaces" not in parts and len(parts) >= 2 and method == "GET":
+                # a cluster-scoped object such as /apis/storage.k8s.io/v1/csidrivers/NAME
+                obj = kube.cluster_objects.get((parts[-2], parts[-1]))
+                if obj is not None:
+                    return self._send(200, obj)
+                return self._status(404, "NotFound", f'{parts[-2]} "{parts[-1]}" not found')
             # /api/v1/namespaces/NS/PLURAL[/NAME[/log]] or /apis/G/V/namespaces/NS/PLURAL[/NAME]
             try:
                 i = parts.index("namespaces")
@@ -530,6 +537,11 @@ def kube_client(kube: FakeKube, token: str = "k8s-aws-v1.test-token") -> Any:
     from hpq.cli.eks.kube import ClusterAccess, KubeClient
 
     return KubeClient(ClusterAccess("test-eks", kube.url, kube.ca_data, token), timeout=10)
+
+
+FSX_CSI_DRIVER_OBJECT = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                         "metadata": {"name": "fsx.csi.aws.com"},
+                         "spec": {"attachRequired": False, "podInfoOnMount": False}}
 
 
 def nccl_tests_output(busbw: float, sizes: tuple[int, ...] = (8388608, 134217728, 2147483648)) -> list[str]:

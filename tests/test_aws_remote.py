@@ -110,6 +110,7 @@ def _runner(tmp_path, name: str, body: str) -> str:
 NCCL_OK = """\
 cat <<'EOF'
 #  Rank  0 Group  0 Pid 1 on node-1 device  0 [0x00] NVIDIA A10G
+#  Rank  1 Group  0 Pid 1 on node-2 device  0 [0x00] NVIDIA A10G
 #                                                              out-of-place                       in-place
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)

@@ -80,8 +80,10 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
     sys.exit(code)
 
 
-def nccl_verdict(text: str, instance_type: str | None, remote_code: int) -> tuple[dict[str, Any], int, str]:
-    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report`."""
+def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
+                 nodes: int | None = None) -> tuple[dict[str, Any], int, str]:
+    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report` (node count from
+    the output's rank lines, else NODES)."""
     from hpq.errors import HpqError
     from hpq.scripts import nccl_report
 
@@ -90,7 +92,7 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int) -> tupl
     except HpqError as exc:
         msg = f"no nccl-tests results in the output ({exc}); run-nccl-test exited {remote_code}"
         return {"ok": False, "remote_exit_code": remote_code, "message": msg}, remote_code or 1, msg
-    verdict = nccl_report.evaluate(report, instance_type)
+    verdict = nccl_report.evaluate(report, instance_type, nodes)
     data = nccl_report.report_to_dict(report, verdict)
     data["remote_exit_code"] = remote_code
     code = verdict.exit_code if verdict.exit_code else (1 if remote_code else 0)
@@ -158,7 +160,7 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
         click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
         sys.exit(130)
     itype = instance_type or worker_instance_type(cl)
-    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code)
+    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes)
     if output == "json":
         aws_report.echo_json(data)
     else:

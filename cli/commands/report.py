@@ -12,17 +12,24 @@ import click
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--instance-type", "-i", default=None,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
+@click.option("--nodes", "-n", type=click.IntRange(min=1), default=None,
+              help="Nodes the run used, when the log has no nccl-tests rank lines (they win when present).")
 @click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def nccl_report(file: str, instance_type: str | None, output: str) -> int:
+def nccl_report(file: str, instance_type: str | None, nodes: int | None, output: str) -> int:
     """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
 
     Reads nccl-tests (all_reduce_perf ...), hpq's built-in benchmark and Neuron
-    nccom-test output. Exit 0: meets the expectation (or none is known);
-    1: below expectation or any #wrong; 2: unreadable input.
+    nccom-test output. The expected bus bandwidth depends on the instance type
+    and the node count: one node runs over NVLink/NeuronLink, several nodes are
+    bound by the network. The node count is read from nccl-tests' rank lines
+    ("#  Rank 0 Group 0 Pid ... on HOST device ..."), else from --nodes.
+    Exit 0: meets the expectation (or none is known); 1: below expectation or
+    any #wrong; 2: unreadable input.
 
     \b
     Examples:
       hpq nccl-report /fsx/hpq-results/nccl-test-42.log -i ml.p5.48xlarge
+      hpq nccl-report nccom.log -i trn1.32xlarge --nodes 2
       hpq nccl-report run.log --output json | jq .peak_busbw_gbps
       srun ... all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
     """
@@ -32,7 +39,7 @@ def nccl_report(file: str, instance_type: str | None, output: str) -> int:
         report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     else:
         report = rep.parse_file(file)
-    verdict = rep.evaluate(report, instance_type)
+    verdict = rep.evaluate(report, instance_type, nodes)
     if output == "json":
         click.echo(json.dumps(rep.report_to_dict(report, verdict), indent=2))
     else:
