@@ -70,11 +70,14 @@ def test_subnet_avoids_every_network_the_host_uses():
         netns.pick_subnet("c0ffee", used=[ipaddress.ip_network("10.0.0.0/8")])
 
 
-def test_default_worker_type_has_no_bandwidth_target():
+def test_default_worker_type_has_the_lowest_bandwidth_expectation():
     for variant in ("slurm-gpu", "eks-gpu"):
-        entry = catalog.lookup(default_worker_type(variant))
-        assert entry.accelerator == catalog.GPU and entry.expected_busbw_gbps is None
-    assert catalog.lookup(default_worker_type("slurm-trn")).accelerator == catalog.TRAINIUM
+        chosen = default_worker_type(variant, 2)
+        assert catalog.lookup(chosen).accelerator == catalog.GPU
+        figure = catalog.expected_busbw(chosen, 2)
+        others = [catalog.expected_busbw(t, 2) for t in catalog.gpu_types()]
+        assert figure is None or all(o is None or o.gbps >= figure.gbps for o in others)
+    assert catalog.lookup(default_worker_type("slurm-trn", 2)).accelerator == catalog.TRAINIUM
 
 
 # ---------------------------------------------------------------------------- IMDS stand-in

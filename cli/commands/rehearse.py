@@ -76,7 +76,7 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
 @click.option("--instance-type", default=None, metavar="TYPE",
-              help="Worker instance type (default: the variant's smallest type without a bandwidth target, "
+              help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
 @click.option("--keep", is_flag=True, help="Leave the nodes running; enter them with `hpq rehearse shell`.")

@@ -85,12 +85,12 @@ def nccl_command(workers: int, worker_type: str, extra: str) -> str:
 TIMED_OUT = 124
 
 
-def run_nccl(remote: Remote, command: str, worker_type: str, timeout: float | None = None,
+def run_nccl(remote: Remote, command: str, worker_type: str, nodes: int, timeout: float | None = None,
              echo: Any = None) -> tuple[dict[str, Any], int, str]:
     from hpq.cli.commands.remote import nccl_verdict
 
     code, out, err = remote.run(command, echo, timeout)
-    data, exit_code, message = nccl_verdict(out, worker_type, code)
+    data, exit_code, message = nccl_verdict(out, worker_type, code, nodes)
     if code == TIMED_OUT:
         message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped); {message}"
     data["command"] = command
