@@ -4,14 +4,17 @@ Both read the same unit files and drop-ins, so what the lifecycle writes (a drop
 next to the vendor unit, never an edit of it) is exactly what configures the daemon
 in tests too: the direct manager reads the vendor unit and its ``<unit>.d/*.conf``
 drop-ins under the node root, applies ``ExecStart=`` resets, ``Environment=``,
-``EnvironmentFile=`` and ``ConditionPathExists=`` the way systemd does, and runs the
-command in the foreground of a new session, keeping its PID under ``<root>/run/hpq``.
+``EnvironmentFile=``, ``ConditionPathExists=``, ``User=``/``Group=`` and ``RuntimeDirectory=``
+the way systemd does, and runs the command in a new session, keeping its PID under
+``<root>/run/hpq``.
 """
 
 from __future__ import annotations
 
 import glob
+import grp
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -221,6 +224,32 @@ class DirectManager(_Base):
         self._start(unit)
         return "started"
 
+    def _credentials(self, unit: str):
+        """(uid, gid, user) from the unit's User=/Group= (systemd.exec), None when it runs as root."""
+        service = self.unit_sections(unit).get("Service", {})
+        user = (service.get("User") or [""])[-1]
+        group = (service.get("Group") or [""])[-1]
+        if not user or os.geteuid() != 0:
+            return None
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            raise ServiceError("%s: User=%s does not exist" % (unit, user)) from None
+        gid = grp.getgrnam(group).gr_gid if group else pw.pw_gid
+        return pw.pw_uid, gid, user
+
+    def _runtime_directories(self, unit: str, creds) -> None:
+        """RuntimeDirectory= under /run, owned by the unit's user, as systemd creates them before start."""
+        service = self.unit_sections(unit).get("Service", {})
+        mode = int((service.get("RuntimeDirectoryMode") or ["0755"])[-1], 8)
+        for entry in service.get("RuntimeDirectory", []):
+            for name in entry.split():
+                path = self.ctx.path("/run/" + name)
+                os.makedirs(path, exist_ok=True)
+                os.chmod(path, mode)
+                if creds:
+                    os.chown(path, creds[0], creds[1])
+
     def _start(self, unit: str) -> None:
         argv, env, kind = self.command(unit)
         log_path = self.ctx.path("/var/log/hpq/%s.log" % unit)
@@ -228,10 +257,20 @@ class DirectManager(_Base):
         os.makedirs(os.path.dirname(self.pid_file(unit)), exist_ok=True)
         full_env = dict(os.environ)
         full_env.update(env)
+        creds = self._credentials(unit)
+        self._runtime_directories(unit, creds)
+
+        def drop_privileges():  # in the child, before exec: the unit's User=/Group=
+            if creds:
+                os.setgid(creds[1])
+                os.initgroups(creds[2], creds[1])
+                os.setuid(creds[0])
+
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=full_env, cwd="/", start_new_session=True, close_fds=True)
+                                        env=full_env, cwd="/", start_new_session=True, close_fds=True,
+                                        preexec_fn=drop_privileges if creds else None)
             except OSError as exc:
                 raise ServiceError("%s: cannot run %s: %s" % (unit, argv[0], exc)) from None
         if kind == "forking":

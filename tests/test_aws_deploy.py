@@ -1,10 +1,10 @@
 """deploy / publish / status / destroy against moto in server mode over HTTP.
 
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster, cannot run Lambda-backed custom
-resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy a COPY of the
-real synthesized templates passed through ``fixtures_aws.moto_compatible`` (stand-ins for exactly
-those resource types, literals for those GetAtts); the real templates are unchanged and are covered
-by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
+resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy with
+``--emulate moto``, which sends a COPY of the real synthesized templates through
+``cli/aws/emulator.moto_compatible`` (stand-ins for exactly those resource types, literals for those
+GetAtts); the real templates are unchanged and are covered by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
 creation from S3 TemplateURLs, change sets, events, outputs, deletion) runs against moto.
 """
 
@@ -22,10 +22,11 @@ from botocore.stub import Stubber
 from hpq.cli.aws import deploy as aws_deploy
 from hpq.cli.aws import s3 as aws_s3
 from hpq.cli.aws import stacks as aws_stacks
+from hpq.cli.aws.emulator import RENDITION_NOTE
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
-from hpq.tests.fixtures_aws import aws_env, moto_compatible, moto_server  # noqa: F401
+from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 
 REGION = "us-east-1"
 
@@ -37,15 +38,7 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     return int(exc.value.code or 0), out, err
 
 
-@pytest.fixture
-def moto_templates(monkeypatch):
-    """Route synthesis through the test-only moto transform (see module docstring)."""
-    real = aws_deploy.synthesize
-
-    def synth(variant, size, params=None):
-        return moto_compatible(variant, real(variant, size, params))
-
-    monkeypatch.setattr(aws_deploy, "synthesize", synth)
+EMULATE = ["--emulate", "moto"]
 
 
 @pytest.fixture
@@ -215,11 +208,13 @@ def test_unknown_param_exit_2(bucket, capsys):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
+def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
     """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
     stack = "hpq-t-deploy"
-    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05"], capsys)
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05",
+                              *EMULATE], capsys)
     assert code == 0, err
+    assert RENDITION_NOTE in err  # the emulated rendition is announced, never silent
     assert f"stack {stack}: CREATE_COMPLETE" in out
     assert "Outputs" in out and "VpcId" in out and "next:" in out and f"hpq destroy {stack}" in out
     assert "AvailabilityZoneId not given: using use1-az" in err
@@ -243,7 +238,8 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     version = params["AssetsPrefix"].split("/")[1]
 
     # identical redeploy: nothing uploaded, change set empty -> success
-    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json"], capsys)
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json", *EMULATE],
+                             capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "no-changes" and data["version"] == version and "no changes" in err
@@ -260,7 +256,7 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
 
     monkeypatch.setattr(aws_deploy, "synthesize", with_marker)
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
-                              "--poll-seconds", "0.05", "--output", "json"], capsys)
+                              "--poll-seconds", "0.05", "--output", "json", *EMULATE], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "update" and data["status"] == "UPDATE_COMPLETE"
@@ -287,9 +283,9 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_eks_variant_deploys(bucket, moto_templates, capsys):
+def test_eks_variant_deploys(bucket, capsys):
     code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
-                              "--param", "AvailabilityZoneId=use1-az4"], capsys)
+                              "--param", "AvailabilityZoneId=use1-az4", *EMULATE], capsys)
     assert code == 0, err
     notes = [line for line in err.splitlines() if "not given" in line]
     assert len(notes) == 1 and notes[0].startswith("EksAvailabilityZoneId not given"), err

@@ -1,9 +1,11 @@
-"""A local rehearsal of a deploy against a moto server (``AWS_ENDPOINT_URL`` pointing at moto).
+"""The moto rendition of the templates: what a moto server's CloudFormation can create.
 
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster (a GetAtt on them is HTTP 500),
 drops nested stacks' ``Outputs.X``, has no ``Fn::Cidr`` and cannot run Lambda-backed custom
-resources. ``hpq deploy`` therefore sends moto a transformed COPY of the templates when, and only
-when, the endpoint answers as a moto server; the real templates (``hpq synth``) never change.
+resources. ``hpq deploy --emulate moto`` (and ``hpq rehearse``, which always says so) sends moto a
+transformed COPY of the templates; it is never chosen implicitly, and the real templates
+(``hpq synth``) never change. ``endpoint_is_moto`` only lets ``hpq deploy`` say why a plain deploy
+against moto is about to fail.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ import urllib.request
 # custom resources need Docker). The moto transform swaps them for SSM parameters in a COPY.
 MOTO_STUB_ONLY = ("AWS::FSx::", "AWS::SageMaker::Cluster", "AWS::EKS::", "Custom::", "AWS::Lambda::Function",
                   "AWS::Lambda::LayerVersion", "AWS::APS::", "AWS::Grafana::")
+
+
+RENDITION_NOTE = ("--emulate moto: deploying the moto rendition of the templates (FSx, EKS, SageMaker::Cluster, "
+                  "Lambda and custom resources become SSM parameter stand-ins; nested outputs become literals). "
+                  "The real templates are unchanged: see `hpq synth`.")
 
 
 def _is_stub_only(rtype: str) -> bool:
