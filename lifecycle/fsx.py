@@ -351,5 +351,17 @@ def run(ctx) -> str:
     fstab_changed = update_fstab(ctx, source)
     os.makedirs(ctx.path(names.FSX_MOUNT_POINT), exist_ok=True)  # a mount table may name the node path only
     write_test(ctx.path(names.FSX_MOUNT_POINT))
-    return "%s from %s: %s, fstab %s, write test ok" % (
-        source, origin, state, "updated" if fstab_changed else "unchanged")
+    shared_results_dir(ctx.path(names.FSX_RESULTS_DIR))
+    return "%s from %s: %s, fstab %s, write test ok, %s ready" % (
+        source, origin, state, "updated" if fstab_changed else "unchanged", names.FSX_RESULTS_DIR)
+
+
+def shared_results_dir(path: str) -> None:
+    """The node commands' results directory on /fsx, writable by every user (mode 1777, as /tmp).
+
+    A new Lustre filesystem's root is root:root 0755, so without it a user's run-nanogpt falls back to
+    a node-local ~/hpq-results on whichever node held rank 0 and the controller never sees the result.
+    """
+    os.makedirs(path, exist_ok=True)
+    if os.stat(path).st_mode & 0o7777 != 0o1777:
+        os.chmod(path, 0o1777)

@@ -48,6 +48,9 @@ RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 PROVISIONING_PARAMETERS = "provisioning_parameters.json"
 NODE_INFO = "/etc/hpq/node-info.json"
 FSX_MOUNT_POINT = "/fsx"
+# Shared results of the node commands (run-nccl-test, run-nanogpt): sticky and world-writable like /tmp,
+# so every cluster user writes there while a new Lustre root stays root:root 0755.
+FSX_RESULTS_DIR = "/fsx/hpq-results"
 NODE_INSTALL_DIR = "/opt/hpq"
 PROC_MOUNTS = "/proc/mounts"
 # The worker's secondary EBS volume HyperPod mounts on every node (awsome-distributed-ai

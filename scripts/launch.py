@@ -96,8 +96,11 @@ def results_dir(override: Optional[str] = None) -> str:
     path = override or os.environ.get("HPQ_RESULTS_DIR")
     if not path:
         fsx = os.environ.get("HPQ_FSX", names.FSX_MOUNT_POINT)
-        if os.path.ismount(fsx) and os.access(fsx, os.W_OK):
-            path = os.path.join(fsx, "hpq-results")
+        shared = os.path.join(fsx, os.path.basename(names.FSX_RESULTS_DIR))
+        # The lifecycle makes the shared directory writable for every user; /fsx itself may not be.
+        if os.path.ismount(fsx) and (os.access(shared, os.W_OK) or (not os.path.exists(shared)
+                                                                      and os.access(fsx, os.W_OK))):
+            path = shared
         else:
             path = os.path.join(os.path.expanduser("~"), "hpq-results")
     os.makedirs(path, exist_ok=True)

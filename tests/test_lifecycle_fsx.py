@@ -216,6 +216,21 @@ def test_explicit_dns_and_mount_name_win_over_discovery(aws, tmp_path):
     assert f"{fixtures_node.FSX_DNS}@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
 
 
+def test_shared_results_directory_is_writable_by_every_user(aws, tmp_path):
+    """A new Lustre root is root:root 0755: the step makes /fsx/hpq-results sticky and world-writable
+    (1777, as /tmp) so a user's run-nanogpt results land on /fsx, and a second run keeps it so."""
+    aws()
+    ctx, root, _ = node_ctx(tmp_path, "any", dns=fixtures_node.FSX_DNS, mountname="abc")
+    (root / "fsx").mkdir(parents=True)
+    (root / "fsx").chmod(0o755)
+    fsx.run(ctx)
+    results = root / names.FSX_RESULTS_DIR.lstrip("/")
+    assert results.stat().st_mode & 0o7777 == 0o1777
+    results.chmod(0o700)  # someone tightened it: the next boot restores it
+    fsx.run(ctx)
+    assert results.stat().st_mode & 0o7777 == 0o1777
+
+
 def test_no_filesystem_is_a_warning_and_the_step_continues(aws, tmp_path, caplog):
     aws()
     ctx, root, calls = node_ctx(tmp_path, "nothing-" + uuid.uuid4().hex[:6])

@@ -13,8 +13,10 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,43 @@ def test_unused_neuron_devices_from_dev_and_transport(tmp_path, monkeypatch):
     assert distenv.unused_neuron_devices(Torch(True), str(tmp_path)) == 0
     monkeypatch.setenv("HPQ_TORCH_BACKEND", "xla")
     assert distenv.unused_neuron_devices(Torch(False), str(tmp_path / "none")) == -1
+
+
+@pytest.mark.parametrize("shared_ready", [True, False], ids=["lifecycle-made-it", "root-only-fsx"])
+def test_results_go_to_fsx_for_a_normal_user(request, shared_ready):
+    """As a non-root user on a mounted /fsx whose root is root:root 0755 (a new Lustre filesystem), results
+    go to /fsx/hpq-results when the lifecycle made it 1777, and to ~/hpq-results only when it did not.
+    Real mount (tmpfs in a private mount namespace) and a real uid switch (setpriv to nobody)."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (unshare -m, mount, setpriv): CI runs the suite as root")
+    # pytest's tmp_path sits under a root-only 0700 directory: the unprivileged user needs its own.
+    base = Path(tempfile.mkdtemp(prefix="hpq-results-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.chmod(0o755)
+    fsx, home = base / "fsx", base / "home"
+    fsx.mkdir()
+    home.mkdir()
+    home.chmod(0o777)
+    make = f"mkdir -m 1777 {fsx}/hpq-results && chmod 1777 {fsx}/hpq-results && " if shared_ready else ""
+    probe = "from hpq.scripts.launch import results_dir; print(results_dir())"
+    script = (f"mount -t tmpfs -o mode=0755 none {fsx} && {make}"
+              f"exec setpriv --reuid 65534 --regid 65534 --clear-groups {shlex.quote(sys.executable)} -S -c {shlex.quote(probe)}")  # -S: no editable finder
+    env = dict(os.environ, HPQ_FSX=str(fsx), HOME=str(home), PYTHONPATH=str(bundle_root_for_tests(base)))
+    env.pop("HPQ_RESULTS_DIR", None)
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=base)  # not a checkout's hpq/
+    assert res.returncode == 0, res.stderr
+    expected = fsx / "hpq-results" if shared_ready else home / "hpq-results"
+    assert res.stdout.strip() == str(expected)
+
+
+def bundle_root_for_tests(tmp_path: Path) -> Path:
+    """The node bundle as it ships, readable by an unprivileged user."""
+    root = tmp_path / "opt-hpq"
+    for key, src in bundle.node_bundle_files().items():
+        dest = root / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(Path(src).read_bytes())
+    for d in [root, *root.rglob("*")]:
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    return root
