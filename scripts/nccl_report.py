@@ -399,9 +399,10 @@ def evaluate(report: NcclReport, instance_type: Optional[str]) -> Verdict:
                 msg += ("The largest message was %s; bandwidth peaks only at 128 MB and above: rerun with "
                         "-e 16G. " % _fmt_size(report.max_size_bytes))
             parts.insert(0, msg + _shortfall_advice(entry, report.peak_busbw_gbps, expected))
-    if report.truncated:
-        parts.append("Note: no 'Avg bus bandwidth' summary line: the run was cut off or crashed; look at the "
-                     "end of the log.")
+    if report.truncated:  # an incomplete log is never a pass, whatever its rows show
+        ok = False
+        parts.append("No 'Avg bus bandwidth' summary line: the run was cut off or crashed before the end, so "
+                     "it is not a pass; look at the end of the log.")
     if NOT_CHECKED in report.notes:
         parts.append("Note: %s." % NOT_CHECKED)
     verdict = "PASS" if ok else "FAIL"

@@ -7,18 +7,23 @@ import sys
 
 import click
 
+from hpq.cli import inputs
+from hpq.errors import UsageError
+
 
 @click.command("nccl-report")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--instance-type", "-i", default=None,
+@click.argument("file", type=inputs.InputFile(allow_dash=True))
+@click.option("--instance-type", "-i", default=None, type=inputs.INSTANCE_TYPE,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
-@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
 def nccl_report(file: str, instance_type: str | None, output: str) -> int:
     """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
 
     Reads nccl-tests (all_reduce_perf ...), hpq's built-in benchmark and Neuron
-    nccom-test output. Exit 0: meets the expectation (or none is known);
-    1: below expectation or any #wrong; 2: unreadable input.
+    nccom-test output; FILE must be a regular file (or '-'). Exit 0: meets the
+    expectation (or none is known); 1: below expectation, any #wrong, or a log
+    cut off before its summary line; 2: unreadable input.
 
     \b
     Examples:
@@ -28,6 +33,8 @@ def nccl_report(file: str, instance_type: str | None, output: str) -> int:
     """
     from hpq.scripts import nccl_report as rep
 
+    if file == "-" and sys.stdin.isatty():
+        raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
     if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log
         report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     else:
