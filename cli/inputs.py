@@ -145,29 +145,36 @@ STACK_NAME = Pattern("stack name", [STACK_NAME_RE],
                      STACK_NAME_MAX)
 
 
-class StackRef(Pattern):
-    """A stack name (<= 128 characters) or a stack ARN, as DescribeStacks accepts."""
 
-    def __init__(self) -> None:
-        super().__init__("stack", [STACK_NAME_RE, STACK_ARN_RE],
-                         "give a CloudFormation stack name (letters, digits and '-', starting with a letter) "
-                         "or a stack ARN")
+
+class NameOrArn(Pattern):
+    """A name (its own pattern and length) or, starting with ``arn:``, an ARN of a fixed pattern.
+
+    The length is checked on its own: the repetition counts in AWS's patterns do not bound it
+    ("a-b" is one repetition of ``(-*[a-zA-Z0-9])``).
+    """
+
+    def __init__(self, what: str, name_re: str, name_max: int, arn_re: str, rule: str) -> None:
+        super().__init__(what, [name_re], rule, name_max)
+        self.arn = re.compile(arn_re)
 
     def check(self, value: str) -> str | None:
-        if not value.startswith("arn:") and len(value) > STACK_NAME_MAX:
-            return f"is longer than {STACK_NAME_MAX} characters (CloudFormation's limit for stack names)"
+        if value.startswith("arn:"):
+            return None if self.arn.fullmatch(value) else f"is not a valid ARN ({self.rule})"
         return super().check(value)
 
 
-STACK = StackRef()
-HYPERPOD_CLUSTER = Pattern("HyperPod cluster", [HYPERPOD_NAME_RE, HYPERPOD_ARN_RE],
-                           "give a HyperPod cluster name (letters, digits and '-', 1-63 characters, starting "
-                           "and ending with a letter or digit) or its ARN", 256)
+HYPERPOD_CLUSTER = NameOrArn("HyperPod cluster", HYPERPOD_NAME_RE, 63, HYPERPOD_ARN_RE,
+                             "give a HyperPod cluster name (letters, digits and '-', 1-63 characters, starting "
+                             "and ending with a letter or digit) or its ARN")
+STACK = NameOrArn("stack", STACK_NAME_RE, STACK_NAME_MAX, STACK_ARN_RE,
+                  "give a CloudFormation stack name (letters, digits and '-', starting with a letter, at most 128) "
+                  "or a stack ARN")
 INSTANCE_GROUP = Pattern("instance group", [HYPERPOD_NAME_RE],
                          "HyperPod instance group names have letters, digits and '-', 1-63 characters", 63)
-EKS_CLUSTER = Pattern("cluster", [EKS_NAME_RE, HYPERPOD_ARN_RE],
-                      "give an EKS cluster name (letters, digits, '-' and '_', starting with a letter or digit, "
-                      "1-100 characters) or a HyperPod cluster ARN", 256)
+EKS_CLUSTER = NameOrArn("cluster", EKS_NAME_RE, EKS_NAME_MAX, HYPERPOD_ARN_RE,
+                        "give an EKS cluster name (letters, digits, '-' and '_', starting with a letter or digit, "
+                        "1-100 characters) or a HyperPod cluster ARN")
 NAMESPACE = Pattern("namespace", [K8S_LABEL_RE],
                     "Kubernetes namespaces are lowercase letters, digits and '-', starting and ending with a "
                     "letter or digit, 1-63 characters", 63)
@@ -641,13 +648,25 @@ def resolve_region(region: str | None, profile: str | None) -> str | None:
         raise UsageError(f"AWS profile {name!r} not found; list them with `aws configure list-profiles`") from None
 
 
+def check_profile(profile: str | None) -> None:
+    """--profile (or AWS_PROFILE) must name a profile in the AWS config or credentials file."""
+    import botocore.session
+
+    name = profile if profile is not None else (os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"))
+    if name is None:
+        return
+    bad = _printable(name)
+    if bad or not name.strip():
+        raise UsageError(f"AWS profile {name!r} {bad or 'is empty'}")
+    # botocore treats a missing "default" profile as empty, any other missing profile as an error.
+    if name != "default" and name not in botocore.session.Session(profile=None).available_profiles:
+        raise UsageError(f"AWS profile {name!r} not found; list them with `aws configure list-profiles`")
+
+
 def check_aws_inputs(region: str | None, profile: str | None, services: Iterable[str]) -> str | None:
     """Everything about reaching AWS that can be checked offline; returns the region to use, if any."""
     check_endpoint_environment()
-    if profile is not None:
-        bad = _printable(profile)
-        if bad or not profile.strip():
-            raise UsageError(f"profile {profile!r} {bad or 'is empty'}")
+    check_profile(profile)
     chosen = resolve_region(region, profile)
     if not chosen:  # some paths need no AWS at all (hpq remote --proxy-command); client() insists later
         return None
@@ -663,6 +682,6 @@ def check_cluster_name_for_stack(stack_name: str, params: Iterable[str]) -> None
     """``hpq deploy``: the stack name is also the HyperPod cluster name unless ClusterName is given."""
     if any(p.partition("=")[0] == "ClusterName" for p in params):
         return
-    if not re.fullmatch(HYPERPOD_NAME_RE, stack_name):
+    if len(stack_name) > 63 or not re.fullmatch(HYPERPOD_NAME_RE, stack_name):
         raise UsageError(f"--stack-name {stack_name!r} is also the HyperPod cluster name, which must be 1-63 "
                          "letters, digits and '-': shorten it or pass --param ClusterName=NAME")

@@ -61,6 +61,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     from hpq.cfn.synth import parse_params
 
     user_params = parse_params(params)
+    aws_deploy.synthesize(variant, size, user_params)  # every --param value checked here, before any AWS call
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
 

@@ -84,7 +84,7 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     \b
     Examples:
       hpq eks render nccl-test --instance-type ml.p5.48xlarge --nodes 2
-      hpq eks render nccl-test -t ml.g5.16xlarge -n 2 --image my.ecr/nccl-tests:2.23
+      hpq eks render nccl-test -t ml.g5.48xlarge -n 2 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:2.23
       hpq eks render nanogpt -t ml.g5.48xlarge -n 2 --fsx-claim hpq-fsx | kubectl apply -f -
       hpq eks render fsx --fsx-id fs-0123456789abcdef0 --fsx-dns fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com --fsx-mount-name abcdefgh
 

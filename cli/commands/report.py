@@ -27,9 +27,12 @@ def nccl_report(file: str, instance_type: str | None, output: str) -> int:
 
     \b
     Examples:
-      hpq nccl-report /fsx/hpq-results/nccl-test-42.log -i ml.p5.48xlarge
-      hpq nccl-report run.log --output json | jq .peak_busbw_gbps
-      srun ... all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+      hpq nccl-report nccl-test.log -i ml.p5.48xlarge
+      hpq nccl-report nccl-test.log --output json | jq .peak_busbw_gbps
+      srun -N 2 --ntasks-per-node 8 all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+
+    nccl-test.log stands for your saved log (run-nccl-test keeps them in
+    /fsx/hpq-results/ on the cluster).
     """
     from hpq.scripts import nccl_report as rep
 
