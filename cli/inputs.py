@@ -546,6 +546,34 @@ def non_empty_command(ctx: click.Context, param: click.Parameter, words: tuple[s
     return words
 
 
+def refuse_repeated_options(command: click.Command) -> click.Command:
+    """Make ``command`` (and a group's subcommands) refuse a single-value option given twice.
+
+    click keeps the last of ``--region a --region b`` silently; which one the user meant is a guess.
+    Repeatable options (``--param``) and flags are left alone.
+    """
+    if getattr(command, "_hpq_strict", False):
+        return command
+    original = command.parse_args
+
+    def parse_args(ctx: click.Context, args: list[str]) -> list[str]:
+        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+        seen: set[str | None] = set()
+        for param in order:
+            if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+                if param.name in seen:
+                    raise click.UsageError(f"{param.opts[-1]} is given more than once; give it once", ctx)
+                seen.add(param.name)
+        return original(ctx, args)
+
+    command.parse_args = parse_args  # type: ignore[method-assign]
+    command._hpq_strict = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            refuse_repeated_options(sub)
+    return command
+
+
 # --------------------------------------------------------------------------- regions and endpoints
 
 
@@ -628,6 +656,47 @@ def check_endpoint_environment(environ: dict[str, str] | None = None) -> None:
                 raise UsageError(f"{key}={env[key]!r} {bad}")
 
 
+# Settings botocore reads from the environment, with the values it accepts (botocore/configprovider.py,
+# https://docs.aws.amazon.com/sdkref/latest/guide/settings-reference.html). A bad one would otherwise
+# surface as a confusing error at the first client or request.
+_ENV_CHOICES = {
+    "AWS_RETRY_MODE": ("legacy", "standard", "adaptive"),
+    "AWS_STS_REGIONAL_ENDPOINTS": ("legacy", "regional"),
+    "AWS_USE_FIPS_ENDPOINT": ("true", "false"),
+    "AWS_USE_DUALSTACK_ENDPOINT": ("true", "false"),
+}
+
+
+def check_aws_environment(environ: dict[str, str] | None = None) -> None:
+    """Endpoints, retry settings and the files botocore will read, checked before any client exists."""
+    env = os.environ if environ is None else environ
+    check_endpoint_environment(env)
+    if env.get("AWS_MAX_ATTEMPTS", "").strip():
+        value = env["AWS_MAX_ATTEMPTS"]
+        if not re.fullmatch(r"\s*[0-9]{1,4}\s*", value) or int(value) < 1:
+            raise UsageError(f"AWS_MAX_ATTEMPTS={value!r} must be a whole number of attempts, at least 1")
+    for key, allowed in _ENV_CHOICES.items():
+        value = env.get(key)
+        if value and value.strip().lower() not in allowed:
+            raise UsageError(f"{key}={value!r} must be one of: {', '.join(allowed)}")
+    for key in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        value = env.get(key)
+        if not value:
+            continue
+        path = os.path.expanduser(value)
+        must_exist = key == "AWS_CA_BUNDLE"  # a missing config file is just an empty one
+        if not os.path.lexists(path):
+            if must_exist:
+                raise UsageError(f"{key}={value!r} does not exist")
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise UsageError(f"{key}={value!r}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{key}={value!r} is {_file_kind(mode)}, not a regular file")
+
+
 def resolve_region(region: str | None, profile: str | None) -> str | None:
     """The region a command will use: --region, AWS_REGION, AWS_DEFAULT_REGION, then the profile's config.
 
@@ -649,23 +718,27 @@ def resolve_region(region: str | None, profile: str | None) -> str | None:
 
 
 def check_profile(profile: str | None) -> None:
-    """--profile (or AWS_PROFILE) must name a profile in the AWS config or credentials file."""
+    """The AWS config files must parse; --profile (or AWS_PROFILE) must name a profile in them."""
+    import botocore.exceptions
     import botocore.session
 
     name = profile if profile is not None else (os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"))
-    if name is None:
-        return
-    bad = _printable(name)
-    if bad or not name.strip():
-        raise UsageError(f"AWS profile {name!r} {bad or 'is empty'}")
+    if name is not None:
+        bad = _printable(name)
+        if bad or not name.strip():
+            raise UsageError(f"AWS profile {name!r} {bad or 'is empty'}")
+    try:
+        profiles = botocore.session.Session(profile=None).available_profiles
+    except botocore.exceptions.ConfigParseError as exc:
+        raise UsageError(f"{exc}: fix or move it (see `aws configure`)") from None
     # botocore treats a missing "default" profile as empty, any other missing profile as an error.
-    if name != "default" and name not in botocore.session.Session(profile=None).available_profiles:
+    if name is not None and name != "default" and name not in profiles:
         raise UsageError(f"AWS profile {name!r} not found; list them with `aws configure list-profiles`")
 
 
 def check_aws_inputs(region: str | None, profile: str | None, services: Iterable[str]) -> str | None:
     """Everything about reaching AWS that can be checked offline; returns the region to use, if any."""
-    check_endpoint_environment()
+    check_aws_environment()
     check_profile(profile)
     chosen = resolve_region(region, profile)
     if not chosen:  # some paths need no AWS at all (hpq remote --proxy-command); client() insists later

@@ -44,7 +44,9 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, attr, _ = COMMANDS[cmd_name]
-        return getattr(importlib.import_module(module), attr)
+        from hpq.cli.inputs import refuse_repeated_options
+
+        return refuse_repeated_options(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]

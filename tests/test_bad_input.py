@@ -125,7 +125,7 @@ def run_row(row: Row, tmp_path: Path) -> tuple[subprocess.CompletedProcess, floa
     home.mkdir()
     extra, args = split_command(row.command)
     for name, make in FIXTURES.items():
-        if name in args:
+        if name in args or name in extra.values():
             make(work / name)
     env = base_env(home, f"http://127.0.0.1:{free_port()}")  # nothing listens there
     env.update(extra)

@@ -101,8 +101,8 @@ def client(session: Any, service: str, region: str | None = None) -> Any:
         return session.client(service, region_name=region, config=_retry_config())
     except bex.NoRegionError:
         raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION") from None
-    except ValueError as exc:  # botocore: "Invalid endpoint: ..." from AWS_ENDPOINT_URL or the config file
-        raise UsageError(f"cannot use the AWS endpoint for {service}: {exc}") from None
+    except ValueError as exc:  # botocore: "Invalid endpoint: ..." (config file endpoint_url), a bad setting
+        raise UsageError(f"cannot create the AWS {service} client: {exc}") from None
 
 
 def region_of(session: Any) -> str:
@@ -141,6 +141,8 @@ def translate(exc: BaseException, action: str) -> Exception | None:
         return UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
     if isinstance(exc, bex.ProfileNotFound):
         return CredentialsError(f"{exc}; list profiles with `aws configure list-profiles`")
+    if isinstance(exc, bex.ConfigParseError):
+        return UsageError(f"{exc}: fix or move it (see `aws configure`)")
     if isinstance(exc, bex.EndpointConnectionError | bex.ConnectTimeoutError | bex.ReadTimeoutError):
         return AwsFailure(f"{action}: cannot reach AWS ({exc}); check network, --region and AWS_ENDPOINT_URL")
     if isinstance(exc, bex.ParamValidationError):

@@ -9,6 +9,7 @@ import click
 
 from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
+from hpq.errors import UsageError
 
 
 def ssh_options(func: Any) -> Any:
@@ -36,6 +37,8 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
     from hpq.cli.aws import ssh as aws_ssh
     from hpq.cli.aws.session import client, make_session
 
+    if host and not proxy_command:
+        raise UsageError("--host is only used with --proxy-command (without it, hpq reaches the node through SSM)")
     cl = None
     if proxy_command and host:
         name = host

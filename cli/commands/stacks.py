@@ -137,11 +137,11 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
     from hpq.cli.aws import stacks as aws_stacks
     from hpq.cli.aws.session import client, make_session
 
+    if not yes and not sys.stdin.isatty():  # known before any AWS call
+        raise UsageError(f"refusing to delete {stack} without confirmation: pass --yes")
     session = make_session(region, profile)
     info = aws_stacks.describe(client(session, "cloudformation"), stack)
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to delete {info.name} without confirmation: pass --yes")
         click.confirm(f"Delete stack {info.name} ({info.status}) and everything in it?", abort=True, err=True)
     result = destroy_stack(session, stack, empty_buckets, not no_wait, poll_seconds)
     if output == "json":
