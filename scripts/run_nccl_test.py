@@ -75,7 +75,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--nccl-debug", default=os.environ.get("NCCL_DEBUG", "INFO"),
                     help="NCCL_DEBUG level (default INFO, subsystems INIT,NET: shows the transport chosen)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    ap.add_argument("--corrupt", default=None, help=argparse.SUPPRESS)  # test-only, built-in benchmark
     args = ap.parse_args(argv)
     for name in ("minbytes", "maxbytes"):
         try:
@@ -190,8 +189,6 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
                   "torch.distributed benchmark" % (args.op, ", ".join(NCCL_TESTS_DIRS[:2])))
         python = launch.find_torch_python(args.python)
         bargs = bench_args(args) + ["--op", args.op, "-d", args.datatype]
-        if args.corrupt:
-            bargs += ["--corrupt", args.corrupt]
         if launcher == "slurm":
             cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs)
             runner = None

@@ -81,7 +81,9 @@ def cfn_responses():
 # ------------------------------------------------------------------------------- helm stand-in
 
 FAKE_HELM = '''#!{python}
-"""helm stand-in: records argv and the kubeconfig it was given, answers as told by env."""
+"""helm stand-in: records argv and the kubeconfig it was given, answers as told by env.
+
+Like helm (a cobra CLI), a failure's "Error: ..." goes to stderr with exit 1; output goes to stdout."""
 import json, os, sys, time
 args = sys.argv[1:]
 sub = args[0] if args else ""
@@ -97,6 +99,7 @@ with open(os.environ["FAKE_HELM_LOG"], "a") as fh:
 key = sub.upper().replace("-", "_")
 time.sleep(float(os.environ.get("FAKE_HELM_SLEEP_" + key, "0")))
 sys.stdout.write(os.environ.get("FAKE_HELM_OUT_" + key, ""))
+sys.stderr.write(os.environ.get("FAKE_HELM_ERR_" + key, ""))
 sys.exit(int(os.environ.get("FAKE_HELM_RC_" + key, "0")))
 '''
 
@@ -105,10 +108,12 @@ class FakeHelm:
     def __init__(self, path: str, log: str, monkeypatch: Any) -> None:
         self.path, self.log, self._mp = path, log, monkeypatch
 
-    def answer(self, sub: str, rc: int = 0, out: str = "", sleep: float = 0.0) -> None:
+    def answer(self, sub: str, rc: int = 0, out: str = "", sleep: float = 0.0, err: str | None = None) -> None:
+        """``out`` is what helm prints: on stdout when it succeeds, on stderr (helm's "Error: ...") when rc != 0."""
         key = sub.upper().replace("-", "_")
         self._mp.setenv("FAKE_HELM_RC_" + key, str(rc))
-        self._mp.setenv("FAKE_HELM_OUT_" + key, out)
+        self._mp.setenv("FAKE_HELM_OUT_" + key, out if rc == 0 else "")
+        self._mp.setenv("FAKE_HELM_ERR_" + key, err if err is not None else (out if rc != 0 else ""))
         self._mp.setenv("FAKE_HELM_SLEEP_" + key, str(sleep))
 
     def calls(self) -> list[dict[str, Any]]:
