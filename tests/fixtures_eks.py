@@ -208,7 +208,9 @@ class FakeKube:
     gone, Background removes the object and then its pods, Orphan leaves the pods. Without one, each
     kind's default applies: a batch/v1 Job orphans its pods (kept for backward compatibility:
     Kubernetes pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy; the Jobs concept
-    page says the same), custom resources such as MPIJob and PyTorchJob delete them in the background.
+    page says the same; DeleteOptions.propagationPolicy in the API reference: "the resource-specific
+    default policy"; seen on EKS in github.com/juliacomputing/kuber.jl issue 52), custom resources such as
+    MPIJob and PyTorchJob delete them in the background.
     The simulated garbage collector is asynchronous like the real one: it acts GC_DELAY requests later.
     """
 

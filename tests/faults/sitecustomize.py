@@ -53,3 +53,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 if _SPEC:
     sys.meta_path.insert(0, _AfterImport())
+if os.environ.get("COVERAGE_PROCESS_CONFIG"):  # this file shadows the coverage start-up one (conftest.py)
+    try:
+        import coverage
+
+        coverage.process_startup()
+    except ImportError:
+        pass
