@@ -84,6 +84,12 @@ SERVICES_EKS = ("eks", "sts")
 SERVICES_QUOTAS = ("service-quotas", "sagemaker")
 
 
+def show(value: object, limit: int = 100) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error line quotes what was given, not a megabyte of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(str(value))} characters)"
+
+
 def _printable(value: str) -> str | None:
     """Why ``value`` cannot be a name at all (not UTF-8, control characters), or None."""
     try:
@@ -117,7 +123,7 @@ class Text(click.ParamType):
         if bad is None and value:
             bad = self.check(value)
         if bad:
-            self.fail(f"{self.what} {value!r} {bad}", param, ctx)
+            self.fail(f"{self.what} {show(value)} {bad}", param, ctx)
         return value
 
 
@@ -335,13 +341,13 @@ class Count(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, bool):
-            self.fail(f"{value!r} is not a whole number ({self.what})", param, ctx)
+            self.fail(f"{show(value)} is not a whole number ({self.what})", param, ctx)
         if isinstance(value, str):
             if not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", value):
-                self.fail(f"{value!r} is not a whole number ({self.what})", param, ctx)
+                self.fail(f"{show(value)} is not a whole number ({self.what})", param, ctx)
             value = int(value)
         if not isinstance(value, int):
-            self.fail(f"{value!r} is not a whole number ({self.what})", param, ctx)
+            self.fail(f"{show(value)} is not a whole number ({self.what})", param, ctx)
         if not self.lo <= value <= self.hi:
             self.fail(f"{value} is out of range {self.lo}-{self.hi} ({self.what})", param, ctx)
         return value
@@ -386,9 +392,9 @@ class Seconds(click.ParamType):
         try:
             number = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+            self.fail(f"{show(value)} is not a number of seconds", param, ctx)
         if not math.isfinite(number) or not self.lo <= number <= self.hi:
-            self.fail(f"{value!r} must be a number of seconds between {self.lo:g} and {self.hi:g}", param, ctx)
+            self.fail(f"{show(value)} must be a number of seconds between {self.lo:g} and {self.hi:g}", param, ctx)
         return number
 
 
@@ -412,26 +418,26 @@ class InputFile(click.ParamType):
             return value
         bad = _printable(value)
         if bad or not value:
-            self.fail(f"{self.what} path {value!r} {bad or 'is empty'}", param, ctx)
+            self.fail(f"{self.what} path {show(value)} {bad or 'is empty'}", param, ctx)
         path = os.path.expanduser(value)
         try:
             st = os.stat(path)  # stat never blocks, even on a FIFO
         except OSError as exc:
-            self.fail(f"cannot read {value!r}: {exc.strerror}", param, ctx)
+            self.fail(f"cannot read {show(value)}: {exc.strerror}", param, ctx)
         if not stat.S_ISREG(st.st_mode):
-            self.fail(f"{value!r} is {_file_kind(st.st_mode)}, not a regular file", param, ctx)
+            self.fail(f"{show(value)} is {_file_kind(st.st_mode)}, not a regular file", param, ctx)
         if self.max_bytes is not None and st.st_size > self.max_bytes:
-            self.fail(f"{value!r} is {st.st_size} bytes; at most {self.max_bytes} are accepted", param, ctx)
+            self.fail(f"{show(value)} is {st.st_size} bytes; at most {self.max_bytes} are accepted", param, ctx)
         try:
             with open(path, "rb") as fh:
                 data = fh.read() if self.text else fh.read(0)
         except OSError as exc:
-            self.fail(f"cannot read {value!r}: {exc.strerror}", param, ctx)
+            self.fail(f"cannot read {show(value)}: {exc.strerror}", param, ctx)
         if self.text:
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError as exc:
-                self.fail(f"{value!r} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
+                self.fail(f"{show(value)} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
                           f"give a source file", param, ctx)
         return value
 
@@ -455,11 +461,11 @@ class OutputDir(click.ParamType):
             return value
         bad = _printable(value)
         if bad or not value.strip():
-            self.fail(f"output folder {value!r} {bad or 'is empty'} (use -o . for the current folder)",
+            self.fail(f"output folder {show(value)} {bad or 'is empty'} (use -o . for the current folder)",
                       param, ctx)
         path = os.path.expanduser(value)
         if os.path.lexists(path) and not os.path.isdir(path):
-            self.fail(f"{value!r} exists and is not a folder", param, ctx)
+            self.fail(f"{show(value)} exists and is not a folder", param, ctx)
         return value
 
 
@@ -476,15 +482,15 @@ class WritableFile(click.ParamType):
             return value
         bad = _printable(value)
         if bad or not value.strip():
-            self.fail(f"{self.what} path {value!r} {bad or 'is empty'}", param, ctx)
+            self.fail(f"{self.what} path {show(value)} {bad or 'is empty'}", param, ctx)
         path = os.path.expanduser(value)
         if os.path.lexists(path):
             try:
                 mode = os.stat(path).st_mode
             except OSError as exc:
-                self.fail(f"cannot use {value!r}: {exc.strerror}", param, ctx)
+                self.fail(f"cannot use {show(value)}: {exc.strerror}", param, ctx)
             if not stat.S_ISREG(mode):
-                self.fail(f"{value!r} is {_file_kind(mode)}, not a regular file", param, ctx)
+                self.fail(f"{show(value)} is {_file_kind(mode)}, not a regular file", param, ctx)
         return value
 
 
@@ -496,10 +502,10 @@ class ExistingDir(click.ParamType):
             return value
         bad = _printable(value)
         if bad or not value.strip():
-            self.fail(f"folder {value!r} {bad or 'is empty'}", param, ctx)
+            self.fail(f"folder {show(value)} {bad or 'is empty'}", param, ctx)
         if not os.path.isdir(os.path.expanduser(value)):
             what = "does not exist" if not os.path.lexists(value) else "is not a folder"
-            self.fail(f"{value!r} {what}", param, ctx)
+            self.fail(f"{show(value)} {what}", param, ctx)
         return value
 
 
@@ -529,7 +535,7 @@ def unique_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     for pair in values or ():
         key = pair.partition("=")[0]
         if key in seen:
-            raise click.BadParameter(f"{key} is given twice ({seen[key]!r} and {pair!r}); give it once",
+            raise click.BadParameter(f"{key} is given twice ({show(seen[key])} and {show(pair)}); give it once",
                                      ctx=ctx, param=param)
         seen[key] = pair
     return values
@@ -540,7 +546,7 @@ def non_empty_command(ctx: click.Context, param: click.Parameter, words: tuple[s
     for word in words:
         bad = _printable(word.replace("\n", " ").replace("\t", " "))
         if bad:
-            raise click.BadParameter(f"{word!r} {bad}", ctx=ctx, param=param)
+            raise click.BadParameter(f"{show(word)} {bad}", ctx=ctx, param=param)
     if not any(w.strip() for w in words):
         raise click.BadParameter("the command is empty", ctx=ctx, param=param)
     return words
@@ -653,7 +659,7 @@ def check_endpoint_environment(environ: dict[str, str] | None = None) -> None:
         if key == "AWS_ENDPOINT_URL" or key.startswith("AWS_ENDPOINT_URL_"):
             bad = endpoint_problem(env[key])
             if bad:
-                raise UsageError(f"{key}={env[key]!r} {bad}")
+                raise UsageError(f"{key}={show(env[key])} {bad}")
 
 
 # Settings botocore reads from the environment, with the values it accepts (botocore/configprovider.py,
@@ -674,11 +680,11 @@ def check_aws_environment(environ: dict[str, str] | None = None) -> None:
     if env.get("AWS_MAX_ATTEMPTS", "").strip():
         value = env["AWS_MAX_ATTEMPTS"]
         if not re.fullmatch(r"\s*[0-9]{1,4}\s*", value) or int(value) < 1:
-            raise UsageError(f"AWS_MAX_ATTEMPTS={value!r} must be a whole number of attempts, at least 1")
+            raise UsageError(f"AWS_MAX_ATTEMPTS={show(value)} must be a whole number of attempts, at least 1")
     for key, allowed in _ENV_CHOICES.items():
         value = env.get(key)
         if value and value.strip().lower() not in allowed:
-            raise UsageError(f"{key}={value!r} must be one of: {', '.join(allowed)}")
+            raise UsageError(f"{key}={show(value)} must be one of: {', '.join(allowed)}")
     for key in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         value = env.get(key)
         if not value:
@@ -687,14 +693,14 @@ def check_aws_environment(environ: dict[str, str] | None = None) -> None:
         must_exist = key == "AWS_CA_BUNDLE"  # a missing config file is just an empty one
         if not os.path.lexists(path):
             if must_exist:
-                raise UsageError(f"{key}={value!r} does not exist")
+                raise UsageError(f"{key}={show(value)} does not exist")
             continue
         try:
             mode = os.stat(path).st_mode
         except OSError as exc:
-            raise UsageError(f"{key}={value!r}: {exc.strerror}") from None
+            raise UsageError(f"{key}={show(value)}: {exc.strerror}") from None
         if not stat.S_ISREG(mode):
-            raise UsageError(f"{key}={value!r} is {_file_kind(mode)}, not a regular file")
+            raise UsageError(f"{key}={show(value)} is {_file_kind(mode)}, not a regular file")
 
 
 def resolve_region(region: str | None, profile: str | None) -> str | None:
@@ -714,7 +720,7 @@ def resolve_region(region: str | None, profile: str | None) -> str | None:
         return botocore.session.Session(profile=profile or None).get_config_variable("region") or None
     except botocore.exceptions.ProfileNotFound:
         name = profile or os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
-        raise UsageError(f"AWS profile {name!r} not found; list them with `aws configure list-profiles`") from None
+        raise UsageError(f"AWS profile {show(name)} not found; list them with `aws configure list-profiles`") from None
 
 
 def check_profile(profile: str | None) -> None:
@@ -726,14 +732,14 @@ def check_profile(profile: str | None) -> None:
     if name is not None:
         bad = _printable(name)
         if bad or not name.strip():
-            raise UsageError(f"AWS profile {name!r} {bad or 'is empty'}")
+            raise UsageError(f"AWS profile {show(name)} {bad or 'is empty'}")
     try:
         profiles = botocore.session.Session(profile=None).available_profiles
     except botocore.exceptions.ConfigParseError as exc:
         raise UsageError(f"{exc}: fix or move it (see `aws configure`)") from None
     # botocore treats a missing "default" profile as empty, any other missing profile as an error.
     if name is not None and name != "default" and name not in profiles:
-        raise UsageError(f"AWS profile {name!r} not found; list them with `aws configure list-profiles`")
+        raise UsageError(f"AWS profile {show(name)} not found; list them with `aws configure list-profiles`")
 
 
 def check_aws_inputs(region: str | None, profile: str | None, services: Iterable[str]) -> str | None:
@@ -747,7 +753,7 @@ def check_aws_inputs(region: str | None, profile: str | None, services: Iterable
                                              if os.environ.get(k) == chosen), "the profile's region")
     bad = region_problem(chosen, services)
     if bad:
-        raise UsageError(f"{source} {chosen!r} {bad}")
+        raise UsageError(f"{source} {show(chosen)} {bad}")
     return chosen
 
 
@@ -756,5 +762,5 @@ def check_cluster_name_for_stack(stack_name: str, params: Iterable[str]) -> None
     if any(p.partition("=")[0] == "ClusterName" for p in params):
         return
     if len(stack_name) > 63 or not re.fullmatch(HYPERPOD_NAME_RE, stack_name):
-        raise UsageError(f"--stack-name {stack_name!r} is also the HyperPod cluster name, which must be 1-63 "
+        raise UsageError(f"--stack-name {show(stack_name)} is also the HyperPod cluster name, which must be 1-63 "
                          "letters, digits and '-': shorten it or pass --param ClusterName=NAME")

@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     bad = _undecodable(args)
     if bad is not None:
-        click.echo(f"hpq: error: argument {bad!r} is not valid UTF-8", err=True)
+        from hpq.cli.inputs import show
+
+        click.echo(f"hpq: error: argument {show(bad)} is not valid UTF-8", err=True)
         sys.exit(EXIT_USAGE)
     try:
         rv = cli.main(args=args, prog_name="hpq", standalone_mode=False)
