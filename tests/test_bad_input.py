@@ -77,6 +77,7 @@ FIXTURES = {
     "big.py": lambda p: p.write_text("# filler\n" * 233_017),
     "my train.py": lambda p: p.write_text("print('training')\n"),
     "key.pem": lambda p: p.write_text("not really a key\n"),
+    "blocked": lambda p: (p / "eks-trn" / "root.json").mkdir(parents=True),
 }
 
 

@@ -76,6 +76,11 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
     # Render (and so validate) everything before writing anything.
     rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
     out_dir = Path(out)
+    for name, files in rendered.items():  # every target checked before the first write: all or nothing
+        for path in [out_dir / name] + [out_dir / name / f for f in (*files, cfn_synth.MANIFEST_FILE)]:
+            is_dir_target = path == out_dir / name
+            if path.exists() and not (path.is_dir() if is_dir_target else path.is_file()):
+                raise UsageError(f"{path} is in the way: it exists and is not a {'folder' if is_dir_target else 'file'}")
     total = 0
     for name, files in rendered.items():
         try:
