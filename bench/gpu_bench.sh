@@ -2,8 +2,11 @@
 # Everything the GPU benchmarks of docs/benchmarks.md need, in one run on a multi-GPU box
 # without Slurm or internet (the device machine). Writes at most 8 files to $OUT.
 #   STAGES="env nccl nanogpt" bench/gpu_bench.sh
-# Stages: env (versions, topology), nccl (NCCL baseline vs built-in benchmark, same sizes,
-# baseline run twice around the built-in one), nanogpt (gpt2-124m on 1 GPU, then all GPUs).
+# Stages: env (versions, topology), nccltests (NVIDIA nccl-tests 2.19.6 built here against torch's NCCL,
+# interleaved with the built-in benchmark, twice each; the mpirun path once if mpirun exists),
+# nccl (the older NCCL baseline program vs built-in), nanogpt (gpt2-124m on 1 GPU, then all GPUs).
+# nccltests needs the nccl-tests source tarball: NCCL_TESTS_TGZ (default .tools/nccl-tests-2.19.6.tar.gz,
+# an ignored folder the device tool can carry; the tarball is third-party and never committed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hpq-bench-out}
@@ -17,6 +20,9 @@ NG_ARGS=${NG_ARGS:-"--compile"}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export HPQ_IMDS_ENDPOINT=off PYTHONUNBUFFERED=1 HPQ_RESULTS_DIR=/tmp/hpq-results NCCL_DEBUG=WARN
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+# File prefix like h200x4 / h100x1, from the GPU's own name.
+TAG=$(python3 -c 'import re, torch; m = re.search(r"([HAB]\d{2,3})", torch.cuda.get_device_name(0)); print((m.group(1) if m else "gpu").lower())')x$NGPU
+NCCL_TESTS_TGZ=${NCCL_TESTS_TGZ:-.tools/nccl-tests-2.19.6.tar.gz}
 
 # The node bundle layout (<root>/hpq/{scripts,lifecycle}), as on a cluster node: nothing installed.
 B=/tmp/hpq-bundle
@@ -33,6 +39,33 @@ if stage env; then
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
     nproc; } > "$OUT/env.txt" 2>&1
   tail -4 "$OUT/env.txt"
+fi
+
+if stage nccltests; then
+  t build nccl-tests
+  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+  bash bench/build_nccl_tests.sh "$NCCL_TESTS_TGZ" /tmp/nccl-tests "$NCCL_DIR" > "$OUT/nccl-tests_build.txt" 2>&1 \
+      || { echo "nccl-tests build failed"; tail -20 "$OUT/nccl-tests_build.txt"; }
+  ART=/tmp/nccl-tests/build/all_reduce_perf
+  export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Interleaved on the same GPUs: nccl-tests, built-in, nccl-tests, built-in (same sizes, same session).
+  for i in 1 2; do
+    t "nccl-tests $i"
+    "$ART" -b 8 -e "$MAXB" -f 2 -g "$NGPU" > "$OUT/${TAG}_nccl-tests_all_reduce_perf_run$i.txt" 2>&1
+    echo "all_reduce_perf exit $?"
+    t "built-in $i"
+    run-nccl-test 1 "$NGPU" --launcher local --builtin -b 8 -e "$MAXB" --log-dir /tmp/hpq-results \
+        > "$OUT/${TAG}_run-nccl-test_builtin_run$i.txt" 2>&1
+    echo "run-nccl-test exit $?"
+  done
+  if command -v mpirun >/dev/null; then
+    t "run-nccl-test through nccl-tests + mpirun"
+    NCCL_TESTS_HOME=/tmp/nccl-tests/build run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" \
+        --log-dir /tmp/hpq-results > "$OUT/${TAG}_run-nccl-test_mpirun.txt" 2>&1
+    echo "run-nccl-test (mpirun path) exit $?"
+  else
+    echo "no mpirun on this machine: the nccl-tests path of run-nccl-test was not run" | tee "$OUT/${TAG}_no-mpirun.txt"
+  fi
 fi
 
 if stage nccl; then

@@ -4,22 +4,55 @@ Slurm variants: controller group (+ optional login group) and one worker group;
 EKS variants: one worker group with Orchestrator.Eks. Every group uses the ONE
 node subnet (EFA cannot cross AZs), the lifecycle bucket, an EBS volume and
 automatic node recovery. Worker types are limited to the variant's accelerator.
+
+Slurm is configured the API-driven way (the model AWS is moving to): the cluster gets
+``Orchestrator.Slurm.SlurmConfigStrategy: Managed`` and every group a ``SlurmConfig``
+with its ``NodeType`` (Controller, Login, Compute) and, for the workers, the partition.
+Sources: CloudFormation reference AWS::SageMaker::Cluster ClusterSlurmConfig and
+ClusterOrchestratorSlurmConfig; SageMaker Developer Guide "SageMaker HyperPod Slurm
+configuration" (sagemaker-hyperpod-ref.html#sagemaker-hyperpod-ref-slurm-configuration)
+and "Migrating to API-driven Slurm configuration"
+(sagemaker-hyperpod-slurm-api-config-migration.html), which says HyperPod refuses a
+cluster that has both this and a provisioning_parameters.json; hpq never writes that file.
+
+``LifeCycleConfig.OnCreate`` is the bare file name ``on_create.sh`` at the root of
+SourceS3Uri (the API documents it as a file name; the node bundle carries a root shim).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import GetAtt, If, Ref
+from troposphere import And, Condition, Equals, GetAtt, If, Not, Or, Ref
 from troposphere import sagemaker as sm
 
-from hpq.cfn import common
+from hpq.cfn import common, offers
 from hpq.lifecycle import names
 
 CONTROLLER_EBS_GB = 100
 CONTROLLER_THREADS_PER_CORE = 2
 MAX_WORKERS = 256
 FSX_ID_TAG_KEY = "hpq:fsx-file-system-id"
+# HyperPod manages slurm.conf's partitions from the API configuration (ClusterOrchestratorSlurmConfig).
+SLURM_CONFIG_STRATEGY = "Managed"
+# A training plan ARN as the AWS::SageMaker::Cluster schema's TrainingPlanArn pattern has it.
+TRAINING_PLAN_ARN_PATTERN = r"^$|^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:training-plan/.+$"
+INSTANCE_TYPE_PATTERN = r"^$|^ml\.[a-z0-9-]+\.[a-z0-9]+$"
+USES_TRAINING_PLAN = "WorkersUseTrainingPlan"
+ON_DEMAND_OFFER = "WorkerOnDemandOffer"
+ON_DEMAND_WORKERS = "WorkersOnDemand"
+NEEDS_PLAN_RULE = "WorkerTypeNeedsATrainingPlan"
+# OnStartDeepHealthChecks (ClusterInstanceGroup; DeepHealthCheckType InstanceStress | InstanceConnectivity):
+# off by default, they add a long hardware stress test to every node's start.
+DEEP_HEALTH_CHECKS = {
+    "None": None,
+    "InstanceStress": ["InstanceStress"],
+    "InstanceConnectivity": ["InstanceConnectivity"],
+    "InstanceStress,InstanceConnectivity": ["InstanceStress", "InstanceConnectivity"],
+}
+# NodeProvisioningMode: the property only takes "Continuous"; leaving it out is HyperPod's standard mode
+# (all-or-nothing creation), the default here as in AWS's console stack (hyperpod-cluster-template.yaml).
+PROVISIONING_MODES = ("Standard", "Continuous")
 
 
 @dataclass(frozen=True)
@@ -34,20 +67,89 @@ class HyperPodConfig:
     worker_group: str = names.WORKER_GROUP
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
+    partition: str = common.SLURM_PARTITION
 
     @property
     def slurm(self) -> bool:
         return self.orchestrator == "slurm"
 
 
-def _group(name: str, instance_type, count, ebs_gb, threads, role, uri) -> sm.ClusterInstanceGroup:
+def _group(name: str, instance_type, count, ebs_gb, threads, role, uri, **extra) -> sm.ClusterInstanceGroup:
     return sm.ClusterInstanceGroup(
         InstanceGroupName=name, InstanceType=instance_type, InstanceCount=count, ExecutionRole=role,
         ThreadsPerCore=threads,
-        LifeCycleConfig=sm.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_SCRIPT),
+        LifeCycleConfig=sm.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_ENTRY),
         InstanceStorageConfigs=[sm.ClusterInstanceStorageConfig(
             EbsVolumeConfig=sm.ClusterEbsVolumeConfig(VolumeSizeInGB=ebs_gb))],
+        **extra,
     )
+
+
+def slurm_config(node_type: str, partition: str | None = None) -> sm.ClusterSlurmConfig:
+    """ClusterSlurmConfig: NodeType Controller/Login/Compute; workers name their (one) partition."""
+    if partition is None:
+        return sm.ClusterSlurmConfig(NodeType=node_type)
+    return sm.ClusterSlurmConfig(NodeType=node_type, PartitionNames=[partition])
+
+
+def _worker_group(t: common.Template, cfg: HyperPodConfig, worker_type, worker_count, ebs, threads, role, uri):
+    """The worker group: on demand where the type has an offer in the region, else on a training plan.
+
+    With TrainingPlanArn the group gets the plan and its type comes through TrainingPlanInstanceType (the
+    root passes WorkerInstanceType): the on-demand offer data does not apply to reserved capacity, and
+    HyperPod checks the type against the plan. Without one, the group is on demand only under the
+    WorkerOnDemandOffer condition (cfn-lint's offer data, see cfn/offers.py; cfn-lint checks every value
+    that reaches it), and the WorkerTypeNeedsATrainingPlan rule refuses a type/region without an offer
+    before anything is created.
+    """
+    # No Default on these two: the root always passes them, and cfn-lint then has no value to resolve into a
+    # group that only exists on a plan (the on-demand offer data does not apply to reserved capacity).
+    plan = common.param(t, "TrainingPlanArn", "SageMaker training plan for the workers, or empty (the root passes "
+                        "its own TrainingPlanArn).", AllowedPattern=TRAINING_PLAN_ARN_PATTERN,
+                        ConstraintDescription="empty or a training plan ARN.")
+    plan_type = common.param(t, "TrainingPlanInstanceType", "Worker type reserved by TrainingPlanArn, or empty (the "
+                             "root passes WorkerInstanceType when a plan is given).",
+                             AllowedPattern=INSTANCE_TYPE_PATTERN, ConstraintDescription="empty or an ml.* type.")
+    checks = common.param(t, "OnStartDeepHealthChecks", "Deep health checks on every worker as it starts (long; "
+                          "None skips them).", Default="None", AllowedValues=list(DEEP_HEALTH_CHECKS))
+    t.add_condition(USES_TRAINING_PLAN, Not(Equals(plan, "")))
+    t.add_condition(ON_DEMAND_OFFER, offers.offer_condition("WorkerInstanceType", cfg.worker_types))
+    t.add_condition(ON_DEMAND_WORKERS, And(Condition(ON_DEMAND_OFFER), Not(Condition(USES_TRAINING_PLAN))))
+    t.add_rule(NEEDS_PLAN_RULE, {"Assertions": [{
+        "Assert": Or(Not(Equals(Ref("TrainingPlanArn"), "")),
+                     offers.offer_rule_assertion("WorkerInstanceType", cfg.worker_types)),
+        "AssertDescription": "WorkerInstanceType has no on-demand SageMaker HyperPod offer in this region: give "
+                             "TrainingPlanArn (a SageMaker training plan for that type) or deploy in a region that "
+                             "offers it (hpq deploy names them).",
+    }]})
+    t.add_rule("TrainingPlanNamesItsType", {"Assertions": [{
+        "Assert": Or(And(Equals(plan, ""), Equals(plan_type, "")),
+                     And(Not(Equals(plan, "")), Not(Equals(plan_type, "")))),
+        "AssertDescription": "TrainingPlanArn and TrainingPlanInstanceType go together.",
+    }]})
+    extra = {"SlurmConfig": slurm_config("Compute", cfg.partition)} if cfg.slurm else {}
+    for name, checks_list in DEEP_HEALTH_CHECKS.items():
+        if checks_list:
+            t.add_condition(_checks_condition(name), Equals(checks, name))
+    extra["OnStartDeepHealthChecks"] = _checks_value()
+    on_plan = _group(cfg.worker_group, plan_type, worker_count, ebs, threads, role, uri, TrainingPlanArn=plan,
+                     **extra)
+    on_demand = _group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri, **extra)
+    # Neither a plan nor an offer never gets this far: the WorkerTypeNeedsATrainingPlan rule refuses it.
+    return If(ON_DEMAND_WORKERS, on_demand, on_plan)
+
+
+def _checks_condition(name: str) -> str:
+    return "DeepHealthChecks" + name.replace(",", "")
+
+
+def _checks_value():
+    """Fn::If chain from the OnStartDeepHealthChecks parameter to the property's list (or no property)."""
+    value = Ref("AWS::NoValue")
+    for name, checks_list in reversed(list(DEEP_HEALTH_CHECKS.items())):
+        if checks_list:
+            value = If(_checks_condition(name), checks_list, value)
+    return value
 
 
 def build(cfg: HyperPodConfig) -> common.Template:
@@ -81,13 +183,17 @@ def build(cfg: HyperPodConfig) -> common.Template:
                                   Default=cfg.default_controller_type, AllowedValues=list(cfg.controller_types))
         t.add_condition("HasLoginGroup", {"Fn::Equals": [login_on, "true"]})
         groups.append(_group(cfg.controller_group, ctl_type, 1, CONTROLLER_EBS_GB, CONTROLLER_THREADS_PER_CORE,
-                             role, uri))
+                             role, uri, SlurmConfig=slurm_config("Controller")))
         groups.append(If("HasLoginGroup", _group(cfg.login_group, login_type, 1, CONTROLLER_EBS_GB,
-                                                 CONTROLLER_THREADS_PER_CORE, role, uri), Ref("AWS::NoValue")))
-    groups.append(_group(cfg.worker_group, worker_type, worker_count, ebs, threads, role, uri))
+                                                 CONTROLLER_THREADS_PER_CORE, role, uri,
+                                                 SlurmConfig=slurm_config("Login")), Ref("AWS::NoValue")))
+    groups.append(_worker_group(t, cfg, worker_type, worker_count, ebs, threads, role, uri))
 
     kwargs = {}
-    if not cfg.slurm:
+    if cfg.slurm:
+        kwargs["Orchestrator"] = sm.Orchestrator(Slurm=sm.ClusterOrchestratorSlurmConfig(
+            SlurmConfigStrategy=SLURM_CONFIG_STRATEGY))
+    else:
         eks_arn = common.param(t, "EksClusterArn", "EKS cluster HyperPod orchestrates with.",
                                AllowedPattern=r"^arn:aws[a-z-]*:eks:[a-z0-9-]+:[0-9]{12}:cluster/.+$",
                                ConstraintDescription="an EKS cluster ARN.")
@@ -95,8 +201,13 @@ def build(cfg: HyperPodConfig) -> common.Template:
         kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
+    mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up (or "
+                        "fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster events.",
+                        Default="Standard", AllowedValues=list(PROVISIONING_MODES))
+    t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
     cluster = t.add_resource(sm.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
+        NodeProvisioningMode=If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue")),
         VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
         Tags=common.tags(extra={names.CLUSTER_TAG_KEY: cluster_name, FSX_ID_TAG_KEY: fsx_id}),
         **kwargs,

@@ -19,7 +19,15 @@ CLUSTER_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 EKS_CLUSTER_POLICY = "AmazonEKSClusterPolicy"
 LAMBDA_BASIC_POLICY = "service-role/AWSLambdaBasicExecutionRole"
 
+FSX_CSI_POLICY = "AmazonFSxFullAccess"
 OUT_HELM_ROLE_ARN = "HelmRoleArn"
+OUT_FSX_CSI_ROLE_ARN = "FsxCsiRoleArn"
+# Trust policy for a role assumed through EKS Pod Identity (EKS user guide, pod-id-role.html).
+POD_IDENTITY_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                   "Action": ["sts:AssumeRole", "sts:TagSession"]}],
+}
 OUT_EKS_CLUSTER_ROLE_ARN = "EksClusterRoleArn"
 
 
@@ -35,7 +43,22 @@ def _statement(sid: str, actions: list[str], resource, condition: dict | None = 
     return s
 
 
+def _ec2_arns(*resource_types: str) -> list[Sub]:
+    """EC2 ARNs of the given resource types in this region: this account's, except instances.
+
+    HyperPod's instances live in an account SageMaker owns, while their ENIs are created in the customer's subnet
+    (CreateNetworkInterfacePermission lets that account attach them): an instance ARN may name any account."""
+    account = {"instance": "*"}
+    return [Sub(f"arn:${{AWS::Partition}}:ec2:${{AWS::Region}}:{account.get(rtype, '${AWS::AccountId}')}:{rtype}/*")
+            for rtype in resource_types]
+
+
 def _execution_statements(eks: bool) -> list[dict]:
+    """The node role's own policy. Every write or permissions-management action names the resource types IAM
+    authorizes it on (IAM Service Authorization Reference, Amazon EC2) in this region and account, as AWS's console
+    stacks scope the same ENI actions (aws/sagemaker-hyperpod-cluster-setup slurm/cloudformation/slurm-iam-role-
+    template.yaml and eks/cloudformation/sagemaker-iam-role-template.yaml); only read and list actions keep
+    Resource "*", where IAM offers nothing narrower."""
     bucket = Sub("arn:${AWS::Partition}:s3:::${LifecycleBucketName}")
     out = [
         _statement("LifecycleBucketList", ["s3:ListBucket"], bucket),
@@ -44,12 +67,12 @@ def _execution_statements(eks: bool) -> list[dict]:
         # filesystems cannot be scoped to one resource.
         _statement("FsxDiscover", ["fsx:DescribeFileSystems"], "*"),
         # HyperPod attaches node ENIs in the customer VPC (VpcConfig) on the node's behalf.
+        _statement("VpcDescribe", ["ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces",
+                                   "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"], "*"),
         _statement("VpcNetworkInterfaces", [
             "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
-            "ec2:DeleteNetworkInterfacePermission", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
-            "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups",
-            "ec2:DetachNetworkInterface",
-        ], "*"),
+            "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface",
+        ], _ec2_arns("network-interface", "subnet", "security-group", "instance")),
         _statement("TagNetworkInterfaces", ["ec2:CreateTags"], common.arn("ec2", "network-interface/*")),
         _statement("EcrPull", ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                                "ecr:BatchCheckLayerAvailability"], "*"),
@@ -61,11 +84,12 @@ def _execution_statements(eks: bool) -> list[dict]:
             _statement("EksDescribe", ["eks:DescribeCluster"], cluster),
             _statement("EksPodIdentity", ["eks-auth:AssumeRoleForPodIdentity"], cluster),
             # The VPC CNI on HyperPod nodes runs with the node role.
+            _statement("VpcCniDescribe", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeTags"],
+                       "*"),
             _statement("VpcCni", [
-                "ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:DescribeInstances",
-                "ec2:DescribeInstanceTypes", "ec2:DescribeTags", "ec2:ModifyNetworkInterfaceAttribute",
+                "ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute",
                 "ec2:UnassignPrivateIpAddresses",
-            ], "*"),
+            ], _ec2_arns("network-interface", "instance", "security-group")),
         ]
     return out
 
@@ -108,6 +132,13 @@ def build(cfg: IamConfig) -> common.Template:
         ]})],
         Tags=common.tags(),
     ))
+    # The FSx for Lustre CSI driver's controller: the managed policy its docs name
+    # (kubernetes-sigs/aws-fsx-csi-driver docs/install.md; EKS user guide fsx-csi-create.html).
+    fsx_csi_role = t.add_resource(iam.Role(
+        "FsxCsiDriverRole", AssumeRolePolicyDocument=POD_IDENTITY_TRUST,
+        ManagedPolicyArns=[common.managed_policy(FSX_CSI_POLICY)], Tags=common.tags(),
+    ))
     common.output(t, OUT_EKS_CLUSTER_ROLE_ARN, GetAtt(eks_role, "Arn"), "EKS cluster service role ARN.")
+    common.output(t, OUT_FSX_CSI_ROLE_ARN, GetAtt(fsx_csi_role, "Arn"), "FSx CSI driver role (EKS Pod Identity).")
     common.output(t, OUT_HELM_ROLE_ARN, GetAtt(helm_role, "Arn"), "Helm Lambda execution role ARN.")
     return t

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from hpq.errors import UsageError
 
-DEFAULT_REGIONS = ("us-east-1",)
+# The regions the templates must be clean in (HyperPod's main GPU/Trainium regions). cfn-lint's per-region
+# data (e.g. which HyperPod instance types have an on-demand offer, W1030) differs between them.
+DEFAULT_REGIONS = ("us-east-1", "us-east-2", "us-west-2")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from troposphere import Equals, GetAtt, Join, Not, Output, Parameter, Ref
+from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
 from troposphere import cloudformation as cfn
 
 from hpq import __version__
@@ -35,6 +35,7 @@ from hpq.lifecycle import names
 BASE_URL_PATTERN = r"^https://[^\s/]+(/[^\s]*)?[^\s/]$"
 HAS_OBSERVABILITY = "ObservabilityEnabled"
 HAS_VALIDATION = "ValidationEnabled"
+HAS_TRAINING_PLAN = "HasTrainingPlan"
 
 
 def stack_id(name: str) -> str:
@@ -47,6 +48,35 @@ def stack_file(name: str) -> str:
 
 def _out(stack: str, name: str) -> GetAtt:
     return GetAtt(stack_id(stack), f"Outputs.{name}")
+
+
+def _param_refs(node: Any) -> set[str]:
+    """Parameter names a rule references through Ref (pseudo parameters excluded)."""
+    if isinstance(node, dict):
+        out: set[str] = set()
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str) and not value.startswith("AWS::"):
+                out.add(value)
+            else:
+                out |= _param_refs(value)
+        return out
+    if isinstance(node, list):
+        return set().union(*(_param_refs(v) for v in node)) if node else set()
+    return set()
+
+
+def _lift_rules(t: common.Template, nested: dict[str, common.Template]) -> None:
+    """Repeat each nested stack's Rules in the root when the root has every parameter they name.
+
+    A nested stack checks its Rules only when CloudFormation gets to it (after the VPC, the EKS cluster
+    ...); the root checks them before anything is created, and the console shows the message there."""
+    from troposphere import encode_to_dict
+
+    for stack in nested.values():
+        for name, rule in stack.rules.items():
+            body = encode_to_dict(rule)
+            if _param_refs(body) <= set(t.parameters) and name not in t.rules:
+                t.add_rule(name, body)
 
 
 def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> common.Template:
@@ -66,6 +96,11 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     worker_type = copy(HYPERPOD, "WorkerInstanceType",
                        Description=f"Worker instance type ({variant.accelerator_label} types from the hpq catalog).")
     worker_count = copy(HYPERPOD, "WorkerCount")
+    plan = copy(HYPERPOD, "TrainingPlanArn", Default="",
+                Description="Optional SageMaker training plan for the workers; required for a worker type without an "
+                            "on-demand HyperPod offer in the region (e.g. ml.p5e.48xlarge).")
+    checks = copy(HYPERPOD, "OnStartDeepHealthChecks")
+    provisioning = copy(HYPERPOD, "NodeProvisioningMode")
     threads = copy(HYPERPOD, "ThreadsPerCore")
     ebs = copy(HYPERPOD, "EbsVolumeSizeGB")
     if variant.slurm:
@@ -79,7 +114,10 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     if variant.eks:
         eks_az = copy(NETWORKING, "EksAvailabilityZoneId")
         k8s = copy(EKS, "KubernetesVersion")
+        support = copy(EKS, "EksSupportType")
+        public_cidrs = copy(EKS, "EksPublicAccessCidrs")
         layer = copy(HELM, "KubectlLayerArn")
+        layer_key = copy(HELM, "HelmLayerS3Key")
         chart_source = copy(HELM, "HelmChartSource")
         chart_path = copy(HELM, "HelmChartPath")
         chart_version = copy(HELM, "HelmChartVersion")
@@ -96,6 +134,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     assets_prefix = copy(S3, "AssetsPrefix", Default=names.node_bundle_prefix(__version__),
                          Description="Key prefix of the node bundle in AssetsBucket, ending in '/'.")
     t.add_condition(HAS_OBSERVABILITY, Equals(obs_on, "true"))
+    t.add_condition(HAS_TRAINING_PLAN, Not(Equals(plan, "")))
     t.add_condition(HAS_VALIDATION, Equals(val_on, "true"))
     if variant.eks:
         t.add_rule("DistinctAvailabilityZones", {"Assertions": [{
@@ -134,18 +173,23 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         "ExecutionRoleArn": _out(IAM, names.OUT_EXECUTION_ROLE_ARN),
         "LifecycleS3Uri": _out(S3, names.OUT_LIFECYCLE_URI), "FsxFileSystemId": _out(STORAGE, names.OUT_FSX_ID),
         "WorkerInstanceType": worker_type, "WorkerCount": worker_count, "ThreadsPerCore": threads,
-        "EbsVolumeSizeGB": ebs,
+        "EbsVolumeSizeGB": ebs, "TrainingPlanArn": plan,
+        "TrainingPlanInstanceType": If(HAS_TRAINING_PLAN, worker_type, ""),
+        "OnStartDeepHealthChecks": checks, "NodeProvisioningMode": provisioning,
     }
     if variant.slurm:
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
                           "LoginInstanceType": login_type})
     if variant.eks:
-        stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s,
+        stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s, "EksSupportType": support,
+                    "EksPublicAccessCidrs": Join(",", public_cidrs),
+                    "FsxCsiRoleArn": _out(IAM, iam.OUT_FSX_CSI_ROLE_ARN),
                     "SubnetIds": _out(NETWORKING, names.OUT_EKS_SUBNET_IDS), "SecurityGroupId": sg,
                     "ClusterRoleArn": _out(IAM, iam.OUT_EKS_CLUSTER_ROLE_ARN),
                     "HelmRoleArn": _out(IAM, iam.OUT_HELM_ROLE_ARN)})
         stack(HELM, {"EksClusterName": _out(EKS, names.OUT_EKS_CLUSTER_NAME),
                      "HelmRoleArn": _out(IAM, iam.OUT_HELM_ROLE_ARN), "KubectlLayerArn": layer,
+                     "AssetsBucket": assets_bucket, "HelmLayerS3Key": layer_key,
                      "HelmChartSource": chart_source, "HelmChartPath": chart_path,
                      "HelmChartVersion": chart_version})
         hp_params.update({"EksClusterArn": _out(EKS, names.OUT_EKS_CLUSTER_ARN),
@@ -179,17 +223,21 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                         Description="SNS topic with HyperPod events."))
 
     groups = [
-        ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "ThreadsPerCore", "EbsVolumeSizeGB"]
+        ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
+                     "EbsVolumeSizeGB", "OnStartDeepHealthChecks", "NodeProvisioningMode"]
          + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])),
         ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]
     if variant.eks:
-        groups.append(("EKS", ["KubernetesVersion", "KubectlLayerArn", "HelmChartSource", "HelmChartPath",
-                               "HelmChartVersion"]))
+        groups.append(("EKS", ["KubernetesVersion", "EksSupportType", "EksPublicAccessCidrs", "KubectlLayerArn",
+                               "HelmChartSource", "HelmChartPath", "HelmChartVersion"]))
     groups += [("Optional stacks", ["EnableObservability", "EnableValidation", "NotificationEmail"]),
                ("Deployment assets (filled by hpq deploy/publish)", ["TemplateBaseUrl", "AssetsBucket",
-                                                                     "AssetsPrefix"])]
+                                                                     "AssetsPrefix"]
+                + (["HelmLayerS3Key"] if variant.eks else []))]
+    _lift_rules(t, nested)
+
     listed = [p for _, ps in groups for p in ps]
     assert sorted(listed) == sorted(t.parameters), "every root parameter belongs to one console group"
     t.set_metadata({"AWS::CloudFormation::Interface": {

@@ -1,23 +1,40 @@
 """S3 stack: the lifecycle bucket HyperPod reads OnCreate from, plus its contents custom resource.
 
 The custom resource (cfn/handlers/bucket_cleanup.py) copies the node bundle from
-the assets bucket into the lifecycle prefix, writes provisioning_parameters.json,
-and on delete empties every version and delete marker so the stack can go away.
+the assets bucket into the lifecycle prefix, writes hpq's own node settings
+``hpq-cluster.json`` (names.HPQ_CLUSTER_CONFIG) at the root of that prefix, and on
+delete empties every version and delete marker so the stack can go away.
+
+hpq never writes provisioning_parameters.json: that file is HyperPod's legacy Slurm
+configuration, and HyperPod refuses a cluster that has it together with the API-driven
+Slurm configuration the HyperPod stack uses (SageMaker Developer Guide, "Migrating to
+API-driven Slurm configuration"). EKS variants get hpq-cluster.json too, with no Slurm
+groups and no partition.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam, logs
+from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam
 from troposphere import s3 as s3
 
 from hpq.cfn import common
 from hpq.lifecycle import names
 
 HANDLER = "bucket_cleanup"
-PROVISIONING_VERSION = "1.0.0"
+_LOGIN_PLACEHOLDER = "__hpq_login_group__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
+# Why checkov's access-logging and VPC checks do not apply here (tests/test_cfn_checkov.py runs checkov).
+ACCESS_LOGGING_REASON = (
+    "Server access logs need a second bucket (itself a candidate for the same finding) for a bucket that holds only "
+    "hpq's node bundle and hpq-cluster.json (no secrets), written by this stack's own function and read by the "
+    "cluster's node role. Where object-level auditing is wanted, CloudTrail S3 data events cover it account-wide.")
+OUTSIDE_VPC_REASON = (
+    "The function talks only to S3 and to CloudFormation's pre-signed response URL, both over HTTPS. Attached to the "
+    "VPC it would need the Networking stack's NAT or endpoints (so the S3 stack would wait for the VPC) and its ENIs "
+    "would hold up deletion of the subnet and security group.")
 
 
 class LifecycleContents(cloudformation.CustomResource):
@@ -26,11 +43,34 @@ class LifecycleContents(cloudformation.CustomResource):
 
 @dataclass(frozen=True)
 class S3Config:
-    slurm: bool  # provisioning_parameters.json carries controller/login groups only for Slurm
+    slurm: bool  # hpq-cluster.json names controller/login groups and the partition only for Slurm
     worker_groups: tuple[str, ...] = (names.WORKER_GROUP,)
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
+    partition: str = common.SLURM_PARTITION
     lambda_timeout_s: int = 600
+
+
+def cluster_config(cfg: S3Config) -> Sub:
+    """hpq-cluster.json as a JSON string (CloudFormation properties cannot carry null), e.g.
+
+    {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "<ClusterName>",
+     "controller_group": "controller", "login_group": "login" | null, "worker_groups": ["worker"],
+     "partition": "dev"}; EKS: orchestrator "eks", controller/login/partition null."""
+    doc = {
+        "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
+        "orchestrator": "slurm" if cfg.slurm else "eks",
+        "cluster_name": "${ClusterName}",
+        "controller_group": cfg.controller_group if cfg.slurm else None,
+        "login_group": _LOGIN_PLACEHOLDER if cfg.slurm else None,
+        "worker_groups": list(cfg.worker_groups),
+        "partition": cfg.partition if cfg.slurm else None,
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    if not cfg.slurm:
+        return Sub(text)
+    text = text.replace(json.dumps(_LOGIN_PLACEHOLDER), "${LoginGroup}")
+    return Sub(text, LoginGroup=If("HasLoginGroup", json.dumps(cfg.login_group), "null"))
 
 
 def lifecycle_uri(bucket) -> Sub:
@@ -39,7 +79,7 @@ def lifecycle_uri(bucket) -> Sub:
 
 def build(cfg: S3Config) -> common.Template:
     t = common.new_template("hpq s3: lifecycle bucket, node bundle copy, cleanup of every version on delete.")
-    cluster = common.cluster_name_param(t)
+    common.cluster_name_param(t)  # hpq-cluster.json names it through ${ClusterName}
     assets_bucket = common.param(t, "AssetsBucket", "Bucket holding the node bundle.",
                                  AllowedPattern=common.BUCKET_NAME_PATTERN, ConstraintDescription="an S3 bucket name.")
     assets_prefix = common.param(t, "AssetsPrefix", "Key prefix of the node bundle, ending in '/'.",
@@ -64,6 +104,7 @@ def build(cfg: S3Config) -> common.Template:
         OwnershipControls=s3.OwnershipControls(Rules=[s3.OwnershipControlsRule(ObjectOwnership="BucketOwnerEnforced")]),
         VersioningConfiguration=s3.VersioningConfiguration(Status="Enabled"),
         Tags=common.tags(Sub("${ClusterName}-lifecycle")),
+        Metadata=common.checkov_skips(CKV_AWS_18=ACCESS_LOGGING_REASON),
     ))
     bucket_arn = GetAtt(bucket, "Arn")
     t.add_resource(s3.BucketPolicy(
@@ -75,8 +116,7 @@ def build(cfg: S3Config) -> common.Template:
         }]},
     ))
 
-    log_group = t.add_resource(logs.LogGroup("ContentsFunctionLogs", RetentionInDays=30,
-                                             DeletionPolicy="Delete", UpdateReplacePolicy="Delete"))
+    log_group = common.encrypted_log_group(t, "ContentsFunctionLogs", "lifecycle-bucket-contents")
     assets_arn = Sub("arn:${AWS::Partition}:s3:::${AssetsBucket}")
     role = t.add_resource(iam.Role(
         "ContentsFunctionRole",
@@ -87,7 +127,7 @@ def build(cfg: S3Config) -> common.Template:
                 {"Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
                  "Resource": GetAtt(log_group, "Arn")},
                 {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketVersions"], "Resource": bucket_arn},
-                # Writes the bundle copy and provisioning_parameters.json, deletes; never reads its own objects.
+                # Writes the bundle copy and hpq-cluster.json, deletes; never reads its own objects.
                 {"Effect": "Allow", "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
                  "Resource": Join("", [bucket_arn, "/*"])},
                 {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": assets_arn,
@@ -106,13 +146,9 @@ def build(cfg: S3Config) -> common.Template:
         Code=awslambda.Code(ZipFile=common.handler_source(HANDLER)),
         LoggingConfig=awslambda.LoggingConfig(LogGroup=Ref(log_group)),
         Tags=common.tags(),
+        Metadata=common.checkov_skips(**common.custom_resource_function_skips(OUTSIDE_VPC_REASON)),
     ))
 
-    provisioning = {"version": PROVISIONING_VERSION, "cluster_name": cluster,
-                    "orchestrator": "slurm" if cfg.slurm else "eks", "worker_groups": list(cfg.worker_groups)}
-    if cfg.slurm:
-        provisioning["controller_group"] = cfg.controller_group
-        provisioning["login_group"] = If("HasLoginGroup", cfg.login_group, Ref("AWS::NoValue"))
     prefix = names.LIFECYCLE_PREFIX + "/"
     t.add_resource(LifecycleContents(
         "LifecycleContents",
@@ -122,11 +158,11 @@ def build(cfg: S3Config) -> common.Template:
         SourceBucket=assets_bucket,
         SourcePrefix=assets_prefix,
         DestinationPrefix=prefix,
-        ProvisioningParametersKey=prefix + names.PROVISIONING_PARAMETERS,
-        ProvisioningParameters=provisioning,
+        ClusterConfigKey=prefix + names.HPQ_CLUSTER_CONFIG,
+        ClusterConfig=cluster_config(cfg),
     ))
 
     common.output(t, names.OUT_LIFECYCLE_BUCKET, Ref(bucket), "Lifecycle bucket name.")
     common.output(t, names.OUT_LIFECYCLE_URI, lifecycle_uri(Ref(bucket)),
-                  "LifeCycleConfig.SourceS3Uri (holds the node bundle and provisioning_parameters.json).")
+                  "LifeCycleConfig.SourceS3Uri (holds on_create.sh, the node bundle and hpq-cluster.json).")
     return t

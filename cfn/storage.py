@@ -2,6 +2,11 @@
 
 The lifecycle scripts find the filesystem by the exact tag names.CLUSTER_TAG_KEY = ClusterName,
 so nobody copies DNS or mount names by hand.
+
+PERSISTENT_2 with ``MetadataConfiguration: {Mode: AUTOMATIC}`` (FSx scales metadata IOPS with
+the capacity), as both AWS references set it: awslabs/awsome-distributed-ai
+1.architectures/5.sagemaker-hyperpod/sagemaker-hyperpod.yaml and 3.FSxLustre.yaml
+(CloudFormation AWS::FSx::FileSystem LustreConfiguration MetadataConfiguration).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from hpq.lifecycle import names
 FSX_CAPACITIES = (1200, 2400, 4800, 9600, 19200, 38400)
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 LUSTRE_VERSION = "2.15"
+METADATA_MODE = "AUTOMATIC"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ def build(cfg: StorageConfig) -> common.Template:
         StorageCapacity=capacity, SubnetIds=[subnet], SecurityGroupIds=[sg],
         LustreConfiguration=fsx.LustreConfiguration(
             DeploymentType="PERSISTENT_2", PerUnitStorageThroughput=throughput, DataCompressionType="LZ4",
+            MetadataConfiguration=fsx.MetadataConfiguration(Mode=METADATA_MODE),
             validation=False,  # troposphere cannot check a Ref against the allowed throughputs; cfn-lint does
         ),
         Tags=common.tags(Sub("${ClusterName}-fsx"), {names.CLUSTER_TAG_KEY: cluster}),

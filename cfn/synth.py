@@ -53,7 +53,9 @@ def _check_value(variant, key: str, value: str, spec: dict[str, Any]) -> str:
     if allowed is not None and value not in allowed:
         raise UsageError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
     pattern = spec.get("AllowedPattern")
-    if pattern is not None and not re.fullmatch(pattern, value):
+    # CloudFormation applies a CommaDelimitedList's pattern to each of its values.
+    items = [v.strip() for v in value.split(",")] if spec.get("Type") == "CommaDelimitedList" else [value]
+    if pattern is not None and not all(re.fullmatch(pattern, item) for item in items):
         hint = spec.get("ConstraintDescription", f"must match {pattern}")
         raise UsageError(f"{key}={value!r} is invalid: {hint}")
     if spec.get("Type") == "Number":

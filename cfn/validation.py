@@ -3,8 +3,11 @@
 Post-deploy signal without logging in: node health and cluster state events of
 SageMaker HyperPod (EventBridge, detail-type prefix "SageMaker HyperPod") reach
 an encrypted topic, optionally mailed to an address. It consumes the cluster ARN,
-so it is created only after the cluster. The functional checks (NCCL, training)
-are `hpq remote-nccl-test` and `hpq eks nccl-test`.
+so it is created only after the cluster, and the rule matches only THIS cluster's
+events: HyperPod's EventBridge events name the cluster ARN in ``resources``
+(SageMaker Developer Guide, "SageMaker HyperPod cluster events reference";
+cluster events need NodeProvisioningMode Continuous). The functional checks (NCCL,
+training) are `hpq remote-nccl-test` and `hpq eks nccl-test`.
 """
 
 from __future__ import annotations
@@ -31,15 +34,25 @@ def build(cfg: ValidationConfig) -> common.Template:
     email = common.param(t, "NotificationEmail", "Optional address for event mails (empty: none).", Default="",
                          AllowedPattern=r"^$|^[^@\s]+@[^@\s]+\.[^@\s]+$", ConstraintDescription="an e-mail address.")
     t.add_condition("HasEmail", Not(Equals(email, "")))
+    # The AWS-managed key alias/aws/sns cannot serve here: its key policy cannot be changed and does not let
+    # EventBridge publish. A customer-managed key whose policy allows events.amazonaws.com to generate data keys
+    # and decrypt is what the SNS Developer Guide prescribes for AWS event sources ("Key management", section
+    # "Enable compatibility between event sources from AWS services and encrypted topics", sns-key-management.html).
+    key = common.kms_key(t, "EventsTopicKey", "Encrypts the HyperPod events topic.", {
+        "Sid": "EventBridgePublishesToTheTopic", "Effect": "Allow",
+        "Principal": {"Service": "events.amazonaws.com"},
+        # The guide's kms:GenerateDataKey* and kms:Decrypt, spelled out.
+        "Action": ["kms:Decrypt", *common.KMS_GENERATE_DATA_KEY_ACTIONS], "Resource": "*",
+    })
     topic = t.add_resource(sns.Topic(
-        # No SSE with the AWS-managed SNS key: its key policy does not let EventBridge publish.
-        "EventsTopic",
+        "EventsTopic", KmsMasterKeyId=GetAtt(key, "Arn"),
         Subscription=If("HasEmail", [sns.Subscription(Protocol="email", Endpoint=email)], Ref("AWS::NoValue")),
         Tags=common.tags(),
     ))
     rule = t.add_resource(events.Rule(
         "ClusterEventsRule", Description=Sub("HyperPod events; deployed after ${ClusterArn}"), State="ENABLED",
-        EventPattern={"source": ["aws.sagemaker"], "detail-type": [{"prefix": EVENT_DETAIL_TYPE_PREFIX}]},
+        EventPattern={"source": ["aws.sagemaker"], "detail-type": [{"prefix": EVENT_DETAIL_TYPE_PREFIX}],
+                      "resources": [Ref("ClusterArn")]},
         Targets=[events.Target(Id="topic", Arn=Ref(topic))],
     ))
     t.add_resource(sns.TopicPolicy(

@@ -204,6 +204,28 @@ IFACE = Pattern("interface", [IFACE_RE], "a Linux interface name: 1-15 character
 HOST = Pattern("host", [r"[^\s'\"`$;|&<>]+"], "a host name or SSM target without spaces or shell characters", 253)
 
 
+class NcclDebug(Text):
+    """NCCL_DEBUG level (manifests.render.NCCL_DEBUG_LEVELS, any case) or 'off'."""
+
+    name = "level"
+
+    def __init__(self) -> None:
+        super().__init__("NCCL_DEBUG level")
+
+    def check(self, value: str) -> str | None:
+        from hpq.manifests.render import NCCL_DEBUG_LEVELS
+
+        if value.lower() == "off" or value.upper() in NCCL_DEBUG_LEVELS:
+            return None
+        return f"is not one of {', '.join(NCCL_DEBUG_LEVELS)} or off"
+
+
+NCCL_DEBUG = NcclDebug()
+# An absolute path inside the container image, without spaces (the launcher's command is a word list).
+IMAGE_PATH = Pattern("path", [r"/[^\s]*"], "give an absolute path in the image, e.g. /opt/amazon/openmpi/bin/mpirun",
+                     4096)
+
+
 class NodeRef(Text):
     """``--node``: a 0-based index within the group, or a HyperPod node (instance) id."""
 
@@ -560,6 +582,11 @@ def refuse_repeated_options(command: click.Command) -> click.Command:
     """
     if getattr(command, "_hpq_strict", False):
         return command
+    command._hpq_strict = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):  # a group's own parsing may rewrite its args (hpq rehearse): leave it
+        for sub in command.commands.values():
+            refuse_repeated_options(sub)
+        return command
     original = command.parse_args
 
     def parse_args(ctx: click.Context, args: list[str]) -> list[str]:
@@ -573,10 +600,6 @@ def refuse_repeated_options(command: click.Command) -> click.Command:
         return original(ctx, args)
 
     command.parse_args = parse_args  # type: ignore[method-assign]
-    command._hpq_strict = True  # type: ignore[attr-defined]
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            refuse_repeated_options(sub)
     return command
 
 

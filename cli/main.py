@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "remote": ("hpq.cli.commands.remote", "remote", "Run a command on the controller over SSH through SSM."),
     "remote-nccl-test": ("hpq.cli.commands.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
     "eks": ("hpq.cli.commands.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
+    "rehearse": ("hpq.cli.commands.rehearse", "rehearse",
+                 "Rehearse a deploy on this machine, offline: emulated AWS, namespaced nodes, real Slurm."),
 }
 
 

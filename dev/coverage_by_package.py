@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGES = ("cli/aws", "cli/commands", "cli/eks", "cli", "cfn/handlers", "cfn", "lifecycle", "manifests",
+PACKAGES = ("cli/aws", "cli/commands", "cli/eks", "cli/rehearse", "cli", "cfn/handlers", "cfn", "lifecycle", "manifests",
             "scripts", "hpq")
 
 

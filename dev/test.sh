@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote).
-APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2"
+# Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote, MPIJob
+# workers); Open MPI runs the rendered MPIJob launcher command against them.
+APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 openmpi-bin"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 missing=""
@@ -23,6 +24,10 @@ echo "== installing Python packages"
 # this one did. torch is pinned
 # to the CPU wheel (anything looser pulls GBs of CUDA packages).
 $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
+
+echo "== checkov (its own virtualenv: it pins boto3 exactly, the project's environment must not get that)"
+HPQ_CHECKOV=$(bash dev/checkov-venv.sh "$PY")
+export HPQ_CHECKOV  # tests/test_cfn_checkov.py runs it; it fails (never skips) without it
 
 echo "== ruff"
 $PY -m ruff check .

@@ -2,7 +2,9 @@
 
 The bundle keeps the import names (``hpq/lifecycle/...``, ``hpq/scripts/...``)
 so node code imports exactly as it does when installed; ``hpq/__init__.py`` and
-``hpq/errors.py`` come along as the (standard-library-only) parent package.
+``hpq/errors.py`` come along as the (standard-library-only) parent package. At its root
+sits ``on_create.sh`` (names.ON_CREATE_ENTRY, from lifecycle/oncreate_entry.sh): the file
+LifeCycleConfig.OnCreate names, which runs ``hpq/lifecycle/on_create.sh``.
 Used on the laptop by deploy/publish; standard library only like the rest.
 """
 
@@ -11,9 +13,12 @@ from __future__ import annotations
 import os
 from typing import Dict
 
+from . import names
+
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
+ENTRY_SOURCE = "oncreate_entry.sh"  # shipped as names.ON_CREATE_ENTRY at the bundle root
 
 
 def _hpq_dir() -> str:
@@ -30,7 +35,7 @@ def _scripts_dir() -> str:
 
 def node_bundle_files() -> Dict[str, str]:
     """Map of bundle key (posix path, e.g. ``hpq/lifecycle/on_create.sh``) to source file path."""
-    files: Dict[str, str] = {}
+    files: Dict[str, str] = {names.ON_CREATE_ENTRY: os.path.join(_PKG_DIR, ENTRY_SOURCE)}
     root = _hpq_dir()
     for name in ("__init__.py", "errors.py"):
         files["hpq/" + name] = os.path.join(root, name)

@@ -7,6 +7,12 @@ the lifecycle code, so it uses the standard library only (Python >= 3.8).
 Sources: EC2/SageMaker instance documentation and seed 004's measured table.
 Where a value could not be confirmed against a primary source, the entry says so
 in ``unconfirmed`` (field names), and ``note`` explains.
+
+The all-reduce bus bandwidth a healthy cluster reaches is kept apart from the
+hardware facts, at the end of this module (``busbw_table``, ``expected_busbw``):
+one figure for one node (NVLink / NeuronLink / PCIe inside the instance) and
+figures per node count for several nodes (network-bound), each with the
+publication it comes from.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ class InstanceType:
     efa_interfaces: int
     efa_device_rdma: bool
     network_gbps: float
-    expected_busbw_gbps: Optional[float] = None
     vcpus: int = 0
     memory_gib: int = 0
     unconfirmed: Tuple[str, ...] = ()
@@ -47,12 +52,12 @@ class InstanceType:
         return self.accelerator != CPU
 
 
-def _g(name, model, count, efa, gbps, vcpus, mem, busbw=None, unconfirmed=(), note=""):
-    return InstanceType(name, GPU, model, count, efa, False, gbps, busbw, vcpus, mem, tuple(unconfirmed), note)
+def _g(name, model, count, efa, gbps, vcpus, mem, unconfirmed=(), note=""):
+    return InstanceType(name, GPU, model, count, efa, False, gbps, vcpus, mem, tuple(unconfirmed), note)
 
 
 def _cpu(name, gbps, vcpus, mem):
-    return InstanceType(name, CPU, "", 0, 0, False, gbps, None, vcpus, mem)
+    return InstanceType(name, CPU, "", 0, 0, False, gbps, vcpus, mem)
 
 
 _ENTRIES: List[InstanceType] = [
@@ -63,13 +68,13 @@ _ENTRIES: List[InstanceType] = [
     _g("ml.g5.8xlarge", "A10G", 1, 1, 25, 32, 128, unconfirmed=("efa_interfaces",)),
     _g("ml.g5.12xlarge", "A10G", 4, 1, 40, 48, 192, unconfirmed=("efa_interfaces",)),
     _g(
-        "ml.g5.16xlarge", "A10G", 1, 0, 25, 64, 256, busbw=3.0,
+        "ml.g5.16xlarge", "A10G", 1, 0, 25, 64, 256,
         unconfirmed=("efa_interfaces",),
         note="EC2 lists one EFA interface for g5.16xlarge; on HyperPod seed 004 measured it as TCP-only "
         "(3.02 GB/s peak), so hpq treats it as non-EFA. A node probe that finds an EFA device overrides this.",
     ),
     _g("ml.g5.24xlarge", "A10G", 4, 1, 50, 96, 384, unconfirmed=("efa_interfaces",)),
-    _g("ml.g5.48xlarge", "A10G", 8, 1, 100, 192, 768, busbw=12.0),
+    _g("ml.g5.48xlarge", "A10G", 8, 1, 100, 192, 768),
     # --- g6: NVIDIA L4 ------------------------------------------------------------------------------
     _g("ml.g6.8xlarge", "L4", 1, 1, 25, 32, 128, unconfirmed=("efa_interfaces",)),
     _g("ml.g6.12xlarge", "L4", 4, 1, 40, 48, 192, unconfirmed=("efa_interfaces",)),
@@ -83,20 +88,16 @@ _ENTRIES: List[InstanceType] = [
     _g("ml.g6e.24xlarge", "L40S", 4, 2, 200, 96, 768, unconfirmed=("efa_interfaces",)),
     _g("ml.g6e.48xlarge", "L40S", 8, 4, 400, 192, 1536),
     # --- p4d/p4de: NVIDIA A100, EFA with device RDMA ---------------------------------------------
-    InstanceType("ml.p4d.24xlarge", GPU, "A100-40GB", 8, 4, True, 400, 300.0, 96, 1152),
-    InstanceType("ml.p4de.24xlarge", GPU, "A100-80GB", 8, 4, True, 400, 300.0, 96, 1152,
-                 unconfirmed=("expected_busbw_gbps",), note="busbw assumed equal to p4d (same network)."),
+    InstanceType("ml.p4d.24xlarge", GPU, "A100-40GB", 8, 4, True, 400, 96, 1152),
+    InstanceType("ml.p4de.24xlarge", GPU, "A100-80GB", 8, 4, True, 400, 96, 1152),
     # --- p5 family: NVIDIA H100/H200, EFA with device RDMA -----------------------------------------
-    InstanceType("ml.p5.48xlarge", GPU, "H100", 8, 32, True, 3200, 400.0, 192, 2048),
-    InstanceType("ml.p5e.48xlarge", GPU, "H200", 8, 32, True, 3200, 400.0, 192, 2048,
-                 unconfirmed=("expected_busbw_gbps",), note="busbw assumed equal to p5 (same network)."),
-    InstanceType("ml.p5en.48xlarge", GPU, "H200", 8, 16, True, 3200, 400.0, 192, 2048,
-                 unconfirmed=("expected_busbw_gbps",), note="busbw assumed equal to p5 (EFAv3, same 3200 Gbps)."),
+    InstanceType("ml.p5.48xlarge", GPU, "H100", 8, 32, True, 3200, 192, 2048),
+    InstanceType("ml.p5e.48xlarge", GPU, "H200", 8, 32, True, 3200, 192, 2048),
+    InstanceType("ml.p5en.48xlarge", GPU, "H200", 8, 16, True, 3200, 192, 2048),
     # --- Trainium --------------------------------------------------------------------------------
-    InstanceType("ml.trn1.32xlarge", TRAINIUM, "Trainium", 16, 8, True, 800, None, 128, 512,
-                 note="seed 004 measured 37 GB/s nccom all-reduce peak at 128 MB on 2 nodes; no target set."),
-    InstanceType("ml.trn1n.32xlarge", TRAINIUM, "Trainium", 16, 16, True, 1600, None, 128, 512),
-    InstanceType("ml.trn2.48xlarge", TRAINIUM, "Trainium2", 16, 16, True, 3200, None, 192, 2048,
+    InstanceType("ml.trn1.32xlarge", TRAINIUM, "Trainium", 16, 8, True, 800, 128, 512),
+    InstanceType("ml.trn1n.32xlarge", TRAINIUM, "Trainium", 16, 16, True, 1600, 128, 512),
+    InstanceType("ml.trn2.48xlarge", TRAINIUM, "Trainium2", 16, 16, True, 3200, 192, 2048,
                  unconfirmed=("efa_interfaces",)),
     # --- controller / login nodes ----------------------------------------------------------------
     _cpu("ml.m5.large", 10, 2, 8),
@@ -157,3 +158,135 @@ def trainium_types() -> List[str]:
 
 def controller_types() -> List[str]:
     return names([CPU])
+
+
+# ------------------------------------------------------------------ expected all-reduce bus bandwidth
+#
+# What a healthy cluster reaches depends on where the bytes travel. Inside one instance an all-reduce
+# runs over NVLink / NeuronLink (hundreds of GB/s on p4d/p5); across instances it is bound by the
+# network, and the figure falls as nodes are added (p4d: ~231 GB/s on 1 node, ~57 on 2, ~30 on 4). So
+# every type carries a one-node figure and figures per node count, each with the publication it
+# comes from; ``expected_busbw(type, nodes)`` picks the one for a run.
+
+
+@dataclass(frozen=True)
+class Busbw:
+    """One all-reduce bus bandwidth figure (nccl-tests/nccom-test ``busbw``, GB/s) and its source."""
+
+    gbps: float
+    nodes: int  # the node count it belongs to; 1 = inside one instance
+    source: str
+    derived: bool = False  # computed from the published network bandwidth, not measured
+
+
+@dataclass(frozen=True)
+class BusbwTable:
+    one_node: Optional[Busbw]
+    several_nodes: Tuple[Busbw, ...]  # ascending node counts, each > 1
+    why_not: str = ""  # why a part is missing (no published figure, or nothing to measure)
+
+
+# Published measurements, cited where they are read. Figures are busbw at the message size named.
+_P4D_527 = ("https://github.com/NVIDIA/nccl/issues/527 (comment of 2022-07-25: nccl-tests all_reduce_perf on "
+            "1, 2, 3 and 4 p4d.24xlarge over EFA with GPUDirect RDMA, busbw at 1 GiB)")
+_P5_HYPERPOD = ("https://github.com/crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv "
+                "(nccl-tests all_reduce_perf on 2-32 p5.48xlarge of a SageMaker HyperPod EKS cluster, busbw "
+                "at 2 GiB, the largest message hpq's EKS test sends)")
+_H100_NVLS = ("https://github.com/NVIDIA/nccl/issues/1442 (one p5.48xlarge, 8x H100: ~480 GB/s all-reduce with "
+              "NVLink SHARP) and https://github.com/NVIDIA/nccl-tests/issues/212 (NCCL maintainer: ~480 GB/s peak "
+              "busbw on 8 H100)")
+_H200_NVLINK = ("https://github.com/NVIDIA/nccl-tests/issues/272 (one server, 8x H200 over NVLink4: "
+                "all_reduce_perf peak 475 GB/s)")
+_SEED_G5_16 = ("seed 004: 2x ml.g5.16xlarge over TCP, nccl-tests all_reduce_perf peak 3.02 GB/s "
+               "(tests/data/nccl/seed004_slurm_2x_g5.16xlarge_excerpt.txt)")
+_SEED_G5_48 = "seed 004: 2x ml.g5.48xlarge over EFA without device RDMA, all_reduce_perf about 12 GB/s"
+_SEED_TRN1 = ("seed 004: 2x ml.trn1.32xlarge, nccom-test all-reduce peak 37.0 GB/s at 128 MiB "
+              "(tests/data/nccl/seed004_nccom_2x_trn1.32xlarge_excerpt.txt)")
+
+# Where no multi-node measurement is published for a GPU type, expect half of its network line rate:
+# every published multi-node figure above reaches at least 59% of it (p4d 4 nodes: 29.6 of 50 GB/s;
+# p5 32 nodes: 269 of 400; g5.48xlarge: 12 of 12.5; g5.16xlarge: 3.02 of 3.1), while a fallback to TCP
+# sockets on an EFA type lands far below.
+DERIVED_LINE_RATE_FRACTION = 0.5
+
+
+def _several(source: str, figures: Dict[int, float]) -> Tuple[Busbw, ...]:
+    return tuple(Busbw(g, n, source) for n, g in sorted(figures.items()))
+
+
+_P4D = BusbwTable(Busbw(230.8, 1, _P4D_527), _several(_P4D_527, {2: 57.2, 3: 31.8, 4: 29.6}))
+_P5_SEVERAL = _several(_P5_HYPERPOD, {2: 445.0, 4: 347.6, 8: 278.2, 16: 270.9, 32: 269.5})
+
+
+def _assumed(table: BusbwTable, why: str, one_node: Optional[Busbw] = None) -> BusbwTable:
+    """Another type's figures for a type with the same links, marked as assumed in every source."""
+    several = tuple(Busbw(b.gbps, b.nodes, "assumed equal to %s: %s" % (why, b.source)) for b in table.several_nodes)
+    one = one_node or (table.one_node and Busbw(table.one_node.gbps, 1, "assumed equal to %s: %s"
+                                                % (why, table.one_node.source)))
+    return BusbwTable(one, several, table.why_not)
+
+
+_PUBLISHED: Dict[str, BusbwTable] = {
+    "ml.p4d.24xlarge": _P4D,
+    "ml.p4de.24xlarge": _assumed(_P4D, "p4d.24xlarge (same A100 NVSwitch and 4x 100 Gbps EFA)"),
+    "ml.p5.48xlarge": BusbwTable(Busbw(480.0, 1, _H100_NVLS), _P5_SEVERAL),
+    "ml.p5e.48xlarge": _assumed(BusbwTable(None, _P5_SEVERAL), "p5.48xlarge (same 3200 Gbps EFA)",
+                                Busbw(475.0, 1, _H200_NVLINK)),
+    "ml.p5en.48xlarge": _assumed(BusbwTable(None, _P5_SEVERAL), "p5.48xlarge (same 3200 Gbps, on EFAv3)",
+                                 Busbw(475.0, 1, _H200_NVLINK)),
+    "ml.g5.16xlarge": BusbwTable(None, (Busbw(3.0, 2, _SEED_G5_16),)),
+    "ml.g5.48xlarge": BusbwTable(None, (Busbw(12.0, 2, _SEED_G5_48),)),
+    "ml.trn1.32xlarge": BusbwTable(None, (Busbw(37.0, 2, _SEED_TRN1),)),
+}
+
+
+def busbw_table(name: str) -> BusbwTable:
+    """One-node and several-node figures for ``name``: published ones, else derived or explained gaps."""
+    entry = lookup(name)
+    table = _PUBLISHED.get(entry.name)
+    why = []
+    one = table.one_node if table else None
+    several = table.several_nodes if table else ()
+    if one is None:
+        if entry.accelerator_count < 2:
+            why.append("one node: a single %s has nothing to all-reduce with" % (entry.accelerator_model or "CPU"))
+        elif entry.accelerator == TRAINIUM:
+            why.append("one node: no published nccom-test figure for all NeuronCores of one %s" % entry.name)
+        else:
+            why.append("one node: no published figure for %d %s over PCIe (no NVLink)"
+                       % (entry.accelerator_count, entry.accelerator_model))
+    if not several:
+        if entry.accelerator == GPU:
+            line = entry.network_gbps / 8.0
+            several = (Busbw(round(line * DERIVED_LINE_RATE_FRACTION, 2), 2,
+                             "derived: %d%% of the %g Gbps network bandwidth (no published multi-node "
+                             "measurement; published ones reach at least 59%% of line rate)"
+                             % (DERIVED_LINE_RATE_FRACTION * 100, entry.network_gbps), derived=True),)
+        else:
+            why.append("several nodes: no published multi-node figure for %s" % entry.name)
+    return BusbwTable(one, several, "; ".join(why))
+
+
+def expected_busbw(name: str, nodes: int) -> Optional[Busbw]:
+    """The figure a healthy run of ``nodes`` nodes should reach, or None when none is known.
+
+    Several nodes: the figure published for that count, else for the largest published count below it
+    (busbw falls as nodes are added, so a higher count is judged against a lower-count figure only
+    beyond the published range; ``Busbw.nodes`` says which count it is).
+    """
+    if nodes < 1:
+        raise ValueError("nodes must be at least 1")
+    table = busbw_table(name)
+    if nodes == 1:
+        return table.one_node
+    fitting = [b for b in table.several_nodes if b.nodes <= nodes]
+    if fitting:
+        return fitting[-1]
+    return table.several_nodes[0] if table.several_nodes else None
+
+
+def lowest_busbw(name: str) -> Optional[Busbw]:
+    """The lowest figure of any node count: the expectation when a run's node count is unknown."""
+    table = busbw_table(name)
+    figures = list(table.several_nodes) + ([table.one_node] if table.one_node else [])
+    return min(figures, key=lambda b: b.gbps) if figures else None

@@ -3,9 +3,17 @@
 Discovery compares the tag value for equality (a substring match makes cluster
 "train" mount "train-2"'s filesystem). boto3 when importable, else the ``aws`` CLI;
 both read every page and retry API throttling with backoff. Explicit
-``fsx_dns_name``/``fsx_mountname`` in the provisioning parameters win over discovery.
-The fstab entry is one managed block, replaced on every run; the write test runs only
-once the mount shows in /proc/mounts. No filesystem found: a warning, not a failure.
+``fsx_dns_name``/``fsx_mountname`` in provisioning_parameters.json win over discovery.
+
+Mounting follows what the node really shows: the mount counts as done when the mount table has a
+``lustre`` mount at /fsx whose source ends in ``:/<MountName>`` (the MGS appears there as an IP NID,
+see mounts.py), autofs trap lines skipped. Before mounting, ``modprobe lnet`` and ``modprobe lustre``
+(AWS's reference mount_fsx.sh and EKS on_create_main.sh load both; loading a loaded module changes
+nothing). HyperPod's host agent restarts systemd-resolved while lifecycle scripts run (the reference
+sleeps 30 s for it), so a failed mount is retried a bounded number of times (the reference: five),
+each retry logged and preceded by a bounded wait for the DNS name to resolve. The fstab entry is one
+managed block, replaced on every run; the write test runs only once the mount is live. A second run
+finds the mount and changes nothing. No filesystem found: a warning, not a failure.
 """
 
 from __future__ import annotations
@@ -14,11 +22,12 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
-from . import files, identity, names
+from . import files, identity, mounts, names
 
 MOUNT_OPTIONS = "relatime,flock"
 # _netdev: wait for the network; x-systemd.automount: a slow Lustre does not hold up boot. Required unit:
@@ -163,22 +172,29 @@ def wait_available(fs: Dict, region: Optional[str], timeout: float, poll: float 
 # ---------------------------------------------------------------------------- mounting
 
 
-def mounts(ctx) -> List[List[str]]:
-    text = files.read_text(ctx.path("/proc/mounts")) or ""
-    return [line.split() for line in text.splitlines() if len(line.split()) >= 3]
+def mount_targets(ctx) -> List[str]:
+    """How /fsx may appear in the mount table: at its place under HPQ_ROOT, and as the node path itself."""
+    target = ctx.path(names.FSX_MOUNT_POINT)
+    return [target] if target == names.FSX_MOUNT_POINT else [target, names.FSX_MOUNT_POINT]
 
 
-def mounted_source(ctx, target: str) -> Optional[str]:
-    for parts in mounts(ctx):
-        if parts[1] == target:
-            return parts[0]
-    return None
+def current_mount(ctx) -> Optional[mounts.Mount]:
+    """The filesystem mounted at /fsx, or None. An autofs trap alone is touched once so systemd mounts."""
+    targets = mount_targets(ctx)
+    table = mounts.read(ctx.s.proc_mounts)
+    found = mounts.at(table, targets)
+    if found is None and mounts.at(table, targets, include_autofs=True) is not None:
+        try:
+            os.listdir(ctx.path(names.FSX_MOUNT_POINT))
+        except OSError:
+            pass
+        found = mounts.at(mounts.read(ctx.s.proc_mounts), targets)
+    return found
 
 
 def shared_dir(ctx) -> Optional[str]:
     """The node's /fsx when it is a live mount (what other steps share keys through), else None."""
-    target = ctx.path(names.FSX_MOUNT_POINT)
-    return target if mounted_source(ctx, target) else None
+    return ctx.path(names.FSX_MOUNT_POINT) if current_mount(ctx) else None
 
 
 def fstab_line(source: str) -> str:
@@ -208,22 +224,84 @@ def update_fstab(ctx, source: str) -> bool:
     return files.write_file(path, new, mode)
 
 
-def mount(ctx, source: str) -> str:
+def load_modules(ctx) -> None:
+    """``modprobe lnet`` then ``modprobe lustre``; a failure is logged, the mount attempt has the last word."""
+    for module in ("lnet", "lustre"):
+        argv = list(ctx.s.modprobe_cmd) + [module]
+        try:
+            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                 timeout=120)
+        except (OSError, subprocess.SubprocessError) as exc:
+            ctx.log.warning("%s: %s (the mount will show whether Lustre is usable)", " ".join(argv), exc)
+            continue
+        if res.returncode != 0:
+            ctx.log.warning("%s exited %d: %s (the mount will show whether Lustre is usable)",
+                            " ".join(argv), res.returncode, res.stdout.strip()[-300:])
+        else:
+            ctx.log.info("%s: loaded", " ".join(argv))
+
+
+def resolves(name: str) -> bool:
+    try:
+        return bool(socket.getaddrinfo(name, None, socket.AF_INET))
+    except (OSError, UnicodeError):
+        return False
+
+
+def wait_for_name(ctx, name: str, timeout: float, poll: float = 1.0) -> bool:
+    """Wait up to ``timeout`` seconds for ``name`` to resolve (polling, no fixed sleep); True once it does."""
+    if resolves(name):
+        return True
+    ctx.log.info("%s does not resolve (systemd-resolved restarting?): waiting up to %.0fs", name, timeout)
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        time.sleep(min(poll, max(0.0, timeout - (time.time() - t0))))
+        if resolves(name):
+            ctx.log.info("%s resolves after %.1fs", name, time.time() - t0)
+            return True
+    ctx.log.warning("%s still does not resolve after %.0fs", name, timeout)
+    return False
+
+
+def _describe(m: Optional[mounts.Mount]) -> str:
+    return "%s (%s)" % (m.source, m.fstype) if m else "nothing"
+
+
+def mount(ctx, dns: str, mount_name: str) -> str:
+    """Mount ``<dns>@tcp:/<mount_name>`` at /fsx unless it is there already; bounded, logged retries."""
     target = ctx.path(names.FSX_MOUNT_POINT)
-    current = mounted_source(ctx, target)
-    if current == source:
-        return "already mounted"
-    if current:
-        raise FsxError("%s is already mounted from %s, not %s" % (target, current, source))
+    current = current_mount(ctx)
+    if mounts.is_lustre_mount_of(current, mount_name):
+        return "already mounted (%s)" % current.source
+    if current is not None:
+        raise FsxError("%s is already mounted from %s, not FSx %s:/%s" % (target, _describe(current), dns, mount_name))
     os.makedirs(target, exist_ok=True)
+    load_modules(ctx)
+    source = "%s@tcp:/%s" % (dns, mount_name)
     argv = list(ctx.s.mount_cmd) + ["-t", "lustre", "-o", MOUNT_OPTIONS, source, target]
-    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                         timeout=300)
-    if res.returncode != 0:
-        raise FsxError("%s failed (%d): %s" % (" ".join(argv), res.returncode, res.stdout.strip()[-400:]))
-    if mounted_source(ctx, target) != source:
-        raise FsxError("mount returned 0 but %s does not show %s on %s" % (ctx.path("/proc/mounts"), source, target))
-    return "mounted"
+    attempts = ctx.s.fsx_mount_attempts
+    last = ""
+    for attempt in range(1, attempts + 1):
+        try:
+            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                 timeout=300)
+            rc, out = res.returncode, res.stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            rc, out = -1, str(exc)
+        if rc == 0:
+            now = current_mount(ctx)
+            if mounts.is_lustre_mount_of(now, mount_name):
+                return "mounted, the kernel shows %s (attempt %d of %d)" % (now.source, attempt, attempts)
+            last = "mount returned 0 but %s shows %s at %s, not a lustre mount of :/%s" % (
+                ctx.s.proc_mounts, _describe(now), target, mount_name)
+        else:
+            last = "%s exited %d: %s" % (" ".join(argv), rc, out[-400:] or "no output")
+        if attempt == attempts:
+            break
+        ctx.log.warning("FSx mount attempt %d of %d failed: %s; retrying", attempt, attempts, last)
+        wait_for_name(ctx, dns, ctx.s.dns_wait_s)
+        time.sleep(ctx.s.fsx_mount_retry_s)
+    raise FsxError("FSx mount failed after %d attempt(s): %s" % (attempts, last))
 
 
 def write_test(target: str) -> None:
@@ -243,18 +321,22 @@ def write_test(target: str) -> None:
             os.unlink(probe)
 
 
-def region(ctx) -> Optional[str]:
-    value = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+def region(ctx, node) -> Optional[str]:
+    """AWS_REGION / AWS_DEFAULT_REGION, else the region in the cluster ARN, else IMDS."""
+    value = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or node.region
     return value or ctx.imds.region()
 
 
 def run(ctx) -> str:
     node = identity.load_node(ctx)
-    params = ctx.params
-    if params.fsx_dns_name and params.fsx_mountname:
-        dns, mount_name, origin = params.fsx_dns_name, params.fsx_mountname, "provisioning parameters"
+    if node.fsx_dns_name and node.fsx_mountname:
+        dns, mount_name, origin = node.fsx_dns_name, node.fsx_mountname, "provisioning parameters"
     else:
-        reg = region(ctx)
+        if not node.cluster_name:
+            ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
+                            names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
+            return "no cluster name: FSx not looked up (warning logged)"
+        reg = region(ctx, node)
         fs = find_cluster_filesystem(node.cluster_name, reg)
         if fs is None:
             ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s: continuing without %s "
@@ -265,8 +347,21 @@ def run(ctx) -> str:
         dns, mount_name = fs["DNSName"], fs["LustreConfiguration"]["MountName"]
         origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)
     source = "%s@tcp:/%s" % (dns, mount_name)
-    state = mount(ctx, source)
+    state = mount(ctx, dns, mount_name)
     fstab_changed = update_fstab(ctx, source)
+    os.makedirs(ctx.path(names.FSX_MOUNT_POINT), exist_ok=True)  # a mount table may name the node path only
     write_test(ctx.path(names.FSX_MOUNT_POINT))
-    return "%s from %s: %s, fstab %s, write test ok" % (
-        source, origin, state, "updated" if fstab_changed else "unchanged")
+    shared_results_dir(ctx.path(names.FSX_RESULTS_DIR))
+    return "%s from %s: %s, fstab %s, write test ok, %s ready" % (
+        source, origin, state, "updated" if fstab_changed else "unchanged", names.FSX_RESULTS_DIR)
+
+
+def shared_results_dir(path: str) -> None:
+    """The node commands' results directory on /fsx, writable by every user (mode 1777, as /tmp).
+
+    A new Lustre filesystem's root is root:root 0755, so without it a user's run-nanogpt falls back to
+    a node-local ~/hpq-results on whichever node held rank 0 and the controller never sees the result.
+    """
+    os.makedirs(path, exist_ok=True)
+    if os.stat(path).st_mode & 0o7777 != 0o1777:
+        os.chmod(path, 0o1777)

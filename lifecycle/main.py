@@ -6,7 +6,7 @@ the node failed instead of handing out a half-configured one). Every step is
 idempotent, so running the whole thing again changes nothing.
 
 Usage: python3 -m hpq.lifecycle.main [--root DIR] [--steps a,b] [--list-steps]
-(environment variables HPQ_* described in lifecycle/context.py override defaults).
+(environment variables HPQ_*, listed in docs/lifecycle.md and lifecycle/context.py, override defaults).
 """
 
 from __future__ import annotations
@@ -18,22 +18,26 @@ import sys
 import time
 from typing import Callable, List, Optional, Tuple
 
-from . import context, fsx, identity, install, munge, node_env, slurm, ssh_keys
+from . import context, eks_storage, fsx, host_certs, identity, install, munge, node_env, slurm, ssh_keys
+from .resource_config import EKS, SLURM
 
 # (name, function, purpose). Order matters: identity first, MUNGE before Slurm, SSH keys last
 # (without a shared filesystem they travel through Slurm).
 STEPS: List[Tuple[str, Callable, str]] = [
-    ("identify", identity.run, "instance id from IMDSv2, role from resource_config.json"),
+    ("identify", identity.run, "this node in resource_config.json, its role from its instance group"),
     ("nccl-env", node_env.run, "EFA transport and NCCL environment"),
-    ("fsx", fsx.run, "find FSx by exact cluster tag, mount at /fsx"),
+    ("fsx", fsx.run, "FSx for Lustre mounted at /fsx"),
+    ("eks-storage", eks_storage.run, "containerd and kubelet data on /opt/sagemaker (EKS)"),
     ("install", install.run, "node commands onto PATH"),
     ("munge", munge.run, "one MUNGE key, munged running"),
     ("slurm", slurm.run, "configless slurmctld / slurmd"),
+    ("host-certs", host_certs.run, "SSH host certificates from the cluster host CA"),
     ("ssh-keys", ssh_keys.run, "cluster SSH key for the default user"),
 ]
 STEP_NAMES = [s[0] for s in STEPS]
 # On EKS clusters Kubernetes schedules the work: no Slurm, no MUNGE, no node commands, no SSH keys.
-SLURM_ONLY_STEPS = ("install", "munge", "slurm", "ssh-keys")
+SLURM_ONLY_STEPS = ("install", "munge", "slurm", "host-certs", "ssh-keys")
+EKS_ONLY_STEPS = ("eks-storage",)
 
 
 class StepFailed(Exception):
@@ -59,6 +63,16 @@ def setup_logging(log_file: str) -> logging.Logger:
     return log
 
 
+def _orchestrator(ctx) -> Optional[str]:
+    """The orchestrator identify found (read back from node info for steps run on their own), or None."""
+    if ctx.node is None:
+        try:
+            identity.load_node(ctx)
+        except identity.IdentityError:
+            return None  # the step itself says that identify has to run first
+    return ctx.node.orchestrator
+
+
 def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
     wanted = names or STEP_NAMES
     unknown = [n for n in wanted if n not in STEP_NAMES]
@@ -67,8 +81,12 @@ def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
     for name, func, purpose in STEPS:
         if name not in wanted:
             continue
-        if name in SLURM_ONLY_STEPS and ctx.params is not None and ctx.params.orchestrator == identity.EKS:
+        orchestrator = _orchestrator(ctx) if name != "identify" else None
+        if name in SLURM_ONLY_STEPS and orchestrator == EKS:
             ctx.log.info("step %s: skipped (EKS cluster: Kubernetes does this part)", name)
+            continue
+        if name in EKS_ONLY_STEPS and orchestrator == SLURM:
+            ctx.log.info("step %s: skipped (Slurm cluster)", name)
             continue
         ctx.log.info("step %s: start (%s)", name, purpose)
         t0 = time.time()
@@ -89,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.list_steps:
         for name, _, purpose in STEPS:
-            print("%-9s %s" % (name, purpose))
+            print("%-11s %s" % (name, purpose))
         return 0
     env = dict(os.environ)
     if args.root:

@@ -1,14 +1,22 @@
-"""One MUNGE key for every node, and munged running with it.
+"""One MUNGE key for every node: the one HyperPod gave them when they agree, a distributed one when not.
 
-With a shared filesystem the controller publishes the key there (adopting one that is
-already there, so a replaced controller keeps the cluster's key) and the other nodes
-wait for it. Without one, the controller makes a key if it has none and every node
-keeps the key its image came with: nothing else can carry a secret before Slurm
-itself (which needs MUNGE) is up.
+HyperPod's AMI brings a MUNGE key on every node before the lifecycle runs, and AWS's reference lifecycle
+scripts never touch MUNGE (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/
+base-config: no munge step; Slurm nodes authenticate with the key they booted with). So the key a node
+has is kept whenever it is the cluster's key; one is created or distributed only when a node has none or
+its key differs, and the step logs which case it was (by fingerprint, never the key).
+
+The nodes compare through /fsx: the controller records the cluster key at ``/fsx/.hpq/munge/munge.key``
+(root only): its own key (kept), a new one when it has none (created), or the one already recorded
+(a re-run, or a re-imaged controller, adopts it so the running cluster keeps its key). Every other node
+waits for it and compares: same key (kept), different (replaced), none (installed). Without a shared
+filesystem there is nothing to compare through: every node keeps its own key and the controller creates
+one only if it has none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import subprocess
@@ -48,27 +56,48 @@ def _wait_for(path: str, seconds: float, what: str) -> bytes:
         time.sleep(1.0)
 
 
-def desired_key(ctx, role: str) -> bytes:
-    local = ctx.path(KEY)
+def fingerprint(key: bytes) -> str:
+    return "sha256:" + hashlib.sha256(key).hexdigest()[:16] if key else "none"
+
+
+def desired_key(ctx, role: str):
+    """(the key this node must have, the case in words) for ``role``."""
+    local = _read(ctx.path(KEY))
     shared = fsx.shared_dir(ctx)
-    if shared:
-        shared_key = os.path.join(shared, SHARED_KEY)
+    if not shared:
+        if local:
+            return local, "kept this node's key %s (no shared filesystem to compare keys through)" % (
+                fingerprint(local))
         if role == identity.CONTROLLER:
-            if not os.path.exists(shared_key):
-                key = _read(local) or os.urandom(1024)
-                os.makedirs(os.path.dirname(shared_key), mode=0o700, exist_ok=True)
-                files.write_file(shared_key, key, 0o400)
-            return _read(shared_key)
-        if not os.path.exists(shared_key):
-            ctx.log.info("waiting up to %.0fs for the controller to publish the MUNGE key at %s",
-                         ctx.s.shared_wait_s, shared_key)
-        return _wait_for(shared_key, ctx.s.shared_wait_s, "the controller to publish the MUNGE key")
-    key = _read(local)
-    if key:
-        return key
+            key = os.urandom(1024)
+            return key, "created key %s: this node had none and there is no shared filesystem" % fingerprint(key)
+        raise MungeError("no MUNGE key at %s and no shared filesystem to get the controller's from" % ctx.path(KEY))
+    shared_key = os.path.join(shared, SHARED_KEY)
     if role == identity.CONTROLLER:
-        return os.urandom(1024)
-    raise MungeError("no MUNGE key at %s and no shared filesystem to get the controller's from" % local)
+        recorded = _read(shared_key)
+        if recorded and recorded == local:
+            return recorded, "kept this node's key %s: it is the cluster key already on %s" % (
+                fingerprint(local), shared)
+        if recorded:
+            return recorded, "adopted the cluster key %s already on %s (this node had %s)" % (
+                fingerprint(recorded), shared, fingerprint(local))
+        key = local or os.urandom(1024)
+        os.makedirs(os.path.dirname(shared_key), mode=0o700, exist_ok=True)
+        os.chmod(os.path.dirname(shared_key), 0o700)
+        files.write_file(shared_key, key, 0o400)
+        case = ("kept this node's key %s (HyperPod's) and recorded it as the cluster key" if local else
+                "created cluster key %s: this node had none") % fingerprint(key)
+        return key, case
+    if not os.path.exists(shared_key):
+        ctx.log.info("waiting up to %.0fs for the controller to record the cluster MUNGE key at %s",
+                     ctx.s.shared_wait_s, shared_key)
+    cluster = _wait_for(shared_key, ctx.s.shared_wait_s, "the controller to record the cluster MUNGE key")
+    if cluster == local:
+        return cluster, "kept this node's key %s: the same as the cluster key" % fingerprint(local)
+    if local:
+        return cluster, "replaced this node's key %s: it differs from the cluster key %s" % (
+            fingerprint(local), fingerprint(cluster))
+    return cluster, "installed the cluster key %s: this node had none" % fingerprint(cluster)
 
 
 def _read(path: str) -> bytes:
@@ -100,7 +129,8 @@ def verify(timeout: float = 30.0) -> None:
 
 def run(ctx) -> str:
     node = identity.load_node(ctx)
-    key = desired_key(ctx, node.role)
+    key, case = desired_key(ctx, node.role)
+    ctx.log.info("MUNGE key: %s", case)
     uid, gid = _owner(ctx.s.munge_user)
     key_dir = ctx.path(os.path.dirname(KEY))
     if not os.path.isdir(key_dir):  # the package makes it munge-owned; munged (as that user) must enter it
@@ -109,4 +139,4 @@ def run(ctx) -> str:
     changed = files.write_file(ctx.path(KEY), key, 0o400, uid, gid)
     state = ctx.services.ensure_running(UNIT, restart=changed)
     verify(ctx.s.service_wait_s)
-    return "key %s, munged %s" % ("installed" if changed else "unchanged", state)
+    return "%s; munged %s" % (case, state)

@@ -36,6 +36,8 @@ ON_CREATE_ENTRY = "on_create.sh"
 # hpq's own node settings (group -> role, cluster name, orchestrator), next to ON_CREATE_ENTRY in the
 # lifecycle prefix. HyperPod never reads it; hpq never writes a file HyperPod reads (provisioning_parameters.json).
 HPQ_CLUSTER_CONFIG = "hpq-cluster.json"
+# Its schema version: the S3 stack writes it, the lifecycle refuses any other (one bundle, one schema).
+HPQ_CLUSTER_CONFIG_SCHEMA = 1
 # Where HyperPod's legacy Slurm model keeps provisioning_parameters.json on a node (the lifecycle also
 # accepts the documented schema next to the bundle).
 NODE_PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
@@ -46,7 +48,15 @@ RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 PROVISIONING_PARAMETERS = "provisioning_parameters.json"
 NODE_INFO = "/etc/hpq/node-info.json"
 FSX_MOUNT_POINT = "/fsx"
+# Shared results of the node commands (run-nccl-test, run-nanogpt): sticky and world-writable like /tmp,
+# so every cluster user writes there while a new Lustre root stays root:root 0755.
+FSX_RESULTS_DIR = "/fsx/hpq-results"
 NODE_INSTALL_DIR = "/opt/hpq"
+PROC_MOUNTS = "/proc/mounts"
+# The worker's secondary EBS volume HyperPod mounts on every node (awsome-distributed-ai
+# 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh puts containerd
+# and kubelet there; tools/devops-agent/docs/hyperpod-mental-model.md, "Storage layout").
+EKS_DATA_DISK = "/opt/sagemaker"
 
 # Stack output names (consumed across nested stacks and printed by the CLI).
 OUT_VPC_ID = "VpcId"

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# HyperPod OnCreate entry: find the bundle this script sits in, run the Python lifecycle.
-# Bundle layout: <bundle>/hpq/lifecycle/on_create.sh, <bundle>/hpq/__init__.py, ...
-# Everything below HPQ_ROOT (default /); see lifecycle/context.py for the HPQ_* knobs.
+# The bundle's OnCreate script. HyperPod runs the root on_create.sh of the lifecycle prefix
+# (names.ON_CREATE_ENTRY; lifecycle/oncreate_entry.sh), which runs this one with the same arguments.
+# Bundle layout: <bundle>/on_create.sh, <bundle>/hpq/lifecycle/on_create.sh, <bundle>/hpq/__init__.py, ...
+# Everything below HPQ_ROOT (default /); docs/lifecycle.md lists the HPQ_* settings.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bundle="$(cd "$here/../.." && pwd)"
 root="${HPQ_ROOT:-/}"
 log_dir="${root%/}/var/log/hpq"
 mkdir -p "$log_dir"
-log="$log_dir/on_create.log"
+log="$(cd "$log_dir" && pwd)/on_create.log"  # absolute: the script moves into the bundle below
 py="${HPQ_PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))'; then
-    echo "hpq on_create: $py is older than 3.8 or missing" | tee -a "$log" >&2
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
+    # Amazon Linux 2 ships Python 3.7: the lifecycle cannot run there, and says which AMI it needs.
+    have="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
+    os="$( (. "${root%/}/etc/os-release" && echo "${PRETTY_NAME:-$ID $VERSION_ID}") 2>/dev/null || echo 'unknown OS')"
+    echo "hpq on_create: needs python3 3.8 or newer but $py is ${have} on ${os}: use HyperPod's Amazon Linux 2023 AMI for EKS nodes (Amazon Linux 2 has Python 3.7) and its Ubuntu AMI for Slurm nodes" | tee -a "$log" >&2
     exit 1
 fi
-echo "hpq on_create: bundle $bundle, log $log ($(date -u +%FT%TZ))" | tee -a "$log"
+export HPQ_START_DIR="${HPQ_START_DIR:-$PWD}"
+echo "hpq on_create: bundle $bundle, started in $HPQ_START_DIR, log $log ($(date -u +%FT%TZ))" | tee -a "$log"
 cd "$bundle"  # -m puts the cwd first on sys.path: make it the bundle
 export PYTHONPATH="$bundle${PYTHONPATH:+:$PYTHONPATH}" HPQ_BUNDLE_ROOT="$bundle"
 "$py" -u -m hpq.lifecycle.main "$@" 2>&1 | tee -a "$log"

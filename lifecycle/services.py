@@ -4,14 +4,17 @@ Both read the same unit files and drop-ins, so what the lifecycle writes (a drop
 next to the vendor unit, never an edit of it) is exactly what configures the daemon
 in tests too: the direct manager reads the vendor unit and its ``<unit>.d/*.conf``
 drop-ins under the node root, applies ``ExecStart=`` resets, ``Environment=``,
-``EnvironmentFile=`` and ``ConditionPathExists=`` the way systemd does, and runs the
-command in the foreground of a new session, keeping its PID under ``<root>/run/hpq``.
+``EnvironmentFile=``, ``ConditionPathExists=``, ``User=``/``Group=`` and ``RuntimeDirectory=``
+the way systemd does, and runs the command in a new session, keeping its PID under
+``<root>/run/hpq``.
 """
 
 from __future__ import annotations
 
 import glob
+import grp
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -52,8 +55,12 @@ class _Base:
                 return p
         return None
 
-    def unit_sections(self, unit: str, with_dropins: bool = True) -> Dict[str, Dict[str, List[str]]]:
-        """The unit's settings as systemd would merge them: vendor file, then drop-ins by name."""
+    def unit_sections(self, unit: str, with_dropins: bool = True,
+                      without: Optional[str] = None) -> Dict[str, Dict[str, List[str]]]:
+        """The unit's settings as systemd would merge them: vendor file, then drop-ins by name.
+
+        ``without``: leave out our own drop-in of that name (what the unit is without our change).
+        """
         path = self.unit_path(unit)
         if path is None:
             raise ServiceError("no unit file %s under %s" % (unit, ", ".join(self.ctx.path(d) for d in UNIT_DIRS)))
@@ -64,6 +71,7 @@ class _Base:
             for d in reversed(UNIT_DIRS):  # /etc wins over /lib for the same file name
                 for p in glob.glob(self.ctx.path("%s/%s.d/*.conf" % (d, unit))):
                     dropins[os.path.basename(p)] = p
+            dropins.pop("%s.conf" % without, None)
             paths += [dropins[k] for k in sorted(dropins)]
         for p in paths:
             _parse_unit(files.read_text(p) or "", sections)
@@ -142,6 +150,13 @@ class SystemdManager(_Base):
     def stop(self, unit: str) -> None:
         self._systemctl("stop", unit, check=False)
 
+    def reload_config(self, unit: str) -> str:
+        """Make a running daemon re-read its configuration (systemctl reload); a stopped one is left alone."""
+        if not self.is_active(unit):
+            return "not running"
+        self._systemctl("reload", unit)
+        return "reloaded"
+
 
 class DirectManager(_Base):
     """Start the unit's ExecStart as a plain process (tests, containers without systemd)."""
@@ -209,6 +224,32 @@ class DirectManager(_Base):
         self._start(unit)
         return "started"
 
+    def _credentials(self, unit: str):
+        """(uid, gid, user) from the unit's User=/Group= (systemd.exec), None when it runs as root."""
+        service = self.unit_sections(unit).get("Service", {})
+        user = (service.get("User") or [""])[-1]
+        group = (service.get("Group") or [""])[-1]
+        if not user or os.geteuid() != 0:
+            return None
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            raise ServiceError("%s: User=%s does not exist" % (unit, user)) from None
+        gid = grp.getgrnam(group).gr_gid if group else pw.pw_gid
+        return pw.pw_uid, gid, user
+
+    def _runtime_directories(self, unit: str, creds) -> None:
+        """RuntimeDirectory= under /run, owned by the unit's user, as systemd creates them before start."""
+        service = self.unit_sections(unit).get("Service", {})
+        mode = int((service.get("RuntimeDirectoryMode") or ["0755"])[-1], 8)
+        for entry in service.get("RuntimeDirectory", []):
+            for name in entry.split():
+                path = self.ctx.path("/run/" + name)
+                os.makedirs(path, exist_ok=True)
+                os.chmod(path, mode)
+                if creds:
+                    os.chown(path, creds[0], creds[1])
+
     def _start(self, unit: str) -> None:
         argv, env, kind = self.command(unit)
         log_path = self.ctx.path("/var/log/hpq/%s.log" % unit)
@@ -216,10 +257,20 @@ class DirectManager(_Base):
         os.makedirs(os.path.dirname(self.pid_file(unit)), exist_ok=True)
         full_env = dict(os.environ)
         full_env.update(env)
+        creds = self._credentials(unit)
+        self._runtime_directories(unit, creds)
+
+        def drop_privileges():  # in the child, before exec: the unit's User=/Group=
+            if creds:
+                os.setgid(creds[1])
+                os.initgroups(creds[2], creds[1])
+                os.setuid(creds[0])
+
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=full_env, cwd="/", start_new_session=True, close_fds=True)
+                                        env=full_env, cwd="/", start_new_session=True, close_fds=True,
+                                        preexec_fn=drop_privileges if creds else None)
             except OSError as exc:
                 raise ServiceError("%s: cannot run %s: %s" % (unit, argv[0], exc)) from None
         if kind == "forking":
@@ -243,6 +294,14 @@ class DirectManager(_Base):
                 raise ServiceError("%s exited %s right after start; last log lines: %s"
                                    % (unit, proc.returncode, _tail(log_path)))
         files.write_file(self.pid_file(unit), "%d\n" % pid)
+
+    def reload_config(self, unit: str) -> str:
+        """SIGHUP, what the units' ExecReload does for sshd and slurmd; a stopped daemon is left alone."""
+        pid = self.pid(unit)
+        if pid is None:
+            return "not running"
+        os.kill(pid, signal.SIGHUP)
+        return "reloaded"
 
     def stop(self, unit: str) -> None:
         pid = self.pid(unit)

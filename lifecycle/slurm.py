@@ -137,7 +137,11 @@ def setup_controller(ctx) -> str:
 def setup_node(ctx, node: identity.NodeInfo) -> str:
     server = conf_server(node, ctx.s.slurmctld_port)
     mgr = ctx.services
-    vendor = services.exec_start(SLURMD, mgr.unit_sections(SLURMD, with_dropins=False))
+    # The unit as the AMI (and any other drop-in) has it, without ours: HyperPod's slurmd.service is
+    # /etc/systemd/system/slurmd.service with ``$SLURMD_OPTIONS`` in ExecStart, which AWS's reference
+    # start_slurm.sh fills with ``--conf-server <controller ip>`` through envsubst; the drop-in adds the
+    # same flag and keeps $SLURMD_OPTIONS, so the unit file stays the AMI's.
+    vendor = services.exec_start(SLURMD, mgr.unit_sections(SLURMD, without=DROPIN))
     changed = mgr.write_dropin(SLURMD, DROPIN, dropin_text(vendor, server))
     state = mgr.ensure_running(SLURMD, restart=changed)
     # slurmd exits when the controller is not up yet (it may itself still wait for the agent's

@@ -5,7 +5,9 @@ a pair already there) and every node installs it. Without a shared filesystem th
 controller makes the pair and hands it to the workers through Slurm: one batch job,
 queued until the workers have joined, that installs it on each of them.
 The key gets its own file name (``id_ed25519_hpq``) so a user's own keys are untouched;
-a managed block in ``~/.ssh/config`` and ``authorized_keys`` wires it in.
+a managed block in ``~/.ssh/config`` and ``authorized_keys`` wires it in. Host keys are vouched for by
+the cluster host CA (host_certs.py), so this block never relaxes host-key checking; only without a
+shared filesystem (no CA) does it accept a first-seen key, and then for the cluster's own names only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shlex
 import subprocess
 import tempfile
 import time
+from typing import List, Optional
 
 from . import files, fsx, identity, slurm
 
@@ -69,7 +72,10 @@ def read_pair(private_path: str):
     return private, public
 
 
-def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes) -> bool:
+def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes,
+                 tofu_hosts: Optional[List[str]] = None) -> bool:
+    """The pair, authorized_keys and ~/.ssh/config for one user; ``tofu_hosts``: cluster names and addresses
+    whose first-seen host key is accepted (only used when there is no host CA)."""
     ssh = os.path.join(home, ".ssh")
     changed = False
     if not os.path.isdir(ssh):
@@ -81,29 +87,39 @@ def install_pair(home: str, uid: int, gid: int, private: bytes, public: bytes) -
     changed |= files.write_file(os.path.join(ssh, KEY_NAME), private, 0o600, uid, gid)
     changed |= files.write_file(os.path.join(ssh, KEY_NAME + ".pub"), public, 0o644, uid, gid)
     pub_line = public.decode().strip()
-    for name, lines, mode in (
-        ("authorized_keys", [pub_line], 0o600),
-        ("config", ["Host *", "    IdentityFile ~/.ssh/%s" % KEY_NAME, "    IdentityFile ~/.ssh/id_ed25519",
-                    "    IdentityFile ~/.ssh/id_rsa", "    StrictHostKeyChecking accept-new"], 0o600),
-    ):
+    config = ["Host *", "    IdentityFile ~/.ssh/%s" % KEY_NAME, "    IdentityFile ~/.ssh/id_ed25519",
+              "    IdentityFile ~/.ssh/id_rsa"]
+    if tofu_hosts:
+        config += ["Host %s" % " ".join(tofu_hosts), "    StrictHostKeyChecking accept-new"]
+    for name, lines, mode in (("authorized_keys", [pub_line], 0o600), ("config", config, 0o600)):
         path = os.path.join(ssh, name)
         changed |= files.set_block(path, "cluster-ssh-key", lines, mode)
         changed |= files.write_file(path, files.read_text(path) or "", mode, uid, gid)
     return changed
 
 
-def slurm_job_script(user: str, private: bytes, public: bytes) -> str:
+def node_root_shell(template: str) -> str:
+    """Shell words for the root of the node a job runs on: HPQ_SLURM_NODE_ROOT with %n = $SLURMD_NODENAME."""
+    return '"${SLURMD_NODENAME}"'.join(shlex.quote(part) if part else "" for part in template.split("%n"))
+
+
+def slurm_job_script(user: str, private: bytes, public: bytes, node_root: str = "/",
+                     tofu_hosts: Optional[List[str]] = None) -> str:
     """A batch script that installs the pair on every node of its allocation (no shared filesystem).
 
     The pair travels base64-encoded in the job's environment (``/proc/PID/environ`` is readable by
     the owner only), never in a command line, which ``ps`` shows to every user on the node.
+    ``node_root``: where each node's file tree is, as the jobs see it (setting HPQ_SLURM_NODE_ROOT;
+    ``/`` on a real cluster).
     """
+    config = "Host *\n    IdentityFile ~/.ssh/%s\n" % KEY_NAME
+    if tofu_hosts:
+        config += "Host %s\n    StrictHostKeyChecking accept-new\n" % " ".join(tofu_hosts)
     inner = "\n".join([
         "set -e",
         "umask 077",
-        # HPQ_NODE_ROOT_BASE: tests run several nodes on one host, each under <base>/<node name>.
-        'home="${HPQ_NODE_ROOT_BASE:+$HPQ_NODE_ROOT_BASE/$SLURMD_NODENAME}$(getent passwd %s | cut -d: -f6)"'
-        % shlex.quote(user),
+        "node_root=%s" % node_root_shell(node_root),
+        'home="${node_root%%/}$(getent passwd %s | cut -d: -f6)"' % shlex.quote(user),
         'test -n "$home"',
         'mkdir -p "$home/.ssh" && chmod 700 "$home/.ssh"',
         'printf %%s "$HPQ_SSH_PRIVATE_B64" | base64 -d > "$home/.ssh/%s"' % KEY_NAME,
@@ -112,6 +128,9 @@ def slurm_job_script(user: str, private: bytes, public: bytes) -> str:
         'touch "$home/.ssh/authorized_keys" && chmod 600 "$home/.ssh/authorized_keys"',
         'grep -qxF %s "$home/.ssh/authorized_keys" || echo %s >> "$home/.ssh/authorized_keys"'
         % (shlex.quote(public.decode().strip()), shlex.quote(public.decode().strip())),
+        'grep -qF "IdentityFile ~/.ssh/%s" "$home/.ssh/config" 2>/dev/null || printf %%s %s >> "$home/.ssh/config"'
+        % (KEY_NAME, shlex.quote(config)),
+        'chmod 600 "$home/.ssh/config"',
         'chown -R %s: "$home/.ssh"' % shlex.quote(user),
     ])
     return "\n".join([
@@ -131,7 +150,7 @@ def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
         return "already handed to the workers through Slurm"
     if node.worker_count < 1:
         return "no workers to hand the key to"
-    script = slurm_job_script(user, private, public)
+    script = slurm_job_script(user, private, public, ctx.s.slurm_node_root, cluster_hosts(node))
     res = subprocess.run(
         [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=hpq-ssh-keys", "--nodes=%d" % node.worker_count,
          "--output=/dev/null"],
@@ -141,6 +160,11 @@ def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
         raise SshKeyError("sbatch of the key distribution job failed: %s" % res.stdout.strip())
     files.write_file(marker, public.decode().strip() + "\n", 0o600)
     return "queued Slurm job %s to install it on %d worker(s)" % (res.stdout.strip(), node.worker_count)
+
+
+def cluster_hosts(node: identity.NodeInfo) -> List[str]:
+    """The cluster's own names and addresses (ssh_config Host patterns)."""
+    return [h for h in list(node.cluster_hostnames) + list(node.cluster_ips) if h]
 
 
 def run(ctx) -> str:
@@ -155,7 +179,7 @@ def run(ctx) -> str:
     shared = fsx.shared_dir(ctx)
     if shared:
         private, public = shared_pair(ctx, shared, user, node.role)
-        changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)
+        changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)  # host keys: the CA vouches
         return "key pair from %s %s for %s" % (shared, "installed" if changed else "unchanged", user)
     if node.role != identity.CONTROLLER:
         return "no shared filesystem: the controller installs the key here through Slurm"
@@ -165,6 +189,6 @@ def run(ctx) -> str:
         private, public = read_pair(priv_path)
     else:
         private, public = generate("%s@%s" % (user, node.cluster_name))
-    changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public)
+    changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public, cluster_hosts(node))
     how = distribute_over_slurm(ctx, user, private, public)
     return "key pair %s for %s; %s" % ("installed" if changed else "unchanged", user, how)

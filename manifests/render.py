@@ -24,10 +24,48 @@ from hpq.lifecycle import catalog, transport
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 TEMPLATE_DIR = Path(__file__).resolve().parent
 
-# Default images; every one is overridable with --image. Pin a digest or tag you tested for production.
-NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:latest"  # AWS-maintained: CUDA, EFA, aws-ofi-nccl, OpenMPI
-PYTORCH_GPU_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
-NEURON_IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04"
+# Default images, pinned by version (never "latest"); every one is overridable with --image.
+# AWS's nccl-tests image (CUDA, EFA installer with Open MPI in /opt/amazon/openmpi, aws-ofi-nccl, NCCL,
+# nccl-tests in /opt/nccl-tests/build, openssh): tag as awslabs/awsome-distributed-ai builds it
+# (micro-benchmarks/nccl-tests/buildspec.yaml: cuda${CUDA}-efa${EFA}-ofi${OFI}-nccl${NCCL}-tests${TESTS}),
+# CUDA 12.8 so that it runs on the 12.x drivers of current HyperPod AMIs.
+NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+# AWS Deep Learning Container, EC2 variant: PyTorch with EFA and AWS's OFI NCCL plugin in
+# /opt/amazon/ofi-nccl (aws/deep-learning-containers pytorch/training/docker/2.8/py3/cu129/Dockerfile.gpu,
+# base "has EFA"), so NCCL uses EFA instead of TCP sockets on EFA types.
+PYTORCH_GPU_IMAGE = "public.ecr.aws/deep-learning-containers/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+# AWS Neuron DLC with aws-neuronx-tools (nccom-test, neuron-ls), Open MPI and openssh client+server
+# ("Install packages an configure SSH for MPI in K8s"): aws-neuron/deep-learning-containers README and
+# pytorch/training/2.9.0/Dockerfile.neuronx at tag 2.30.0. The 2.1.2 image had no ssh, so no MPI launch.
+NEURON_IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04"
+
+# Open MPI in AWS's images; AWS's nccl-tests manifest calls it by this absolute path
+# (awsome-distributed-ai micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml). By absolute path Open MPI
+# starts its orted on the workers as <prefix>/bin/orted: sshd gives the remote command sshd's own PATH,
+# not the image's, so a bare "mpirun" fails there with "orted: command not found".
+MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
+
+# Node labels HyperPod keeps on every node, used as AWS's HyperPod CLI places jobs
+# (aws/sagemaker-hyperpod-cli src/sagemaker/hyperpod/cli/constants/command_constants.py).
+HEALTH_LABEL, HEALTHY = "sagemaker.amazonaws.com/node-health-status", "Schedulable"
+DEEP_HEALTH_LABEL, DEEP_HEALTH_PASSED = "sagemaker.amazonaws.com/deep-health-check-status", "Passed"
+
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+
+# mpi-operator v2 gives the launcher its hostfile through this variable (kubeflow/mpi-operator v0.5.0
+# pkg/controller/mpi_job_controller.go, ompiEnvVars): one "<job>-worker-<i>.<job>.<ns>.svc slots=N" line each.
+_HOSTFILE = "${OMPI_MCA_orte_default_hostfile:-/etc/mpi/hostfile}"
+# The launcher waits until every worker's DNS record exists (the job's headless Service publishes them
+# shortly after the pods start), so a hard failure is reported once instead of being retried.
+_WAIT_FOR_WORKERS = (
+    'f=' + _HOSTFILE + '; for h in $(awk \'{print $1}\' "$f"); do n=0; '
+    'until getent hosts "$h" >/dev/null; do n=$((n+1)); if [ "$n" -ge 180 ]; then '
+    'echo "hpq: worker $h has no DNS record after 180 s" >&2; exit 1; fi; sleep 1; done; done; ')
+# nccom-test on several nodes needs NEURON_RT_ROOT_COMM_ID = address of the instance it runs on + a port
+# (Neuron docs, nccom-test user guide, -N); AWS's example runs it on the first node of the allocation
+# (awsome-distributed-ai micro-benchmarks/nccom-tests/slurm/nccom-tests.sbatch). The port is free: the
+# first worker pod has its own network namespace.
+NEURON_ROOT_COMM_PORT = 62182
 
 # Hugepages the EFA libfabric provider wants per pod (same figure as AWS's nccl-tests manifests).
 EFA_HUGEPAGES_2MI = "5120Mi"
@@ -41,7 +79,8 @@ NANOGPT_MODULE = "hpq.scripts.nanogpt"
 CONFIGMAP_LIMIT = 1000 * 1024  # Kubernetes caps a ConfigMap at 1 MiB; leave room for metadata
 PROGRAM_MOUNT = "/opt/hpq"
 
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+# DNS-1035 (a letter first): the operators refuse other job names, and "<name>-worker-<n>" must fit in 63.
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")  # what Kubernetes allows as a ConfigMap key
 
 
@@ -63,6 +102,8 @@ class RenderRequest:
     fsx_mount_name: str | None = None
     fsx_capacity_gib: int = 1200
     fsx_claim: str | None = None
+    nccl_debug: str | None = None  # NCCL_DEBUG level; None: INFO for nccl-test, unset otherwise; "off": unset
+    mpirun: str = MPIRUN  # absolute path of mpirun in the nccl-tests image
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -132,7 +173,8 @@ def accelerated_entry(instance_type: str | None) -> catalog.InstanceType:
 
 def _check_name(name: str) -> str:
     if not _NAME_RE.match(name):
-        raise UsageError(f"invalid job name {name!r}: lowercase letters, digits and '-', at most 42 characters")
+        raise UsageError(f"invalid job name {name!r}: a lowercase letter, then lowercase letters, digits and '-', "
+                         "at most 42 characters")
     return name
 
 
@@ -161,6 +203,12 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
     env = transport.node_environment(entry.name, transport.NodeProbe(), "default")
     efa = entry.efa_interfaces if env.transport != transport.TCP else 0
     neuron = entry.accelerator == catalog.TRAINIUM
+    variables = dict(env.variables)
+    debug = _nccl_debug(req.nccl_debug, req.test, neuron)
+    if debug:
+        variables["NCCL_DEBUG"] = debug
+        if debug == "INFO":
+            variables["NCCL_DEBUG_SUBSYS"] = "INIT,NET"  # enough to name the transport NCCL picked
     accel_resource = "aws.amazon.com/neuron" if neuron else "nvidia.com/gpu"
     resources: dict[str, Any] = {accel_resource: gpus}
     if efa:
@@ -183,8 +231,8 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         efa=efa,
         transport=env.transport,
         torch_backend=env.torch_backend,
-        env=env.k8s_env(),
-        env_names=sorted(env.variables),
+        env=[{"name": k, "value": v} for k, v in sorted(variables.items())],
+        env_names=sorted(variables),
         resources=resources,
         memory_request=memory_request,
         shm_size="8Gi" if entry.memory_gib >= 64 else "2Gi",
@@ -192,16 +240,94 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         launcher_labels={**ctx["labels"], "hpq.aws/job": name, "hpq.aws/role": "launcher"},
         neuron_bin=NEURON_BIN,
         fsx_claim=req.fsx_claim,
+        health_label=HEALTH_LABEL,
+        health_value=HEALTHY,
+        deep_health_label=DEEP_HEALTH_LABEL,
+        deep_health_value=DEEP_HEALTH_PASSED,
     )
     if req.test == "nccl-test":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
-        ctx["nccl_binary"] = NCCL_TESTS_BINARY
+        if neuron:
+            ctx["launcher_command"] = nccom_launcher_command(ranks_per_node * req.nodes, req.nodes, variables)
+            ctx["worker_command"] = ["/bin/sh", "-c", _NEURON_WORKER]
+        else:
+            ctx["launcher_command"] = mpirun_launcher_command(_check_mpirun(req.mpirun), ranks_per_node * req.nodes,
+                                                              gpus, sorted(variables))
+            ctx["worker_command"] = ["/usr/sbin/sshd", "-De"]
     elif req.test == "validate":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
     elif req.test == "nanogpt":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else PYTORCH_GPU_IMAGE)
         ctx.update(_program_context(req))
     return ctx
+
+
+def _nccl_debug(level: str | None, test: str, neuron: bool) -> str | None:
+    """NCCL_DEBUG for the job: INFO by default for nccl-test (the log then names the transport NCCL chose,
+    as AWS's manifests and HyperPod CLI set it); for the other tests only when asked; never on Trainium."""
+    if level is None:
+        return "INFO" if test == "nccl-test" and not neuron else None
+    if level.lower() == "off":
+        return None
+    if level.upper() not in NCCL_DEBUG_LEVELS:
+        raise UsageError(f"--nccl-debug must be one of {', '.join(NCCL_DEBUG_LEVELS)} or off, got {level!r}")
+    return level.upper()
+
+
+def _check_mpirun(path: str) -> str:
+    if not path.startswith("/") or any(c.isspace() for c in path):
+        raise UsageError(f"--mpirun must be the absolute path of mpirun in the image (e.g. {MPIRUN}), got "
+                         f"{path!r}: sshd starts the workers' orted without the image's PATH")
+    return path
+
+
+def mpirun_launcher_command(mpirun: str, total: int, per_node: int, env_names: list[str]) -> list[str]:
+    """The MPI launcher: wait for the workers' DNS records, then nccl-tests through mpirun by absolute path.
+
+    Every transport variable is passed with -x: ranks that sshd starts on the workers get nothing of the
+    container environment. MPI's own traffic stays on TCP (ob1/tcp, loopback excluded), as on Slurm.
+    """
+    cmd = ["/bin/sh", "-c", _WAIT_FOR_WORKERS + 'exec "$0" "$@"', mpirun, "--allow-run-as-root",
+           "-np", str(total), "-npernode", str(per_node), "--bind-to", "none",
+           "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0",
+           "-x", "PATH", "-x", "LD_LIBRARY_PATH"]
+    for name in env_names:
+        cmd += ["-x", name]
+    return cmd + [NCCL_TESTS_BINARY, "-b", "8", "-e", "2G", "-f", "2", "-g", "1", "-c", "1", "-n", "20"]
+
+
+# Neuron workers: sshd sessions get the container's environment through /etc/environment (read by
+# pam_env; the Neuron DLC keeps Ubuntu's "UsePAM yes"), so the ranks nccom-test starts on the other
+# workers over ssh find the Neuron and EFA libraries and the transport settings.
+_NEURON_WORKER = ("env | grep -E '^(PATH|LD_LIBRARY_PATH|FI_[A-Z_]*|NCCL_[A-Z_]*|NEURON_[A-Z_]*|OMPI_[A-Z_]*"
+                  "|HPQ_[A-Z_]*)=' > /etc/environment; exec /usr/sbin/sshd -De")
+
+
+def nccom_launcher_command(total: int, nodes: int, variables: dict[str, str]) -> list[str]:
+    """The Trainium launcher: nccom-test runs on the first worker (a Trainium node), started over ssh.
+
+    Launch model of the Neuron docs and AWS's nccom-tests example: nccom-test on one of the nodes, with
+    NEURON_RT_ROOT_COMM_ID = that node's address and a port, ``--hosts`` listing every node (it starts
+    the ranks there itself, over MPI). The launcher pod has no Neuron devices, so it only resolves the
+    workers' addresses (mpi-operator's hostfile) and runs nccom-test on worker 0 with ssh (the job's
+    key, mounted by mpi-operator); its output comes back on the launcher's log.
+    """
+    for k, v in variables.items():
+        if not transport.is_plain(v):
+            raise UsageError(f"cannot pass {k}={v!r} through ssh safely")
+    env = " ".join(f"{k}='{v}'" for k, v in sorted(variables.items()))
+    nccom = (f"{NEURON_BIN}/nccom-test -r {total} -N {nodes} -b 8 -e 2G -f 2 -n 20 -w 5 -d fp32 "
+             f"--non-interactive --hosts$ips allr")
+    script = (
+        'f=' + _HOSTFILE + '; ips=""; for h in $(awk \'{print $1}\' "$f"); do n=0; '
+        'until ip=$(getent hosts "$h" | awk \'{print $1; exit}\') && [ -n "$ip" ]; do n=$((n+1)); '
+        'if [ "$n" -ge 180 ]; then echo "hpq: worker $h has no DNS record after 180 s" >&2; exit 1; fi; '
+        'sleep 1; done; ips="$ips $ip"; done; set -- $ips; '
+        f'echo "hpq: nccom-test on $1 (NEURON_RT_ROOT_COMM_ID=$1:{NEURON_ROOT_COMM_PORT}), hosts:$ips"; '
+        'exec ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null '
+        '-o ConnectionAttempts=10 "$1" '
+        f'"env {env} NEURON_RT_ROOT_COMM_ID=$1:{NEURON_ROOT_COMM_PORT} {nccom}"')
+    return ["/bin/sh", "-c", script]
 
 
 def _program_context(req: RenderRequest) -> dict[str, Any]:

@@ -9,6 +9,7 @@ needs to know nothing before the allocation exists. Standard library only.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -136,6 +137,21 @@ def choose_backend(torch, requested: Optional[str] = None) -> str:
             return "gloo"
         return want
     return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def unused_neuron_devices(torch, dev_root: str = "/dev") -> int:
+    """Neuron devices this process leaves idle: a Trainium node (``/dev/neuronN``, or the transport's
+    ``HPQ_TORCH_BACKEND=xla``) training on the host CPUs. 0 when there are none or a GPU trains.
+
+    hpq's programs have no torch-neuronx/XLA path, so on Trainium they train with gloo on the CPUs;
+    the result must say so rather than read as a Trainium pass.
+    """
+    if torch.cuda.is_available():
+        return 0
+    found = len(glob.glob(os.path.join(dev_root, "neuron[0-9]*")))
+    if found:
+        return found
+    return -1 if os.environ.get("HPQ_TORCH_BACKEND") == "xla" else 0
 
 
 def exit_after_teardown(rc: int) -> None:

@@ -96,8 +96,11 @@ def results_dir(override: Optional[str] = None) -> str:
     path = override or os.environ.get("HPQ_RESULTS_DIR")
     if not path:
         fsx = os.environ.get("HPQ_FSX", names.FSX_MOUNT_POINT)
-        if os.path.ismount(fsx) and os.access(fsx, os.W_OK):
-            path = os.path.join(fsx, "hpq-results")
+        shared = os.path.join(fsx, os.path.basename(names.FSX_RESULTS_DIR))
+        # The lifecycle makes the shared directory writable for every user; /fsx itself may not be.
+        if os.path.ismount(fsx) and (os.access(shared, os.W_OK) or (not os.path.exists(shared)
+                                                                      and os.access(fsx, os.W_OK))):
+            path = shared
         else:
             path = os.path.join(os.path.expanduser("~"), "hpq-results")
     os.makedirs(path, exist_ok=True)
@@ -319,11 +322,13 @@ def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args
             + chdir + list(extra) + [python, "-m", module] + list(args))
 
 
-def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str]) -> int:
+def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],
+              nodes: Optional[int] = None) -> int:
     """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
 
     One ending for run-nccl-test and run-nccom-test: a run without result rows, with wrong
-    elements, short of the catalog, or whose program exited non-zero is a failure (1).
+    elements, short of the catalog's figure for its node count (the log's rank lines, else
+    ``nodes``), or whose program exited non-zero is a failure (1).
     """
     base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
     with open(log_path, errors="replace") as fh:
@@ -336,9 +341,9 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         code = 1
     else:
         try:
-            verdict = nccl_report.evaluate(report, instance_type)
+            verdict = nccl_report.evaluate(report, instance_type, nodes)
         except nccl_report.ReportError as exc:  # a type the catalog does not know: judge without expectation
-            verdict = nccl_report.evaluate(report, None)
+            verdict = nccl_report.evaluate(report, None, nodes)
             verdict.message += " (%s)" % exc
         result.update(nccl_report.report_to_dict(report, verdict))
         message, code = verdict.message, verdict.exit_code

@@ -5,7 +5,9 @@ its transport environment (same function as the lifecycle: nccl on EFA GPU nodes
 on TCP-only or CPU nodes), then starts ``hpq.scripts.nanogpt`` with srun, one process per
 GPU. Checkpoints go to the shared filesystem (/fsx/hpq-results/nanogpt/<model> when FSx is
 mounted) every --ckpt-every iterations and a rerun resumes from the newest. Exit 0 when
-the loss fell and all ranks hold the same weights; 1 otherwise; 2 for bad arguments.
+the loss fell and all ranks hold the same weights; 1 otherwise (also on Trainium, where the
+model trains on the host CPUs and the verdict is INCONCLUSIVE: the Neuron devices were not
+used); 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -135,11 +137,29 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
         os.remove(base + ".metrics.json")  # merged into the result below: one JSON per run
     except (OSError, ValueError):
         result["metrics"] = None  # rank 0 ran on a node that does not share this directory
-    result["ok"] = rc == 0
+    verdict = judge(rc, log_path, result.get("metrics"))
+    result["ok"] = verdict == "PASS"
+    result["verdict"] = verdict
     launch.write_json(base + ".json", result)
-    print("# %s (exit status %d)\n# log: %s\n# result: %s.json" % (
-        "PASS" if rc == 0 else "FAIL", rc, log_path, base))
-    return 0 if rc == 0 else 1
+    if verdict == "INCONCLUSIVE":
+        print("# %s" % nanogpt.NEURON_UNUSED_RESULT)
+    print("# %s (exit status %d)\n# log: %s\n# result: %s.json" % (verdict, rc, log_path, base))
+    return 0 if verdict == "PASS" else 1
+
+
+def judge(rc: int, log_path: str, metrics: Optional[Dict]) -> str:
+    """PASS, FAIL, or INCONCLUSIVE when the run trained but left the Trainium devices idle (exit 1: a
+    Trainium cluster has not been shown to train). Rank 0's metrics may live on another node: the log's
+    RESULT line says it too."""
+    if rc != 0:
+        return "FAIL"
+    unused = bool(metrics and metrics.get("neuron_devices_unused"))
+    try:
+        with open(log_path, errors="replace") as fh:
+            unused = unused or any(line.startswith("RESULT: INCONCLUSIVE") for line in fh)
+    except OSError:
+        pass
+    return "INCONCLUSIVE" if unused else "PASS"
 
 
 if __name__ == "__main__":

@@ -11,17 +11,24 @@ parsed by the same code as ``hpq nccl-report``; the log and a JSON result land i
 
 Exit 0: result meets the catalog's expectation (or none is known); 1: short, wrong
 elements, or the run failed; 2: bad arguments.
+
+``--sweep`` measures two nodes at a time instead (hpq.scripts.sweep, hpq.scripts.nccl_sweep)
+and names the node that is slower than the rest: exit 0 none, 1 slow node(s) or failed pairs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import math
 import os
 import shutil
+import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, TextIO, Tuple
 
-from hpq.scripts import launch
+from hpq.scripts import distenv, launch, nccl_sweep, sweep
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
 MODULE = "hpq.scripts.run_nccl_test"
@@ -44,12 +51,21 @@ EPILOG = """examples:
   run-nccl-test 2 8 --op all_gather -b 1M -e 1G
   run-nccl-test 2 --builtin          force hpq's torch.distributed benchmark
   run-nccl-test 1 2 --launcher local one host, no Slurm (e.g. a single GPU box)
+  run-nccl-test --sweep              every idle node, two at a time: name the slow node
+  run-nccl-test --sweep 8 8 --output json   8 nodes x 8 GPUs, the result as JSON on stdout
   hpq nccl-report ~/hpq-results/nccl-test-*.log -i ml.p5.48xlarge   re-judge a saved log
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr (``run-nccl-test: error: ...``) and exit 2, no usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, "%s: error: %s (see --help)\n" % (self.prog, message))
+
+
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
+    ap = OneLineParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("nodes", nargs="?", type=int, default=None,
                     help="nodes (default: the allocation's, else 2)")
@@ -75,6 +91,20 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--nccl-debug", default=os.environ.get("NCCL_DEBUG", "INFO"),
                     help="NCCL_DEBUG level (default INFO, subsystems INIT,NET: shows the transport chosen)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    sw = ap.add_argument_group("pairwise sweep (find the slow node)")
+    sw.add_argument("--sweep", action="store_true",
+                    help="all-reduce two nodes at a time (all GPUs of both), concurrent pairs in round-robin "
+                         "rounds; score each node by the median of its pairs and name the slow ones "
+                         "(default NODES: every idle node)")
+    sw.add_argument("--sweep-size", default=None, metavar="SIZE",
+                    help="message size per pair (default: 256M over EFA, 64M over TCP, 1M with gloo on CPUs)")
+    sw.add_argument("--pair-timeout", type=float, default=180.0, metavar="SECONDS",
+                    help="a pair without a result after this long is stopped and counted as failed (default 180)")
+    sw.add_argument("--budget", type=float, default=1800.0, metavar="SECONDS",
+                    help="overall limit: a round after the first starts only while a pair timeout (or 30 s) "
+                         "of it is left; its pairs stop when it is spent (default 1800)")
+    sw.add_argument("--output", choices=("table", "json"), default="table",
+                    help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     args = ap.parse_args(argv)
     for name in ("minbytes", "maxbytes"):
         try:
@@ -85,6 +115,24 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         ap.error("NODES and GPUS_PER_NODE must be positive")
     if args.builtin and args.op not in OPS:
         ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
+    if args.sweep:
+        if args.op != "all_reduce":
+            ap.error("--sweep measures all_reduce only")
+        if args.launcher == "local":
+            ap.error("--sweep runs pairs of nodes through Slurm; it cannot use --launcher local")
+        if args.nodes is not None and args.nodes < 2:
+            ap.error("--sweep needs at least 2 nodes")
+        if args.pair_timeout <= 0 or args.budget <= 0:
+            ap.error("--pair-timeout and --budget must be positive")
+        if args.sweep_size is not None:
+            try:
+                parse_size(args.sweep_size)
+            except argparse.ArgumentTypeError as exc:
+                ap.error(str(exc))
+    else:
+        given = [o for o, v in (("--sweep-size", args.sweep_size), ("--output json", args.output == "json")) if v]
+        if given:
+            ap.error("%s only goes with --sweep" % " and ".join(given))
     return args
 
 
@@ -141,6 +189,33 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, raw: List[str]) -> int:
+    out = sys.stdout
+    if args.sweep and args.output == "json":
+        # stdout carries the JSON result only; everything else (progress, salloc) goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            return _run_any(args, raw, out)
+    return _run_any(args, raw, out)
+
+
+def idle_node_count() -> int:
+    """Nodes a sweep takes by default: every idle node (``sinfo -t idle``), at least two."""
+    try:
+        res = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise launch.LaunchError("sinfo failed: %s" % exc) from None
+    if res.returncode != 0:
+        raise launch.LaunchError("sinfo failed (exit %d): %s" % (res.returncode, res.stderr.strip()))
+    count = len(set(res.stdout.split()))
+    if count < 2:
+        raise launch.LaunchError("a sweep needs at least 2 idle nodes; sinfo shows %d (pass NODES to wait for "
+                                 "busy ones)" % count)
+    return count
+
+
+def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
+    if args.sweep and args.nodes is None and not launch.in_allocation():
+        args.nodes = idle_node_count()
     launcher, hosts, done = launch.place(args, raw, MODULE, "hpq-nccl-test", args.gpus_per_node)
     if done is not None:
         return done
@@ -165,6 +240,8 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     mpirun = find_mpirun() if binary and launcher == "slurm" else None
     if args.binary and not binary:
         raise launch.LaunchError("--binary %s is not an executable file" % args.binary)
+    if args.sweep:
+        return run_sweep(args, raw, hosts, gpus, wenv, env_vars, env, binary, mpirun, outdir, out)
 
     print("# run-nccl-test: %d node(s) x %d process(es), instance type %s, transport %s" % (
         nodes, gpus, itype or "unknown", wenv.get("transport") or "unknown"))
@@ -214,7 +291,84 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
     return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype)
+                            result, itype, nodes)
+
+
+def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: int, wenv: Dict,
+              env_vars: Dict[str, str], env: Dict[str, str], binary: Optional[str], mpirun: Optional[str],
+              outdir: str, out: TextIO) -> int:
+    """Pairs of nodes through nccl-tests (mpirun, two-host hostfile) or the built-in benchmark (srun -w)."""
+    if len(hosts) < 2:
+        raise launch.LaunchError("--sweep needs at least 2 nodes; the allocation has %d (%s)" % (
+            len(hosts), ",".join(hosts)))
+    itype = wenv.get("instance_type")
+    tname = wenv.get("transport")
+    mode = "nccl-tests" if binary and mpirun else "built-in"
+    python = launch.find_torch_python(args.python) if mode == "built-in" else None
+    cpu_only = mode == "built-in" and not int(wenv.get("gpus") or 0)
+    size = parse_size(args.sweep_size) if args.sweep_size else sweep.default_size(tname, cpu_only)
+    rounds = sweep.schedule(hosts)
+    stamp = launch.run_stamp()
+    log_dir = os.path.join(outdir, "nccl-sweep-%s" % stamp)
+    print("# run-nccl-test --sweep: %d node(s) x %d process(es), instance type %s, transport %s, %s, %d B per "
+          "pair, %d pair(s) in %d round(s)" % (len(hosts), gpus, itype or "unknown", tname or "unknown", mode, size,
+                                               sum(len(r) for r in rounds), len(rounds)))
+    for note in wenv.get("notes") or []:
+        print("# note: %s" % note)
+    if binary and not mpirun:
+        print("# note: %s found but no mpirun: using the built-in benchmark" % binary)
+    job = os.environ.get("SLURM_JOB_ID") or "0"
+    base_port = distenv.port_for_job(job)
+    minutes = int(math.ceil(args.pair_timeout / 60.0)) + 1
+
+    def command(pair: sweep.Pair, index: int, log_path: str, write: bool = True) -> Tuple[List[str], Dict[str, str]]:
+        if mode == "nccl-tests":
+            hostfile = log_path[:-len(".log")] + ".hosts"
+            if write:
+                with open(hostfile, "w") as fh:
+                    fh.write("".join("%s slots=%d\n" % (h, gpus) for h in pair))
+            pargs = argparse.Namespace(**vars(args))
+            pargs.minbytes = pargs.maxbytes = str(size)
+            return mpirun_command(mpirun or "mpirun", binary or "", hostfile, 2 * gpus, env_vars, pargs), env
+        bargs = ["-b", str(size), "-e", str(size), "-f", "2", "-n", str(args.iters), "-w", str(args.warmup),
+                 "-c", "1", "--op", "all_reduce", "-d", args.datatype]
+        cmd = launch.srun_command(2, gpus, python or "python3", "hpq.scripts.nccl_bench", bargs,
+                                  extra=["-w", ",".join(pair), "--time=%d" % minutes])
+        # Its own rendezvous: a port no other pair of this sweep uses; the address is derived by every rank
+        # from the step's node list (distenv), where Slurm put rank 0, whatever order -w names the nodes in.
+        penv = dict(env, MASTER_PORT=str(20000 + (base_port - 20000 + 1 + index) % 20000))
+        penv.pop("MASTER_ADDR", None)
+        return cmd, penv
+
+    if args.dry_run:
+        index = 0
+        for rno, pairs in enumerate(rounds, 1):
+            for pair in pairs:
+                cmd, _env = command(pair, index, os.path.join(log_dir, nccl_sweep.pair_log_name(rno, pair)), False)
+                index += 1
+                print("would run round %d (%s, hosts %s,%s): %s" % (rno, mode, pair[0], pair[1], " ".join(cmd)))
+        return 0
+    try:
+        results = nccl_sweep.run_rounds(rounds, command, log_dir, args.pair_timeout, args.budget, sys.stdout,
+                                        cwd=launch.child_cwd())
+    except KeyboardInterrupt:
+        print("run-nccl-test: interrupted; the running pairs were stopped (logs in %s)" % log_dir, file=sys.stderr)
+        return 130
+    extra = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": "slurm",
+             "processes_per_node": gpus, "instance_type": itype, "transport": tname, "environment": env_vars,
+             "log_dir": log_dir}
+    doc = sweep.build_report(hosts, results, len(rounds), size, extra,
+                             min_gap=sweep.MIN_GAP_CPU if cpu_only else sweep.MIN_GAP)
+    path = os.path.join(outdir, "nccl-sweep-%s.json" % stamp)
+    doc["result"] = path
+    launch.write_json(path, doc)
+    print()
+    print(sweep.format_report(doc))
+    print("# pair logs: %s\n# result: %s" % (log_dir, path))
+    if args.output == "json":
+        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        out.flush()
+    return int(doc["exit_code"])  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":

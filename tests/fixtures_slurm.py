@@ -4,15 +4,21 @@ What is real: munged, slurmctld and two slurmd (Debian's Slurm 22.05), configles
 the workers have no slurm.conf and fetch it from slurmctld through the
 ``--conf-server`` drop-in the lifecycle writes; each node runs its own munged with
 the key the lifecycle installed (shared through the stand-in /fsx), so a job that
-runs proves the keys match. What is a stand-in: the HyperPod agent (this fixture
-writes what it would: the controller's slurm.conf with NodeName lines,
-resource_config.json, the vendor unit files), IMDS (tests/fixtures_imds.py), systemd
-(the lifecycle's ``direct`` service manager starts the units' ExecStart), and FSx
-(``HPQ_MOUNT_CMD`` is a script that links the shared directory and records the mount
-in ``<root>/proc/mounts``).
+runs proves the keys match. The lifecycle runs as HyperPod starts it: the bundle's root
+on_create.sh, from the bundle directory, with hpq-cluster.json next to it (as the S3 stack
+writes it) and the documented provisioning_parameters.json (FSx names) in /opt/ml/config.
+What is a stand-in: the HyperPod agent (this fixture writes what it would: the controller's
+slurm.conf with NodeName lines, resource_config.json in HyperPod's format
+(tests/fixtures_node.py), the vendor unit files in the AMI's form with $SLURMD_OPTIONS),
+IMDS (tests/fixtures_imds.py), systemd (the lifecycle's ``direct`` service manager starts the
+units' ExecStart), and FSx (``HPQ_MOUNT_CMD`` is tests/fixtures_node.py's mount.lustre
+stand-in: it resolves the FSx name, links the shared directory and records the mount with
+an IP NID in ``<root>/proc/mounts``, as the kernel shows it).
 
 How several "nodes" share one host:
-- every node has its own root directory ``<base>/<node>`` (``HPQ_ROOT``);
+- every node has its own root directory ``<base>/<node>`` (``HPQ_ROOT``; jobs find it through
+  ``HPQ_SLURM_NODE_ROOT=<base>/%n``) and its own customer address (127.0.0.1, .2, .3: the lifecycle
+  matches by instance id, the host certificates carry the address);
 - slurmd runs as ``slurmd -N <node>`` with a per-node ``Port=`` (Debian's build
   accepts this; checked by the tests themselves);
 - the MUNGE socket and slurmd's ``/run/slurm`` are fixed paths (a configless slurmd
@@ -51,8 +57,9 @@ from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import bundle
+from hpq.lifecycle import names
 from hpq.lifecycle.services import pid_alive
+from hpq.tests import fixtures_node
 from hpq.tests.fixtures_imds import FakeImds
 from hpq.tests.support import free_ports
 
@@ -60,11 +67,15 @@ CLUSTER = "hpq-test"
 CONTROLLER_GROUP = "controller-machine"
 WORKER_GROUP = "worker-group-1"
 NODES = ["node-1", "node-2"]
+NODE_IPS = {"controller": "127.0.0.1", "node-1": "127.0.0.2", "node-2": "127.0.0.3"}
+INSTANCE_NAMES = {"controller": "controller-machine-1", "node-1": "worker-group-1-1", "node-2": "worker-group-1-2"}
 NODE_TYPE = "ml.g5.16xlarge"
 CONTROLLER_TYPE = "ml.m5.xlarge"
 # CPUs per node (up to 4, never more than the host has: slurmd drains a node with fewer than configured).
 NODE_CPUS = max(1, min(os.cpu_count() or 1, 4))
 HOST_MOUNT_POINTS = ("/run/munge", "/run/slurm")
+HYPERPOD_MUNGE_KEY = bytes(range(256)) * 4  # 1024 bytes, what `mungekey` makes by default (munge 0.5.14+)
+STALE_MUNGE_KEY = bytes(reversed(range(256))) * 4
 NODE_PYTHON = "/usr/bin/python3"  # the system interpreter, as on a node: no boto3, no hpq installed
 
 NODE_NS = """#!/bin/sh
@@ -73,17 +84,6 @@ root=$1; shift
 exec unshare -m --propagation private /bin/sh -c \
   'mount --bind "$0/run/munge" /run/munge && mount --bind "$0/run/slurm" /run/slurm && exec "$@"' "$root" "$@"
 """
-
-# Stand-in for `mount -t lustre -o OPTS SRC TARGET`: the "filesystem" is the shared directory.
-FAKE_MOUNT = """#!/bin/sh
-# fake-mount -t lustre -o OPTS SOURCE TARGET (stand-in for FSx: links the shared dir, records the mount)
-for a in "$@"; do src=$tgt; tgt=$a; done
-rmdir "$tgt" 2>/dev/null || true
-ln -sfn "{shared}" "$tgt"
-mkdir -p "$HPQ_ROOT/proc"
-echo "$src $tgt lustre rw,relatime,flock 0 0" >> "$HPQ_ROOT/proc/mounts"
-"""
-
 
 def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
     """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it)."""
@@ -122,18 +122,20 @@ def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict
 
 
 def resource_config() -> dict:
-    def inst(iid, name):
-        return {"InstanceId": iid, "InstanceName": name, "AgentIpAddress": "127.0.0.1",
-                "CustomerIpAddress": "127.0.0.1"}
+    """resource_config.json in HyperPod's format (tests/fixtures_node.py) for this one-host cluster."""
+    nodes = {INSTANCE_NAMES[n]: (INSTANCE_IDS[n], NODE_IPS[n], f"172.16.0.{i + 10}")
+             for i, n in enumerate(["controller"] + NODES)}
+    rc = fixtures_node.slurm_resource_config(nodes, controller_ip=NODE_IPS["controller"])
+    rc["ClusterConfig"]["ClusterName"] = CLUSTER
+    for group in rc["InstanceGroups"]:
+        group["InstanceType"] = CONTROLLER_TYPE if group["Name"] == CONTROLLER_GROUP else NODE_TYPE
+    return rc
 
-    return {"ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/test",
-                              "ClusterName": CLUSTER},
-            "InstanceGroups": [
-                {"Name": CONTROLLER_GROUP, "InstanceType": CONTROLLER_TYPE,
-                 "Instances": [inst("i-0c0000000000000c0", "controller")]},
-                {"Name": WORKER_GROUP, "InstanceType": NODE_TYPE,
-                 "Instances": [inst("i-0a000000000000001", "node-1"), inst("i-0a000000000000002", "node-2")]},
-            ]}
+
+def cluster_config() -> dict:
+    """hpq-cluster.json as the S3 stack writes it next to the bundle."""
+    return dict(fixtures_node.hpq_cluster_config(cluster=CLUSTER), controller_group=CONTROLLER_GROUP,
+                login_group=None, worker_groups=[WORKER_GROUP])
 
 
 INSTANCE_IDS = {"controller": "i-0c0000000000000c0", "node-1": "i-0a000000000000001", "node-2": "i-0a000000000000002"}
@@ -152,11 +154,14 @@ def write_units(root: Path, node: str, ctl_conf: str) -> None:
             "[Unit]\nDescription=Slurm controller (test vendor unit)\n\n[Service]\nType=simple\n"
             f"ExecStart=/usr/sbin/slurmctld -D -f {ctl_conf}\n")
     else:
-        # Like Debian's unit: requires a local slurm.conf (configless nodes have none: the drop-in clears it).
-        (d / "slurmd.service").write_text(
-            "[Unit]\nDescription=Slurm node daemon (test vendor unit)\nConditionPathExists=/etc/slurm/slurm.conf\n\n"
-            "[Service]\nType=simple\nEnvironmentFile=-/etc/default/slurmd\n"
-            f"ExecStart=/usr/sbin/slurmd -D -s -N {node} $SLURMD_OPTIONS\n")
+        # The AMI's form (tests/fixtures_node.AMI_SLURMD_UNIT: /etc/systemd/system, $SLURMD_OPTIONS in ExecStart)
+        # with Debian's binary and, for one host, -N; without the ExecStartPre that deletes a local slurm.conf
+        # (the direct manager runs ExecStart only, and that path is the host's).
+        unit = fixtures_node.AMI_SLURMD_UNIT.replace("ExecStartPre=-/usr/bin/rm -f /opt/slurm/etc/slurm.conf\n", "")
+        unit = unit.replace("/opt/slurm/sbin/slurmd -D $SLURMD_OPTIONS", f"/usr/sbin/slurmd -D -s -N {node} $SLURMD_OPTIONS")
+        assert f"-N {node} $SLURMD_OPTIONS" in unit
+        (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+        (root / "etc/systemd/system/slurmd.service").write_text(unit)
 
 
 @dataclass
@@ -183,11 +188,12 @@ class SlurmCluster:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
     def start_lifecycle(self, node: str) -> subprocess.Popen:
-        """on_create.sh in its own process group, so ``kill_group`` stops all of it (not the daemons it
-        started: the direct service manager gives each its own session; they are stopped by PID file)."""
-        return subprocess.Popen([str(self.node_ns), str(self.roots[node]), "bash", str(self.on_create)],
-                                env=self.lifecycle_env[node], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        """The bundle's root on_create.sh, started from the bundle directory as HyperPod does, in its own
+        process group, so ``kill_group`` stops all of it (not the daemons it started: the direct service
+        manager gives each its own session; they are stopped by PID file)."""
+        return subprocess.Popen([str(self.node_ns), str(self.roots[node]), "bash", self.on_create.name],
+                                cwd=str(self.on_create.parent), env=self.lifecycle_env[node],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def node_states(self) -> dict[str, str]:
         res = self.run(["sinfo", "-h", "-N", "-o", "%N %T"])
@@ -258,13 +264,7 @@ def _check_host() -> None:
         pytest.fail(f"missing binaries {', '.join(missing)}: run dev/test.sh (apt-get install slurm* munge)")
 
 
-def build_bundle(dest: Path) -> Path:
-    """The node bundle exactly as it ships (bundle.node_bundle_files), so on_create.sh runs from it."""
-    for key, src in bundle.node_bundle_files().items():
-        target = dest / key
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
-    return dest / "hpq/lifecycle/on_create.sh"
+build_bundle = fixtures_node.build_bundle
 
 
 @pytest.fixture(scope="session")
@@ -282,12 +282,21 @@ def slurm_cluster(tmp_path_factory):
     ctl_port, *ports = free_ports(1 + len(NODES))
     node_ports = dict(zip(NODES, ports, strict=True))
     roots = {name: base / name for name in ["controller"] + NODES}
-    for root in roots.values():
+    for name, root in roots.items():
         for sub in ("run/munge", "run/slurm", "var/log/munge", "var/lib/munge", "var/spool"):
             (root / sub).mkdir(parents=True)  # what the packages create
             (root / sub).chmod(0o755)
+        # The MUNGE key the image brought: the same on the controller and node-1 (HyperPod's), a stale
+        # one on node-2, so the lifecycle keeps the first and replaces the second.
+        (root / "etc/munge").mkdir(parents=True, mode=0o700)
+        (root / "etc/munge/munge.key").write_bytes(STALE_MUNGE_KEY if name == "node-2" else HYPERPOD_MUNGE_KEY)
+        (root / "etc/munge/munge.key").chmod(0o400)
         (root / "opt/ml/config").mkdir(parents=True)
         (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config(), indent=1))
+        # The documented legacy file where HyperPod keeps it, here only for the FSx names.
+        pp = dict(fixtures_node.provisioning_parameters(), controller_group=CONTROLLER_GROUP, login_group=None,
+                  worker_groups=[{"instance_group_name": WORKER_GROUP, "partition_name": "dev"}])
+        (root / names.NODE_PROVISIONING_PARAMETERS.lstrip("/")).write_text(json.dumps(pp, indent=1))
     ctl_conf = roots["controller"] / "opt/slurm/etc/slurm.conf"
     ctl_conf.parent.mkdir(parents=True)
     ctl_conf.write_text(agent_slurm_conf(base, roots["controller"], ctl_port, node_ports))
@@ -296,18 +305,16 @@ def slurm_cluster(tmp_path_factory):
     (base / "bin").mkdir()
     node_ns = base / "bin/node-ns"
     node_ns.write_text(NODE_NS)
+    node_ns.chmod(0o755)
     fake_mount = base / "bin/fake-mount"
-    fake_mount.write_text(FAKE_MOUNT.replace("{shared}", str(shared)))
-    for p in (node_ns, fake_mount):
-        p.chmod(0o755)
-    params = base / "provisioning_parameters.json"
-    params.write_text(json.dumps({
-        "version": "1.0.0", "cluster_name": CLUSTER, "controller_group": CONTROLLER_GROUP, "login_group": None,
-        "worker_groups": [WORKER_GROUP], "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
-        "fsx_mountname": "abcdefgh"}))
+    fixtures_node.write_fake_mount(fake_mount, shared=shared)
+    modprobe = base / "bin/modprobe"
+    fixtures_node.write_recorder(modprobe)  # no Lustre modules on this host
     on_create = build_bundle(base / "bundle")
+    (on_create.parent / names.HPQ_CLUSTER_CONFIG).write_text(json.dumps(cluster_config(), indent=1))
 
-    imds = FakeImds({name: {"instance-id": iid, "instance-type": "unused"} for name, iid in INSTANCE_IDS.items()})
+    imds = FakeImds({name: fixtures_node.imds_answers(iid, NODE_TYPE[3:] if name in NODES else CONTROLLER_TYPE[3:])
+                     for name, iid in INSTANCE_IDS.items()})
     imds.start()
     client_conf = base / "client/slurm.conf"
     client_conf.parent.mkdir()
@@ -318,9 +325,10 @@ def slurm_cluster(tmp_path_factory):
     lifecycle_env = {}
     for name, root in roots.items():
         lifecycle_env[name] = dict(
-            env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name), HPQ_PROVISIONING_PARAMETERS=str(params),
+            env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name),
             HPQ_SLURM_PREFIX="/usr", HPQ_SLURM_CONF_DIR="/opt/slurm/etc", HPQ_SLURMCTLD_PORT=str(ctl_port),
-            HPQ_SERVICE_MANAGER="direct", HPQ_MOUNT_CMD=str(fake_mount), HPQ_DEFAULT_USER="root",
+            HPQ_SERVICE_MANAGER="direct", HPQ_MOUNT_CMD=str(fake_mount), HPQ_MODPROBE_CMD=str(modprobe),
+            HPQ_SLURM_NODE_ROOT=f"{base}/%n", HPQ_DEFAULT_USER="root",
             HPQ_MUNGE_USER="root", HPQ_SERVICE_WAIT_S="60", HPQ_SHARED_WAIT_S="30", HPQ_SLURM_CONF_WAIT_S="30",
             HPQ_PYTHON=NODE_PYTHON if os.path.exists(NODE_PYTHON) else sys.executable)
         lifecycle_env[name].pop("SLURM_CONF")
@@ -357,14 +365,15 @@ def slurm_cluster(tmp_path_factory):
 # ---------------------------------------------------------------------------- unit-test helpers
 
 
-def write_node_files(root: Path, instance_id: str = INSTANCE_IDS["node-1"], params: dict | None = None) -> Path:
-    """A node root with resource_config.json and provisioning parameters (what HyperPod and the templates ship)."""
+def write_node_files(root: Path, params: dict | None = None) -> Path:
+    """A node root with resource_config.json (HyperPod's) and, next to it, hpq-cluster.json (or ``params``)."""
     (root / "opt/ml/config").mkdir(parents=True, exist_ok=True)
     (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config()))
-    p = root.parent / (root.name + "-provisioning_parameters.json")
-    p.write_text(json.dumps(params or {"version": "1.0.0", "cluster_name": CLUSTER,
-                                       "controller_group": CONTROLLER_GROUP, "login_group": None,
-                                       "worker_groups": [WORKER_GROUP]}))
+    if params is not None and "workload_manager" in params:
+        p = root.parent / (root.name + "-provisioning_parameters.json")
+    else:
+        p = root.parent / (root.name + "-" + names.HPQ_CLUSTER_CONFIG)
+    p.write_text(json.dumps(params if params is not None else cluster_config()))
     return p
 
 

@@ -1,10 +1,10 @@
 """deploy / publish / status / destroy against moto in server mode over HTTP.
 
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster, cannot run Lambda-backed custom
-resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy a COPY of the
-real synthesized templates passed through ``fixtures_aws.moto_compatible`` (stand-ins for exactly
-those resource types, literals for those GetAtts); the real templates are unchanged and are covered
-by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
+resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy with
+``--emulate moto``, which sends a COPY of the real synthesized templates through
+``cli/aws/emulator.moto_compatible`` (stand-ins for exactly those resource types, literals for those
+GetAtts); the real templates are unchanged and are covered by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
 creation from S3 TemplateURLs, change sets, events, outputs, deletion) runs against moto.
 """
 
@@ -22,10 +22,11 @@ from botocore.stub import Stubber
 from hpq.cli.aws import deploy as aws_deploy
 from hpq.cli.aws import s3 as aws_s3
 from hpq.cli.aws import stacks as aws_stacks
+from hpq.cli.aws.emulator import RENDITION_NOTE
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
-from hpq.tests.fixtures_aws import aws_env, moto_compatible, moto_server  # noqa: F401
+from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 
 REGION = "us-east-1"
 
@@ -37,15 +38,7 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     return int(exc.value.code or 0), out, err
 
 
-@pytest.fixture
-def moto_templates(monkeypatch):
-    """Route synthesis through the test-only moto transform (see module docstring)."""
-    real = aws_deploy.synthesize
-
-    def synth(variant, size, params=None):
-        return moto_compatible(variant, real(variant, size, params))
-
-    monkeypatch.setattr(aws_deploy, "synthesize", synth)
+EMULATE = ["--emulate", "moto"]
 
 
 @pytest.fixture
@@ -91,6 +84,57 @@ def test_release_is_content_addressed():
     assert a.base_url("slurm-gpu") == f"https://b.s3.{REGION}.amazonaws.com/hpq/{a.version}/templates/slurm-gpu"
 
 
+def test_eks_release_ships_the_helm_layer_content_addressed():
+    """EKS variants upload the CDK kubectl layer zip (helm/helm, kubectl/kubectl) under a key named by its
+    own digest, outside the release prefix (a 36 MB zip is not re-uploaded for every template change), and
+    fill HelmLayerS3Key; Slurm releases and releases with a KubectlLayerArn of the user's carry none."""
+    import hashlib
+    import io
+    import zipfile
+
+    from hpq.cli.aws import layer
+
+    rel = aws_deploy.build_release("b", REGION, ["eks-gpu"])
+    key = rel.root_parameters("eks-gpu")["HelmLayerS3Key"]
+    body = rel.objects[key]
+    assert key == f"hpq/layers/kubectl-helm-{hashlib.sha256(body).hexdigest()[:16]}.zip"
+    assert not key.startswith(names.s3_version_prefix(rel.version))
+    assert {"helm/helm", "kubectl/kubectl"} <= set(zipfile.ZipFile(io.BytesIO(body)).namelist())
+    assert layer.helm_layer().key == key
+    other = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"WorkerCount": "3"})
+    assert other.version != rel.version and other.root_parameters("eks-gpu")["HelmLayerS3Key"] == key
+    slurm = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
+    assert "HelmLayerS3Key" not in slurm.root_parameters("slurm-gpu")
+    assert not any(k.startswith(layer.KEY_PREFIX) for k in slurm.objects)
+    arn = "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"
+    own = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"KubectlLayerArn": arn})
+    assert "HelmLayerS3Key" not in own.root_parameters("eks-gpu")
+    assert not any(k.startswith(layer.KEY_PREFIX) for k in own.objects)
+
+
+def test_eks_release_without_the_layer_package_is_a_usage_error(monkeypatch):
+    """Without hpq[eks] (the layer package) and without KubectlLayerArn: exit 2 naming the pip command."""
+    import importlib.metadata
+
+    from hpq.cli.aws import layer
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    layer.helm_layer.cache_clear()
+    try:
+        with pytest.raises(UsageError) as exc:
+            aws_deploy.build_release("b", REGION, ["eks-gpu"])
+        assert exc.value.exit_code == 2
+        assert "pip install 'hyperpod-quickstart[eks]'" in str(exc.value) and "KubectlLayerArn" in str(exc.value)
+        aws_deploy.build_release("b", REGION, ["slurm-gpu"])  # Slurm needs no layer
+        aws_deploy.build_release("b", REGION, ["eks-gpu"], params={
+            "KubectlLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"})
+    finally:
+        layer.helm_layer.cache_clear()
+
+
 def test_quick_create_link_prefills_release():
     rel = aws_deploy.build_release("my-art", "eu-west-1", ["eks-gpu"])
     url = aws_deploy.quick_create_url(rel, "eks-gpu")
@@ -102,6 +146,7 @@ def test_quick_create_link_prefills_release():
     assert q["stackName"] == ["hpq-eks-gpu"]
     assert q["param_AssetsBucket"] == ["my-art"]
     assert q["param_TemplateBaseUrl"] == [rel.base_url("eks-gpu")]
+    assert q["param_HelmLayerS3Key"] == [rel.helm_layer_key]
 
 
 def _subprocess_hpq(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -163,11 +208,13 @@ def test_unknown_param_exit_2(bucket, capsys):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
+def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
     """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
     stack = "hpq-t-deploy"
-    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05"], capsys)
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05",
+                              *EMULATE], capsys)
     assert code == 0, err
+    assert RENDITION_NOTE in err  # the emulated rendition is announced, never silent
     assert f"stack {stack}: CREATE_COMPLETE" in out
     assert "Outputs" in out and "VpcId" in out and "next:" in out and f"hpq destroy {stack}" in out
     assert "AvailabilityZoneId not given: using use1-az" in err
@@ -191,7 +238,8 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
     version = params["AssetsPrefix"].split("/")[1]
 
     # identical redeploy: nothing uploaded, change set empty -> success
-    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json"], capsys)
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json", *EMULATE],
+                             capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "no-changes" and data["version"] == version and "no changes" in err
@@ -208,7 +256,7 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
 
     monkeypatch.setattr(aws_deploy, "synthesize", with_marker)
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
-                              "--poll-seconds", "0.05", "--output", "json"], capsys)
+                              "--poll-seconds", "0.05", "--output", "json", *EMULATE], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "update" and data["status"] == "UPDATE_COMPLETE"
@@ -235,9 +283,9 @@ def test_deploy_update_and_destroy(bucket, moto_templates, capsys, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
-def test_eks_variant_deploys(bucket, moto_templates, capsys):
+def test_eks_variant_deploys(bucket, capsys):
     code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
-                              "--param", "AvailabilityZoneId=use1-az4"], capsys)
+                              "--param", "AvailabilityZoneId=use1-az4", *EMULATE], capsys)
     assert code == 0, err
     notes = [line for line in err.splitlines() if "not given" in line]
     assert len(notes) == 1 and notes[0].startswith("EksAvailabilityZoneId not given"), err

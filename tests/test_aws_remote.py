@@ -110,6 +110,7 @@ def _runner(tmp_path, name: str, body: str) -> str:
 NCCL_OK = """\
 cat <<'EOF'
 #  Rank  0 Group  0 Pid 1 on node-1 device  0 [0x00] NVIDIA A10G
+#  Rank  1 Group  0 Pid 1 on node-2 device  0 [0x00] NVIDIA A10G
 #                                                              out-of-place                       in-place
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
@@ -143,3 +144,41 @@ def test_remote_nccl_test_crash_keeps_exit_code(sshd, tmp_path, capfd):
         main(["remote-nccl-test", "c", *cli_args(sshd), "--runner", bad])
     assert exc.value.code == 5
     assert "no nccl-tests results" in capfd.readouterr().out
+
+
+def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
+    """The real run-nccl-test --sweep runs behind sshd on a stand-in 4-node cluster (tests/fake_fabric.py) whose
+    node-3 is slow; its JSON travels back over the SSH channel and the verdict is rendered here."""
+    import json
+    import shlex
+    import sys
+
+    from hpq.tests import fake_fabric
+
+    env = fake_fabric.cluster_env(tmp_path, {"node-1": 48.0, "node-2": 47.0, "node-3": 6.0, "node-4": 48.5},
+                                  seconds=0.1)
+    binary = _runner(tmp_path, "all_reduce_perf", "exit 98\n")  # mpirun (the stand-in) plays it
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.startswith(("HPQ_", "SLURM_"))
+                      or k == "PATH")
+    runner = _runner(tmp_path, "run-nccl-test", f'{exports}exec {sys.executable} -m hpq.scripts.run_nccl_test "$@"\n')
+    extra = f"--binary {binary} --instance-type p4d.24xlarge"
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", "--sweep", *cli_args(sshd), "--runner", runner, "--extra", extra])
+    out, err = capfd.readouterr()
+    assert exc.value.code == 1, out + err
+    assert "# round 3/3" in err  # progress streamed from the controller's stderr
+    assert "SLOW node-3: 6.00 GB/s vs median 47.00 GB/s" in out
+    assert 'scontrol update NodeName=node-3 State=DRAIN Reason="hpq sweep: 6.00 GB/s vs median 47.00"' in out
+    assert "sbatch --exclude=node-3" in out and out.strip().splitlines()[-1].startswith("FAIL: 1 slow node(s)")
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", "2", "--sweep", *cli_args(sshd), "--runner", runner, "--extra", extra,
+              "--output", "json"])
+    out, err = capfd.readouterr()
+    doc = json.loads(out)
+    assert exc.value.code == 0 and doc["hosts"] == ["node-1", "node-2"] and doc["slow_nodes"] == []
+    assert doc["remote_exit_code"] == 0 and "met only one partner" in " ".join(doc["notes"])
+    # bad usage on the controller: its one line shows, exit 2, no verdict invented
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", "1", "--sweep", *cli_args(sshd), "--runner", runner])
+    out, err = capfd.readouterr()
+    assert exc.value.code == 2 and "needs at least 2 nodes" in err and "no sweep result came back" in out

@@ -91,11 +91,17 @@ class Context:
         return self.remaining_ms
 
 
+# hpq-cluster.json as the S3 stack passes it: a JSON object in a string (CloudFormation properties carry no
+# null), after CloudFormation resolved the template's Fn::Sub (ClusterName, login group on).
+CLUSTER_CONFIG = {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "demo",
+                  "controller_group": "controller", "login_group": "login", "worker_groups": ["worker"],
+                  "partition": "dev"}
+
+
 def event(kind, url, **props):
     base = {"BucketName": LIFECYCLE, "SourceBucket": ASSETS, "SourcePrefix": PREFIX, "DestinationPrefix": DEST,
-            "ProvisioningParametersKey": DEST + names.PROVISIONING_PARAMETERS,
-            "ProvisioningParameters": {"version": "1.0.0", "cluster_name": "demo", "controller_group": "controller",
-                                       "worker_groups": ["worker"]}}
+            "ClusterConfigKey": DEST + names.HPQ_CLUSTER_CONFIG,
+            "ClusterConfig": json.dumps(CLUSTER_CONFIG, separators=(",", ":"))}
     base.update(props)
     ev = {"RequestType": kind, "ResponseURL": url, "StackId": "arn:stack/x/1", "RequestId": "r1",
           "LogicalResourceId": "LifecycleContents", "ResourceType": "Custom::LifecycleBucketContents",
@@ -117,10 +123,13 @@ def _buckets(s3, upload_bundle=True):
     return files
 
 
-def test_create_copies_bundle_and_writes_provisioning_parameters(s3, handler, cfn_endpoint):
+def test_create_copies_bundle_and_writes_hpq_cluster_json(s3, handler, cfn_endpoint):
     url, bodies = cfn_endpoint
     files = _buckets(s3)
     s3.put_object(Bucket=LIFECYCLE, Key=DEST + "hpq/lifecycle/removed_from_bundle.sh", Body=b"old")
+    # An older hpq wrote HyperPod's legacy Slurm file here; next to the API-driven Slurm configuration
+    # HyperPod refuses the cluster (Developer Guide, "Migrating to API-driven Slurm configuration").
+    s3.put_object(Bucket=LIFECYCLE, Key=DEST + "provisioning_parameters.json", Body=b"{}")
     handler.handler(event("Create", url), Context())
     assert [b["Status"] for b in bodies] == ["SUCCESS"], bodies
     assert bodies[0]["PhysicalResourceId"] == LIFECYCLE
@@ -128,10 +137,32 @@ def test_create_copies_bundle_and_writes_provisioning_parameters(s3, handler, cf
         got = s3.get_object(Bucket=LIFECYCLE, Key=DEST + key)["Body"].read()
         with open(path, "rb") as fh:
             assert got == fh.read(), key
-    params = json.loads(s3.get_object(Bucket=LIFECYCLE, Key=DEST + names.PROVISIONING_PARAMETERS)["Body"].read())
-    assert params == event("Create", url)["ResourceProperties"]["ProvisioningParameters"]
+    written = s3.get_object(Bucket=LIFECYCLE, Key=DEST + names.HPQ_CLUSTER_CONFIG)["Body"].read()
+    assert json.loads(written) == CLUSTER_CONFIG  # null-capable JSON, as the node contract defines it
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=LIFECYCLE)["Contents"]}
     assert DEST + "hpq/lifecycle/removed_from_bundle.sh" not in keys
+    assert DEST + "provisioning_parameters.json" not in keys
+
+
+def test_root_level_bundle_files_land_at_the_root_of_the_source_uri(s3, handler, cfn_endpoint):
+    """OnCreate is a bare file name under SourceS3Uri: a bundle key ``on_create.sh`` (the root shim) must be
+    copied to <lifecycle prefix>/on_create.sh, the nested ``hpq/...`` keys keep their paths."""
+    url, bodies = cfn_endpoint
+    _buckets(s3, upload_bundle=False)
+    s3.put_object(Bucket=ASSETS, Key=PREFIX + names.ON_CREATE_ENTRY, Body=b"#!/bin/bash\n")
+    s3.put_object(Bucket=ASSETS, Key=PREFIX + names.ON_CREATE_SCRIPT, Body=b"#!/bin/bash\n")
+    handler.handler(event("Create", url), Context())
+    assert [b["Status"] for b in bodies] == ["SUCCESS"], bodies
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=LIFECYCLE)["Contents"]}
+    assert {DEST + names.ON_CREATE_ENTRY, DEST + names.ON_CREATE_SCRIPT} <= keys
+
+
+def test_cluster_config_that_is_not_a_json_object_answers_failed(s3, handler, cfn_endpoint):
+    url, bodies = cfn_endpoint
+    _buckets(s3)
+    handler.handler(event("Create", url, ClusterConfig="[1, 2]"), Context())
+    assert [b["Status"] for b in bodies] == ["FAILED"]
+    assert "ClusterConfig must be a JSON object" in bodies[0]["Reason"]
 
 
 def test_delete_removes_every_version_and_marker(s3, handler, cfn_endpoint):

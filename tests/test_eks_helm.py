@@ -3,8 +3,12 @@
 Real: the handler's HTTP PUT to a local server standing in for CloudFormation's pre-signed
 ResponseURL, boto3 ``eks:DescribeCluster`` against moto over HTTP, the STS presign, archive
 download over HTTP and extraction, subprocess handling and the watchdog timer.
-Stand-in: ``helm`` itself (a script that records its arguments and kubeconfig and exits with a
-chosen code), because no Kubernetes cluster can run here.
+Real helm (from the CDK kubectl layer's layer.zip, the binary the Helm stack ships): ``helm
+dependency update`` of the chart, argument parsing of every argv the handler builds, ``helm
+template`` with the values file the handler writes. Stand-in: the Kubernetes cluster, which cannot
+run here; fixtures_eks.FAKE_HELM says exactly where the real helm stops and the stand-in starts. The
+cluster it plays has ZERO nodes, as an EKS cluster has when the Helm stack runs (HyperPod adds the
+nodes afterwards), so a helm that waits for workloads fails like helm does.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from hpq.tests.fixtures_eks import (  # noqa: F401
     fake_helm,
     moto_aws,
     moto_server,
+    real_helm,
     self_signed_cert,
 )
 
@@ -61,6 +66,28 @@ def event(kind: str, url: str, props: dict | None = None, physical_id: str | Non
     return ev
 
 
+# The shape of aws/sagemaker-hyperpod-cli helm_chart/HyperPodHelmChart (v3.9.0): a parent chart whose
+# local subcharts come in through file:// dependencies, and a health-monitoring-agent subchart that
+# takes the region as a value. Small enough to build here; real enough for the real helm to resolve.
+PARENT_CHART = ("apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\ndependencies:\n"
+                "  - name: mpi-operator\n    version: 0.1.0\n    repository: file://charts/mpi-operator\n"
+                "  - name: health-monitoring-agent\n    version: 0.1.0\n"
+                "    repository: file://charts/health-monitoring-agent\n")
+SUBCHARTS = {
+    "charts/mpi-operator/Chart.yaml": "apiVersion: v2\nname: mpi-operator\nversion: 0.1.0\n",
+    "charts/mpi-operator/templates/deployment.yaml": (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}-mpi-operator\n"
+        "spec:\n  replicas: 1\n  selector:\n    matchLabels: {app: mpi-operator}\n  template:\n"
+        "    metadata:\n      labels: {app: mpi-operator}\n    spec:\n      containers:\n"
+        "        - name: mpi-operator\n          image: mpioperator/mpi-operator:0.6.0\n"),
+    "charts/health-monitoring-agent/Chart.yaml": "apiVersion: v2\nname: health-monitoring-agent\nversion: 0.1.0\n",
+    "charts/health-monitoring-agent/values.yaml": "region: us-east-1\n",
+    "charts/health-monitoring-agent/templates/configmap.yaml": (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-hma\n"
+        "data:\n  region: {{ .Values.region | quote }}\n"),
+}
+
+
 @pytest.fixture
 def chart_server(tmp_path, monkeypatch):
     """Serves a GitHub-style archive (.zip with a top folder) holding helm_chart/HyperPodHelmChart, over HTTPS.
@@ -69,10 +96,11 @@ def chart_server(tmp_path, monkeypatch):
     default verify path, which urllib's default context reads), as a private chart mirror would be.
     """
     buf = io.BytesIO()
+    top = "sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart/"
     with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart/Chart.yaml",
-                    "apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\ndependencies:\n"
-                    "  - name: mpi-operator\n    version: 0.1.0\n    repository: file://charts/mpi-operator\n")
+        zf.writestr(top + "Chart.yaml", PARENT_CHART)
+        for rel, text in SUBCHARTS.items():
+            zf.writestr(top + rel, text)
         zf.writestr("sagemaker-hyperpod-cli-v1.2.3/README.md", "readme")
     payload = buf.getvalue()
     tbuf = io.BytesIO()  # the same as GitHub's .tar.gz archive of a branch
@@ -125,8 +153,8 @@ def props(base_url: str, **over) -> dict:
     return p
 
 
-def test_create_installs_with_namespace_version_wait_and_kubeconfig(cluster, fake_helm, cfn_responses,  # noqa: F811
-                                                                   chart_server):
+def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, fake_helm, cfn_responses,  # noqa: F811
+                                                                      chart_server):
     base, seen = chart_server
     helm.handler(event("Create", cfn_responses.url, props(base)), Context(900))
     [resp] = cfn_responses.wait(1)
@@ -144,7 +172,8 @@ def test_create_installs_with_namespace_version_wait_and_kubeconfig(cluster, fak
     up = calls[1]["args"]
     assert up[2:4] == ["hyperpod-dependencies", chart_dir]
     assert up[up.index("--namespace") + 1] == "kube-system" and "--create-namespace" in up
-    assert "--wait" in up
+    assert not any(a.startswith("--wait") for a in up)  # no wait for workloads: no node exists yet
+    assert "kubernetes cluster unreachable" in calls[1]["real_helm"]  # the real helm parsed this argv
     wait_s = int(up[up.index("--timeout") + 1].rstrip("s"))
     assert 30 <= wait_s < 900 - 20  # below the Lambda's remaining time minus the reply margin
     assert "--values" in up
@@ -160,6 +189,70 @@ def test_create_installs_with_namespace_version_wait_and_kubeconfig(cluster, fak
     assert q["Action"] == ["GetCallerIdentity"]
     assert "x-k8s-aws-id" in q["X-Amz-SignedHeaders"][0].split(";")
     assert calls[1]["HELM_CACHE_HOME"].startswith(calls[1]["HOME"])  # writable homes, not ~ of the runtime
+
+
+def test_install_succeeds_on_a_cluster_without_nodes(cluster, fake_helm, cfn_responses, chart_server,  # noqa: F811
+                                                     monkeypatch):
+    """The EKS cluster has no nodes when the Helm stack runs, so the chart's Deployments stay Pending.
+
+    Helm must not wait for them: a ``--wait`` install runs into its --timeout and fails the stack
+    (the stand-in plays that cluster; its time is scaled down, see fixtures_eks.FAKE_HELM)."""
+    monkeypatch.setenv("FAKE_HELM_TIME_SCALE", "0.0005")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+
+
+def test_zero_node_stand_in_fails_a_wait_like_helm(fake_helm, tmp_path, monkeypatch, real_helm):  # noqa: F811
+    """Guard for the stand-in: with --wait it fails after its timeout the way helm 4's status waiter does
+    (helm/helm pkg/kube/statuswait.go); without, it installs; a flag helm does not know is refused by
+    the real helm before any cluster is needed."""
+    import subprocess
+
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    monkeypatch.setenv("FAKE_HELM_TIME_SCALE", "0.001")
+    base = [fake_helm.path, "upgrade", "--install", "deps", str(chart), "--namespace", "kube-system"]
+    waited = subprocess.run(base + ["--wait", "--timeout", "1000s"], capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 1
+    assert waited.stderr.startswith("Error: resource Deployment/kube-system/deps-")
+    assert waited.stderr.rstrip().endswith("context deadline exceeded")
+    plain = subprocess.run(base + ["--timeout", "1000s"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    hooks_only = subprocess.run(base + ["--wait=hookOnly"], capture_output=True, text=True, timeout=60)
+    assert hooks_only.returncode == 0, hooks_only.stderr
+    bad = subprocess.run(base + ["--no-such-flag"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "unknown flag: --no-such-flag" in bad.stderr
+
+
+def test_real_helm_renders_the_values_file_the_handler_writes(  # noqa: F811
+        cluster, fake_helm, cfn_responses, chart_server, real_helm, tmp_path, monkeypatch):  # noqa: F811
+    """``helm template`` (real helm, no cluster) of the chart the handler fetched and the real ``helm
+    dependency update`` resolved, with the JSON values file the handler wrote: the region reaches the
+    health-monitoring-agent subchart."""
+    import shutil
+    import subprocess
+
+    keep = tmp_path / "kept"
+    real_run = helm.Helm.run
+
+    def run_and_keep(self, args):  # the handler removes its work dir; keep a copy of what helm got
+        if args[0] == "upgrade":
+            shutil.copytree(os.path.dirname(args[args.index("--values") + 1]), keep)
+        return real_run(self, args)
+
+    monkeypatch.setattr(helm.Helm, "run", run_and_keep)
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    assert cfn_responses.wait(1)[0]["Status"] == "SUCCESS"
+    chart = next(keep.rglob("HyperPodHelmChart"))
+    assert (chart / "charts" / "mpi-operator-0.1.0.tgz").exists()  # the real `helm dependency update` ran
+    out = subprocess.run([real_helm, "template", "deps", str(chart), "--namespace", "kube-system",
+                          "--values", str(keep / "values.json")], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, HOME=str(tmp_path), HELM_CACHE_HOME=str(tmp_path / "c"),
+                                  HELM_CONFIG_HOME=str(tmp_path / "cf"), HELM_DATA_HOME=str(tmp_path / "d")))
+    assert out.returncode == 0, out.stderr
+    assert 'region: "us-west-2"' in out.stdout and "name: deps-mpi-operator" in out.stdout
 
 
 def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
@@ -220,6 +313,9 @@ def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):  # n
     assert resp["Status"] == "SUCCESS", resp["Reason"]
     [call] = fake_helm.calls()
     assert call["args"][:4] == ["uninstall", "deps", "--namespace", "aws-hyperpod"]
+    # the nodes are gone before the chart (HyperPod is deleted first): no wait for pods to terminate
+    assert not any(a.startswith("--wait") for a in call["args"])
+    assert "kubernetes cluster unreachable" in call["real_helm"]  # the real helm parsed this argv
 
 
 def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):  # noqa: F811

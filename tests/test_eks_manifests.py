@@ -1,11 +1,11 @@
 """Rendered EKS manifests for every accelerated instance type in the catalog.
 
-Built-in kinds (Job, ConfigMap, PersistentVolume/Claim) and every pod template inside the
-custom resources are validated with kubernetes-validate (offline OpenAPI schemas). The custom
-resources themselves (MPIJob kubeflow.org/v2beta1, PyTorchJob kubeflow.org/v1) are checked
-against the required/allowed fields written below from the operators' API types, because their
-CRD schemas are not part of kubernetes-validate. Golden files cover a representative subset;
-set HPQ_UPDATE_GOLDEN=1 to rewrite them after an intended change.
+Built-in kinds (Job, ConfigMap, PersistentVolume/Claim) and every pod template inside the custom
+resources are validated with kubernetes-validate (offline OpenAPI schemas). The custom resources
+(MPIJob kubeflow.org/v2beta1, PyTorchJob kubeflow.org/v1) are validated against the CRD schemas the
+HyperPod dependency chart installs (tests/data/crds; strict, as ``kubectl apply --validate=strict``) and
+against what their operators refuse after defaulting (tests/crd_schema.py). Golden files cover a
+representative subset; set HPQ_UPDATE_GOLDEN=1 to rewrite them after an intended change.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import yaml
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests.render import RenderRequest, render, render_objects
+from hpq.tests.crd_schema import controller_errors, crd_errors
 from hpq.tests.support import free_port
 
 GOLDEN = Path(__file__).parent / "golden" / "eks"
@@ -30,85 +31,18 @@ PROGRAM = str(GOLDEN / "program.py")
 K8S_VERSION = kubernetes_validate.latest_version()
 ACCELERATED = catalog.gpu_types() + catalog.trainium_types()
 BUILTIN = {("v1", "ConfigMap"), ("batch/v1", "Job"), ("v1", "PersistentVolume"), ("v1", "PersistentVolumeClaim")}
-
-# --- required / allowed fields of the custom resources (mpi-operator v2beta1, training-operator v1)
-RUN_POLICY = {"cleanPodPolicy": {"None", "Running", "All"}, "backoffLimit": int, "ttlSecondsAfterFinished": int,
-              "activeDeadlineSeconds": int, "schedulingPolicy": dict, "suspend": bool, "managedBy": str}
-CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "MPIJob": {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "replicas_key": "mpiReplicaSpecs",
-        "roles": {"Launcher": True, "Worker": False},  # role -> required
-        "single": {"Launcher"},
-        "spec": {"slotsPerWorker": int, "runPolicy": dict, "mpiReplicaSpecs": dict, "sshAuthMountPath": str,
-                 "launcherCreationPolicy": {"AtStartup", "WaitForWorkersReady"},
-                 "mpiImplementation": {"OpenMPI", "Intel", "MPICH"}, "runLauncherAsWorker": bool},
-        "restart": {"Never", "OnFailure", "Always", "ExitCode"},
-        "container": None,
-    },
-    "PyTorchJob": {
-        "apiVersion": "kubeflow.org/v1",
-        "replicas_key": "pytorchReplicaSpecs",
-        "roles": {"Master": True, "Worker": False},
-        "single": {"Master"},
-        "spec": {"runPolicy": dict, "pytorchReplicaSpecs": dict, "elasticPolicy": dict, "nprocPerNode": str},
-        "restart": {"Never", "OnFailure", "Always", "ExitCode"},
-        "container": "pytorch",  # the training operator finds its container by this name
-    },
-}
+REPLICAS_KEY = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}
 
 
 def crd_problems(obj: dict[str, Any]) -> list[str]:
-    schema = CRD_SCHEMAS[obj["kind"]]
-    out = []
-    if obj.get("apiVersion") != schema["apiVersion"]:
-        out.append(f"apiVersion {obj.get('apiVersion')}")
-    if not obj.get("metadata", {}).get("name"):
-        out.append("metadata.name missing")
-    spec = obj.get("spec") or {}
-    for key, val in spec.items():
-        want = schema["spec"].get(key)
-        if want is None:
-            out.append(f"unknown spec field {key}")
-        elif isinstance(want, set) and val not in want:
-            out.append(f"spec.{key}={val!r} not in {sorted(want)}")
-        elif isinstance(want, type) and not isinstance(val, want):
-            out.append(f"spec.{key} is not {want.__name__}")
-    for key, val in (spec.get("runPolicy") or {}).items():
-        want = RUN_POLICY.get(key)
-        if want is None or (isinstance(want, set) and val not in want) or (isinstance(want, type) and not isinstance(val, want)):
-            out.append(f"bad runPolicy.{key}={val!r}")
-    replicas = spec.get(schema["replicas_key"])
-    if not isinstance(replicas, dict) or not replicas:
-        return out + [f"spec.{schema['replicas_key']} required"]
-    for role, required in schema["roles"].items():
-        if required and role not in replicas:
-            out.append(f"replica type {role} required")
-    for role, rs in replicas.items():
-        if role not in schema["roles"]:
-            out.append(f"unknown replica type {role}")
-            continue
-        if set(rs) - {"replicas", "template", "restartPolicy"}:
-            out.append(f"{role}: unknown fields {set(rs) - {'replicas', 'template', 'restartPolicy'}}")
-        if not isinstance(rs.get("replicas"), int) or rs["replicas"] < 1:
-            out.append(f"{role}.replicas must be a positive integer")
-        if role in schema["single"] and rs.get("replicas") != 1:
-            out.append(f"{role}.replicas must be 1")
-        if "restartPolicy" in rs and rs["restartPolicy"] not in schema["restart"]:
-            out.append(f"{role}.restartPolicy {rs['restartPolicy']}")
-        containers = (rs.get("template") or {}).get("spec", {}).get("containers") or []
-        if not containers:
-            out.append(f"{role}: template.spec.containers required")
-        if schema["container"] and schema["container"] not in [c.get("name") for c in containers]:
-            out.append(f"{role}: needs a container named {schema['container']}")
-    return out
+    return crd_errors(obj) + controller_errors(obj)
 
 
 def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if obj["kind"] == "Job":
         return [obj["spec"]["template"]]
-    if obj["kind"] in CRD_SCHEMAS:
-        return [rs["template"] for rs in obj["spec"][CRD_SCHEMAS[obj["kind"]]["replicas_key"]].values()]
+    if obj["kind"] in REPLICAS_KEY:
+        return [rs["template"] for rs in obj["spec"][REPLICAS_KEY[obj["kind"]]].values()]
     return []
 
 

@@ -19,6 +19,7 @@ from hpq.cli.eks import jobs as eks_jobs
 from hpq.cli.eks.kube import ClusterAccess, KubeClient, KubeError, cluster_access
 from hpq.errors import OperationFailed, UsageError
 from hpq.tests.fixtures_eks import (  # noqa: F401
+    FSX_CSI_DRIVER_OBJECT,
     create_eks_cluster,
     fake_kube,
     kube_client,
@@ -27,6 +28,7 @@ from hpq.tests.fixtures_eks import (  # noqa: F401
     nccl_tests_output,
     self_signed_cert,
 )
+from hpq.tests.nccl_logs import allreduce_log
 
 
 def run(kube, test, nodes=2, gpus=None, client=None, echo=None, **kw):
@@ -64,7 +66,7 @@ def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):  # noqa: F811
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(95.0)})
     verdict, _ = run(fake_kube, "nccl-test", 2, 8)
     assert not verdict.ok and verdict.exit_code == 1
-    assert verdict.message.startswith("FAIL") and "400" in verdict.message
+    assert verdict.message.startswith("FAIL") and "445 GB/s published for 2 x ml.p5.48xlarge" in verdict.message
     assert verdict.data["verdict"]["instance_type"] == "ml.p5.48xlarge"
 
 
@@ -364,3 +366,75 @@ def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, cod
     assert exc.value.code == code, out
     assert ("PASS" if code == 0 else "FAIL") in out and "cleaning up" in out
     assert fake_kube.objects == {}
+
+
+@pytest.mark.parametrize("nodes, busbw, ok", [(2, 57.17, True), (4, 29.61, True), (2, 3.1, False)])
+def test_nccl_verdict_uses_the_run_node_count(fake_kube, nodes, busbw, ok):  # noqa: F811
+    """p4d as published in NVIDIA/nccl#527 (57.17 GB/s on 2 nodes, 29.61 on 4): a healthy multi-node run
+    passes; 3.1 GB/s on 2 nodes is TCP speed and fails with the EFA reason. Logs in nccl-tests' format."""
+    fake_kube.add_nodes("ml.p4d.24xlarge", nodes)
+    hosts = [f"hpq-nccl-test-worker-{i}" for i in range(nodes)]
+    fake_kube.scenario.update(logs={"launcher": allreduce_log(hosts, 8, busbw).splitlines()})
+    verdict, _ = run(fake_kube, "nccl-test", nodes)
+    assert verdict.ok is ok and verdict.exit_code == (0 if ok else 1), verdict.message
+    assert verdict.data["verdict"]["nodes"] == nodes and verdict.data["verdict"]["nodes_from"] == "log"
+    if not ok:
+        assert "EFA was not used" in verdict.message
+
+
+def test_fsx_claim_without_the_csi_driver_fails_before_anything_is_created(fake_kube):  # noqa: F811
+    fake_kube.add_nodes("ml.g5.48xlarge", 2)
+    with pytest.raises(OperationFailed) as exc:
+        run(fake_kube, "nanogpt", fsx_claim="hpq-fsx")
+    msg = str(exc.value)
+    assert "no FSx for Lustre CSI driver" in msg and "CSIDriver fsx.csi.aws.com" in msg
+    assert "aws-fsx-csi-driver" in msg and "fsx-csi-controller-sa" in msg and "without --fsx-claim" in msg
+    assert fake_kube.created == []
+    assert any(p == "/apis/storage.k8s.io/v1/csidrivers/fsx.csi.aws.com" for _m, p, _q in fake_kube.requests)
+
+
+def test_fsx_claim_must_exist(fake_kube):  # noqa: F811
+    fake_kube.add_nodes("ml.g5.48xlarge", 2)
+    fake_kube.cluster_objects[("csidrivers", "fsx.csi.aws.com")] = FSX_CSI_DRIVER_OBJECT
+    with pytest.raises(UsageError, match="no PersistentVolumeClaim 'hpq-fsx' in namespace default.*render fsx"):
+        run(fake_kube, "nanogpt", fsx_claim="hpq-fsx")
+    assert fake_kube.created == []
+
+
+def test_fsx_claim_with_driver_and_claim_mounts_fsx(fake_kube):  # noqa: F811
+    fake_kube.add_nodes("ml.g5.48xlarge", 2)
+    fake_kube.cluster_objects[("csidrivers", "fsx.csi.aws.com")] = FSX_CSI_DRIVER_OBJECT
+    fake_kube.objects[("persistentvolumeclaims", "default", "hpq-fsx")] = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "hpq-fsx"},
+        "status": {"phase": "Bound"}}
+    fake_kube.scenario.update(logs={"master": ["iter 0: loss 4.17", "iter 100: loss 3.05"]})
+    verdict, _ = run(fake_kube, "nanogpt", fsx_claim="hpq-fsx")
+    assert verdict.ok, verdict.message
+    [job] = [o for o in fake_kube.created if o["kind"] == "PyTorchJob"]
+    spec = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "hpq-fsx"}} in spec["volumes"]
+
+
+def test_nanogpt_on_trainium_is_inconclusive(fake_kube):  # noqa: F811
+    """hpq's nanoGPT on a Trainium node trains on the CPUs and says so; the verdict is not a pass."""
+    from hpq.scripts import nanogpt
+
+    fake_kube.add_nodes("ml.trn1.32xlarge", 2)
+    fake_kube.scenario.update(logs={"master": ["iter 10: loss 4.17", "iter 20: loss 3.05",
+                                               "RESULT: " + nanogpt.NEURON_UNUSED_RESULT]})
+    verdict, _ = run(fake_kube, "nanogpt")
+    assert not verdict.ok and verdict.exit_code == 1
+    assert verdict.message.startswith("INCONCLUSIVE") and "Neuron devices were not used" in verdict.message
+    assert "PASS" not in verdict.message
+
+
+def test_cli_fsx_claim_without_driver_is_one_line_exit_1(fake_kube, monkeypatch, capsys):  # noqa: F811
+    from hpq.cli.main import main
+
+    fake_kube.add_nodes("ml.p5.48xlarge", 2)
+    monkeypatch.setattr(eks_cli, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    with pytest.raises(SystemExit) as exc:
+        main(["eks", "nanogpt", "test-eks", "2", "--fsx-claim", "hpq-fsx", "--region", "us-west-2"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and err.startswith("hpq: error:") and "aws-fsx-csi-driver" in err
+    assert "Traceback" not in err and fake_kube.created == []

@@ -27,15 +27,15 @@ class TestCatalog:
         assert not missing
 
     def test_seed_measurements(self):
-        """Seed 004's table: the transport class and expected busbw of the four measured types."""
+        """Seed 004's table: the transport class of the four measured types, and its two-node busbw
+        figures (p4d/p5 figures come from later publications: tests/test_report_verdict.py)."""
         assert catalog.lookup("ml.g5.16xlarge").efa_interfaces == 0
-        assert catalog.lookup("ml.g5.16xlarge").expected_busbw_gbps == 3.0
+        assert catalog.expected_busbw("ml.g5.16xlarge", 2).gbps == 3.0
         g548 = catalog.lookup("ml.g5.48xlarge")
-        assert g548.has_efa and not g548.efa_device_rdma and g548.expected_busbw_gbps == 12.0
+        assert g548.has_efa and not g548.efa_device_rdma and catalog.expected_busbw("ml.g5.48xlarge", 2).gbps == 12.0
         assert catalog.lookup("ml.p4d.24xlarge").efa_device_rdma
-        assert catalog.lookup("ml.p4d.24xlarge").expected_busbw_gbps == 300.0
         p5 = catalog.lookup("ml.p5.48xlarge")
-        assert p5.efa_interfaces == 32 and p5.efa_device_rdma and p5.expected_busbw_gbps == 400.0
+        assert p5.efa_interfaces == 32 and p5.efa_device_rdma
 
     @pytest.mark.parametrize("entry", list(catalog.CATALOG.values()), ids=lambda e: e.name)
     def test_entry_is_consistent(self, entry: catalog.InstanceType):
@@ -74,7 +74,10 @@ class TestNodeBundle:
         files = bundle.node_bundle_files()
         assert "hpq/__init__.py" in files and "hpq/errors.py" in files
         assert "hpq/lifecycle/transport.py" in files and "hpq/lifecycle/catalog.py" in files
-        assert all(k.startswith(("hpq/lifecycle/", "hpq/scripts/", "hpq/")) for k in files)
+        # Everything under hpq/, plus the OnCreate entry at the root (contract: OnCreate = "on_create.sh").
+        assert all(k.startswith(("hpq/lifecycle/", "hpq/scripts/", "hpq/")) for k in files if k != names.ON_CREATE_ENTRY)
+        assert names.ON_CREATE_ENTRY == "on_create.sh" and names.ON_CREATE_ENTRY in files
+        assert "hpq/lifecycle/on_create.sh" in files  # what the entry runs
         assert not any("__pycache__" in k or k.endswith(".pyc") for k in files)
         assert not any(k.startswith(("hpq/cli/", "hpq/cfn/", "hpq/tests/")) for k in files)
 

@@ -264,6 +264,7 @@ def test_every_help_example_works_when_pasted(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HPQ_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "nccl-test.log").write_text((DATA / "h200x2_nccl_baseline_allreduce.txt").read_text())
+    (tmp_path / "nccom.log").write_text((DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt").read_text())
     failures = []
     for text, args in examples:
         offline = args[0] in OFFLINE or (args[0] == "eks" and args[1] == "render")

@@ -1,64 +1,165 @@
-"""EKS clusters run the same OnCreate script: identity and the NCCL environment, but no Slurm parts.
+"""EKS nodes: identity from HyperPod's EKS resource_config.json, containerd and kubelet data moved onto
+/opt/sagemaker, no Slurm parts; a node whose python3 is too old (Amazon Linux 2) stops with one line.
 
-IMDS is the local token-enforcing stand-in from fixtures_imds (no EC2 here).
+Samples and unit files: tests/fixtures_node.py (EKS resource_config.json without InstanceId; AL2023's
+containerd.service and kubelet.service). systemd is the lifecycle's ``direct`` manager, which reads the
+same unit files and drop-ins; IMDS the token-enforcing stand-in. The bundle runs as shipped.
 """
 
 from __future__ import annotations
 
 import json
-import logging
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import identity, main, names
+from hpq.lifecycle import eks_storage, identity, names, services
+from hpq.tests import fixtures_node as fn
 from hpq.tests.fixtures_imds import imds_factory  # noqa: F401
 from hpq.tests.fixtures_slurm import make_context
 
-EKS_RC = {"InstanceGroups": [{"Name": "gpu-workers", "InstanceType": "ml.g5.48xlarge", "Instances": [
-    {"InstanceId": "i-0eks1", "InstanceName": "gpu-workers-1", "CustomerIpAddress": "10.1.0.11"},
-    {"InstanceId": "i-0eks2", "InstanceName": "gpu-workers-2", "CustomerIpAddress": "10.1.0.12"}]}]}
-EKS_PARAMS = {"version": "1.0.0", "orchestrator": "eks", "cluster_name": "eks-c", "worker_groups": ["gpu-workers"]}
+IID = list(fn.EKS_NODES)[0]
+EBS_LINE = "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0\n"
 
 
-def _node(tmp_path, params=EKS_PARAMS):
+def eks_node(tmp_path: Path, units: tuple[str, str] = (fn.AL2023_CONTAINERD_UNIT, fn.AL2023_KUBELET_UNIT),
+             disk: bool = True) -> Path:
+    """A node root as an AL2023 EKS node has it before kubelet joins: units, AMI containerd data, kubeconfig."""
     root = tmp_path / "node"
-    (root / "opt/ml/config").mkdir(parents=True)
-    (root / "opt/ml/config/resource_config.json").write_text(json.dumps(EKS_RC))
-    pp = tmp_path / "pp.json"
-    pp.write_text(json.dumps(params))
-    return root, pp
+    fn.write_json(root / "opt/ml/config/resource_config.json", fn.eks_resource_config())
+    unit_dir = root / "usr/lib/systemd/system"
+    unit_dir.mkdir(parents=True)
+    (unit_dir / "containerd.service").write_text(units[0])
+    (unit_dir / "kubelet.service").write_text(units[1])
+    snap = root / "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256"
+    snap.mkdir(parents=True)
+    (snap / "0f5ac6b1").write_bytes(b"pause image layer")  # what the AMI pre-pulled
+    (root / "var/lib/kubelet").mkdir(parents=True)
+    (root / "var/lib/kubelet/kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    (root / "proc").mkdir()
+    (root / "proc/mounts").write_text(fn.BASE_MOUNTS + (EBS_LINE if disk else ""))
+    (root / "opt/sagemaker").mkdir(parents=True)
+    return root
 
 
-def test_eks_parameters_need_no_controller(tmp_path):
-    _, pp = _node(tmp_path)
-    params = identity.ProvisioningParameters.load(str(pp))
-    assert params.orchestrator == "eks" and params.controller_group is None
-    node = identity.identify(EKS_RC, "i-0eks2", params)
-    assert (node.role, node.controller_ips, node.worker_count) == ("worker", [], 2)
+def snapshot(root: Path) -> dict:
+    out = {}
+    for dirpath, _dirs, filenames in os.walk(root):
+        for fn_ in filenames:
+            p = Path(dirpath) / fn_
+            if "var/log" in str(p):
+                continue
+            out[str(p.relative_to(root))] = ("link", os.readlink(p)) if p.is_symlink() else (
+                p.read_bytes(), p.stat().st_mtime_ns)
+    return out
 
 
-def test_slurm_parameters_still_need_a_controller(tmp_path):
-    _, pp = _node(tmp_path, {**EKS_PARAMS, "orchestrator": "slurm"})
-    with pytest.raises(identity.IdentityError, match="lack controller_group"):
-        identity.ProvisioningParameters.load(str(pp))
-
-
-def test_unknown_orchestrator_is_a_clear_error(tmp_path):
-    _, pp = _node(tmp_path, {**EKS_PARAMS, "orchestrator": "nomad"})
-    with pytest.raises(identity.IdentityError, match="orchestrator 'nomad'"):
-        identity.ProvisioningParameters.load(str(pp))
-
-
-def test_eks_node_runs_identity_and_nccl_env_and_skips_slurm_steps(tmp_path, imds_factory, caplog):  # noqa: F811
-    srv = imds_factory({"": {"instance-id": "i-0eks1", "instance-type": "ml.g5.48xlarge"}})
-    root, pp = _node(tmp_path)
-    ctx = make_context(root, HPQ_IMDS_URL=srv.url, HPQ_PROVISIONING_PARAMETERS=str(pp))
-    with caplog.at_level(logging.INFO):
-        main.run_steps(ctx, ["identify", "nccl-env", "install", "munge", "slurm", "ssh-keys"])
+def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
+    """identify (InstanceName hyperpod-<id>), eks-storage; install, munge, slurm, host-certs, ssh-keys skipped."""
+    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    root = eks_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    steps = "identify,nccl-env,eks-storage,install,munge,slurm,host-certs,ssh-keys"
+    res = fn.run_on_create(entry, env, "--steps", steps)
+    assert res.returncode == 0, res.stdout + res.stderr
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
-    assert info["role"] == "worker" and info["instance_type"] == "ml.g5.48xlarge"
-    for step in ("install", "munge", "slurm", "ssh-keys"):
-        assert f"step {step}: skipped (EKS cluster" in caplog.text
+    assert (info["role"], info["orchestrator"], info["instance_name"]) == ("worker", "eks", "hyperpod-" + IID)
+    for step in ("install", "munge", "slurm", "host-certs", "ssh-keys"):
+        assert f"step {step}: skipped (EKS cluster" in res.stdout
     written = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert not any("munge" in p or "slurm" in p for p in written), written
-    assert any(p.startswith("etc/profile.d/") for p in written), "the NCCL environment is still written"
+    # containerd: the AMI's ExecStart plus --root on the volume; the AMI's data came along.
+    data_root = root / "opt/sagemaker/containerd/data-root"
+    ctx = make_context(root)
+    argv, _, _ = services.DirectManager(ctx).command("containerd.service")
+    assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
+    assert (data_root / "io.containerd.content.v1.content/blobs/sha256/0f5ac6b1").read_bytes() == b"pause image layer"
+    dropin = (root / "etc/systemd/system/containerd.service.d/hpq-data-root.conf").read_text()
+    assert f"RequiresMountsFor={root}/opt/sagemaker" in dropin
+    assert (root / "usr/lib/systemd/system/containerd.service").read_text() == fn.AL2023_CONTAINERD_UNIT
+    # kubelet: the well-known path is a link onto the volume, its contents moved, start ordered after it.
+    kubelet = root / "var/lib/kubelet"
+    assert kubelet.is_symlink() and os.readlink(kubelet) == str(root / "opt/sagemaker/kubelet")
+    assert (kubelet / "kubeconfig").read_text().startswith("apiVersion: v1")
+    sections = services.DirectManager(ctx).unit_sections("kubelet.service")
+    assert sections["Unit"]["RequiresMountsFor"] == [f"{root}/opt/sagemaker"]
+    assert sections["Service"]["ExecStart"] == ["/usr/bin/kubelet $NODEADM_KUBELET_ARGS"]  # unchanged
+    before = snapshot(root)
+    again = fn.run_on_create(entry, env, "--steps", steps)
+    assert again.returncode == 0 and "already on /opt/sagemaker" in again.stdout
+    assert snapshot(root) == before
+
+
+def test_running_daemons_are_stopped_around_the_move_and_started_again(tmp_path):
+    keeper = f"[Service]\nExecStart={sys.executable} -c 'import time; time.sleep(300)'\n"
+    root = eks_node(tmp_path, units=(keeper, keeper))
+    ctx = make_context(root)
+    mgr = ctx.services
+    mgr.ensure_running("containerd.service")
+    mgr.ensure_running("kubelet.service")
+    old = {u: mgr.pid(u) for u in ("containerd.service", "kubelet.service")}
+    try:
+        result = eks_storage.run(ctx)
+        assert "restarted containerd.service, kubelet.service" in result
+        new = {u: mgr.pid(u) for u in old}
+        assert all(new[u] and new[u] != old[u] for u in old)
+        cmdline = Path(f"/proc/{new['containerd.service']}/cmdline").read_bytes().split(b"\0")
+        assert b"--root" in cmdline  # the restarted daemon runs with the drop-in
+        assert "already on" in eks_storage.run(ctx) and mgr.pid("containerd.service") == new["containerd.service"]
+    finally:
+        for unit in old:
+            mgr.stop(unit)
+
+
+def test_no_volume_after_the_bounded_wait_changes_nothing(tmp_path):
+    root = eks_node(tmp_path, disk=False)
+    ctx = make_context(root, HPQ_EKS_DISK_WAIT_S="0.3")
+    before = snapshot(root)
+    assert eks_storage.run(ctx) == "skipped (/opt/sagemaker not mounted)"
+    assert snapshot(root) == before
+
+
+def test_kubelet_state_on_both_sides_is_not_merged(tmp_path):
+    root = eks_node(tmp_path)
+    (root / "opt/sagemaker/kubelet").mkdir(parents=True)
+    (root / "opt/sagemaker/kubelet/kubeconfig").write_text("stale")
+    with pytest.raises(eks_storage.EksStorageError, match="both hold kubeconfig"):
+        eks_storage.run(make_context(root))
+
+
+def test_eks_storage_is_not_run_on_slurm_nodes(tmp_path):
+    from hpq.lifecycle import main
+
+    ctx = make_context(tmp_path / "node")
+    ctx.node = identity.NodeInfo("c", "i-1", "n", "g", "worker", "10.0.0.2", "ml.g5.48xlarge", ["10.0.0.1"])
+    main.run_steps(ctx, ["eks-storage"])  # would fail without units; skipped instead
+    assert not (tmp_path / "node/etc").exists()
+
+
+AL2_OS_RELEASE = ('NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nID_LIKE="centos rhel fedora"\nVERSION_ID="2"\n'
+                  'PRETTY_NAME="Amazon Linux 2"\n')  # /etc/os-release of Amazon Linux 2 (os-release(5) fields)
+
+
+@pytest.mark.parametrize("python", ["3.7", "missing"])
+def test_old_or_missing_python_stops_with_one_line_naming_the_ami(tmp_path, python):
+    """Amazon Linux 2's python3 is 3.7; the stand-in answers the version checks on_create.sh makes as 3.7 does."""
+    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    root = tmp_path / "node"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text(AL2_OS_RELEASE)
+    py = tmp_path / "python3"
+    if python == "3.7":
+        py.write_text('#!/bin/sh\ncase "$2" in *version_info\\ \\<*) exit 1;; *print*) echo 3.7;; esac\n')
+        py.chmod(0o755)
+    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
+    assert res.returncode == 1 and res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    have = "3.7" if python == "3.7" else "none"
+    assert lines[0] == (f"hpq on_create: needs python3 3.8 or newer but {py} is {have} on Amazon Linux 2: use "
+                        "HyperPod's Amazon Linux 2023 AMI for EKS nodes (Amazon Linux 2 has Python 3.7) and its "
+                        "Ubuntu AMI for Slurm nodes")
+    assert lines[0] in (root / "var/log/hpq/on_create.log").read_text()

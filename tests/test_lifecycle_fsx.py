@@ -4,8 +4,9 @@ Real: moto_server (file systems, tags, NextToken pagination), boto3 and the aws 
 talking HTTP to it. Stand-in: a small proxy between them (``FsxProxy``) that can answer
 ThrottlingException first, force one file system per page (MaxResults=1, so pagination
 is exercised), and add the ``Lifecycle`` and ``LustreConfiguration.MountName`` fields
-moto 5.2 leaves out of DescribeFileSystems. The mount itself is a script that records
-the mount (no Lustre client here).
+moto 5.2 leaves out of DescribeFileSystems. The mount itself is tests/fixtures_node.py's
+mount.lustre stand-in (no Lustre client here): it resolves the name and records the mount
+with an IP NID, as the kernel lists it. Mount behaviour without AWS: test_lifecycle_mount.py.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import boto3
 import pytest
 
 from hpq.lifecycle import fsx, identity, names
+from hpq.tests import fixtures_node
 from hpq.tests.fixtures_aws import moto_server, set_aws_env  # noqa: F401
-from hpq.tests.fixtures_slurm import make_context, write_node_files
+from hpq.tests.fixtures_slurm import make_context
 
 pytestmark = pytest.mark.slow
 REGION = "ap-southeast-4"
@@ -167,44 +169,33 @@ def test_throttling_that_never_stops_fails_clearly(aws):
     assert proxy.throttled == 4
 
 
-def fake_mount(tmp_path: Path, root: Path, record: bool = True) -> Path:
-    script = tmp_path / "fake-mount"
-    line = f'echo "$src $tgt lustre rw 0 0" >> {root}/proc/mounts' if record else "true"
-    script.write_text('#!/bin/sh\nfor a in "$@"; do src=$tgt; tgt=$a; done\n'
-                      f'echo "$@" >> {tmp_path}/mount-calls\nmkdir -p {root}/proc\n{line}\n')
-    script.chmod(0o755)
-    return script
-
-
-def node_ctx(tmp_path: Path, params: dict | None = None, record: bool = True, **env: str):
+def node_ctx(tmp_path: Path, cluster: str = "c", hosts: dict[str, str] | None = None, dns: str | None = None,
+             mountname: str | None = None, **env: str):
+    """A worker whose node info names ``cluster`` (and explicit FSx names, as provisioning parameters do)."""
     root = tmp_path / "node"
-    params_path = write_node_files(root, params=params)
-    ctx = make_context(root, HPQ_PROVISIONING_PARAMETERS=str(params_path),
-                       HPQ_MOUNT_CMD=str(fake_mount(tmp_path, root, record)), **env)
-    ctx.node = identity.NodeInfo(cluster_name=(params or {}).get("cluster_name", "c"), instance_id="i-1",
-                                 instance_name="n", group="g", role=identity.WORKER, ip="10.0.0.2",
-                                 instance_type="ml.g5.48xlarge", controller_ips=["10.0.0.1"])
-    ctx.params = identity.ProvisioningParameters.load(str(params_path))
-    return ctx, root
-
-
-def params_for(cluster: str, **extra) -> dict:
-    return dict({"version": "1.0.0", "cluster_name": cluster, "controller_group": "controller-machine",
-                 "login_group": None, "worker_groups": ["worker-group-1"]}, **extra)
+    calls = fixtures_node.write_fake_mount(tmp_path / "fake-mount", hosts=hosts, table=root / "proc/mounts")
+    fixtures_node.write_recorder(tmp_path / "modprobe")
+    ctx = make_context(root, HPQ_MOUNT_CMD=str(tmp_path / "fake-mount"), HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"),
+                       HPQ_DNS_WAIT_S="0", HPQ_FSX_MOUNT_RETRY_S="0", **env)
+    ctx.node = identity.NodeInfo(cluster_name=cluster, instance_id="i-1", instance_name="n", group="g",
+                                 role=identity.WORKER, ip="10.0.0.2", instance_type="ml.g5.48xlarge",
+                                 controller_ips=["10.0.0.1"], fsx_dns_name=dns, fsx_mountname=mountname)
+    return ctx, root, calls
 
 
 def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path):
     name = "wait-" + uuid.uuid4().hex[:6]
     fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
     proxy = aws(lifecycles=["CREATING", "CREATING", "AVAILABLE"])
-    ctx, root = node_ctx(tmp_path, params_for(name), HPQ_FSX_POLL_S="0.01")
-    (root / "etc").mkdir()
+    dns = f"{fs_id}.fsx.{REGION}.amazonaws.com"
+    ctx, root, mount_calls = node_ctx(tmp_path, name, hosts={dns: "10.1.40.25"}, HPQ_FSX_POLL_S="0.01")
+    (root / "etc").mkdir(parents=True)
     (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\nold@tcp:/x /fsx lustre defaults 0 0\n")
     result = fsx.run(ctx)
     assert proxy.calls == 3  # found CREATING, polled until AVAILABLE
-    source = f"{fs_id}.fsx.{REGION}.amazonaws.com@tcp:/mnt{fs_id[3:]}"
-    assert source in result
-    calls = (tmp_path / "mount-calls").read_text().splitlines()
+    source = f"{dns}@tcp:/mnt{fs_id[3:]}"
+    assert source in result and f"the kernel shows 10.1.40.25@tcp:/mnt{fs_id[3:]}" in result
+    calls = mount_calls.read_text().splitlines()
     assert calls == [f"-t lustre -o relatime,flock {source} {root}/fsx"]
     fstab = (root / "etc/fstab").read_text()
     assert fstab.startswith("UUID=abc / ext4 defaults 0 1\n")  # other lines kept
@@ -214,39 +205,36 @@ def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path):
     before = (root / "etc/fstab").stat().st_mtime_ns
     assert "already mounted" in fsx.run(ctx)
     assert (root / "etc/fstab").stat().st_mtime_ns == before
-    assert len((tmp_path / "mount-calls").read_text().splitlines()) == 1
+    assert len(mount_calls.read_text().splitlines()) == 1
 
 
 def test_explicit_dns_and_mount_name_win_over_discovery(aws, tmp_path):
     proxy = aws()
-    ctx, root = node_ctx(tmp_path, params_for("any", fsx_dns_name="fs-1.example", fsx_mountname="abc"))
+    ctx, root, _ = node_ctx(tmp_path, "any", dns=fixtures_node.FSX_DNS, mountname="abc")
     assert "from provisioning parameters" in fsx.run(ctx)
     assert proxy.calls == 0
-    assert "fs-1.example@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
+    assert f"{fixtures_node.FSX_DNS}@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
+
+
+def test_shared_results_directory_is_writable_by_every_user(aws, tmp_path):
+    """A new Lustre root is root:root 0755: the step makes /fsx/hpq-results sticky and world-writable
+    (1777, as /tmp) so a user's run-nanogpt results land on /fsx, and a second run keeps it so."""
+    aws()
+    ctx, root, _ = node_ctx(tmp_path, "any", dns=fixtures_node.FSX_DNS, mountname="abc")
+    (root / "fsx").mkdir(parents=True)
+    (root / "fsx").chmod(0o755)
+    fsx.run(ctx)
+    results = root / names.FSX_RESULTS_DIR.lstrip("/")
+    assert results.stat().st_mode & 0o7777 == 0o1777
+    results.chmod(0o700)  # someone tightened it: the next boot restores it
+    fsx.run(ctx)
+    assert results.stat().st_mode & 0o7777 == 0o1777
 
 
 def test_no_filesystem_is_a_warning_and_the_step_continues(aws, tmp_path, caplog):
     aws()
-    ctx, root = node_ctx(tmp_path, params_for("nothing-" + uuid.uuid4().hex[:6]))
+    ctx, root, calls = node_ctx(tmp_path, "nothing-" + uuid.uuid4().hex[:6])
     with caplog.at_level(logging.WARNING):
         assert "no FSx filesystem found" in fsx.run(ctx)
     assert "no FSx for Lustre filesystem tagged" in caplog.text
-    assert not (root / "etc/fstab").exists() and not (tmp_path / "mount-calls").exists()
-
-
-def test_write_test_only_after_mount_is_live(tmp_path):
-    ctx, root = node_ctx(tmp_path, params_for("c", fsx_dns_name="fs-1.example", fsx_mountname="abc"),
-                         record=False)
-    with pytest.raises(fsx.FsxError, match="does not show"):
-        fsx.run(ctx)
-    assert list((root / "fsx").iterdir()) == []  # nothing written into the unmounted directory
-    assert not (root / "etc/fstab").exists()
-
-
-def test_fstab_block_replaced_not_appended(tmp_path):
-    ctx, root = node_ctx(tmp_path)
-    for src in ("a@tcp:/x", "b@tcp:/y", "b@tcp:/y"):
-        fsx.update_fstab(ctx, src)
-    text = (root / "etc/fstab").read_text()
-    assert text.count("BEGIN hpq managed: fsx") == 1 and text.count("/fsx lustre") == 1
-    assert "b@tcp:/y /fsx lustre" in text
+    assert not (root / "etc/fstab").exists() and not calls.exists()

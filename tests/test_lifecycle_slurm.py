@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.tests.fixtures_slurm import NODES, slurm_cluster  # noqa: F401
+from hpq.tests.fixtures_slurm import HYPERPOD_MUNGE_KEY, NODES, slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,8 @@ def test_workers_are_configless(slurm_cluster):  # noqa: F811
         assert not (root / "opt/slurm/etc/slurm.conf").exists()
         fetched = root / "var/spool/slurmd/conf-cache/slurm.conf"
         assert "enable_configless" in fetched.read_text(), "slurmd must run on the config it fetched"
-        # The vendor unit is untouched; the drop-in carries --conf-server; the running slurmd got it.
-        assert "--conf-server" not in (root / "lib/systemd/system/slurmd.service").read_text()
+        # The AMI's unit is untouched; the drop-in carries --conf-server; the running slurmd got it.
+        assert "--conf-server" not in (root / "etc/systemd/system/slurmd.service").read_text()
         dropin = (root / "etc/systemd/system/slurmd.service.d/hpq-conf-server.conf").read_text()
         assert "--conf-server 127.0.0.1:" in dropin
         pid = int((root / "run/hpq/services/slurmd.service.pid").read_text())
@@ -67,11 +67,18 @@ def test_workers_are_configless(slurm_cluster):  # noqa: F811
         assert b"--conf-server" in cmdline and node.encode() in cmdline
 
 
-def test_one_munge_key_everywhere(slurm_cluster):  # noqa: F811
+def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):  # noqa: F811
+    """The controller and node-1 booted with the same key (kept); node-2 with another (replaced). The jobs
+    that ran on both workers prove munged on every node accepts the others' credentials."""
     keys = {name: (root / "etc/munge/munge.key").read_bytes() for name, root in slurm_cluster.roots.items()}
-    assert len(set(keys.values())) == 1 and len(keys["controller"]) == 1024
-    assert (slurm_cluster.shared_dir / ".hpq/munge/munge.key").read_bytes() == keys["controller"]
+    assert set(keys.values()) == {HYPERPOD_MUNGE_KEY}
+    assert (slurm_cluster.shared_dir / ".hpq/munge/munge.key").read_bytes() == HYPERPOD_MUNGE_KEY
     assert oct((slurm_cluster.roots["node-1"] / "etc/munge/munge.key").stat().st_mode & 0o777) == "0o400"
+    logs = {name: (slurm_cluster.base / f"lifecycle-{name}.out").read_text() for name in slurm_cluster.roots}
+    assert "MUNGE key: kept this node's key sha256:" in logs["controller"]
+    assert "recorded it as the cluster key" in logs["controller"]
+    assert "MUNGE key: kept this node's key sha256:" in logs["node-1"] and "the same as the cluster key" in logs["node-1"]
+    assert "MUNGE key: replaced this node's key sha256:" in logs["node-2"]
 
 
 def test_ssh_key_shared_through_fsx(slurm_cluster):  # noqa: F811
@@ -121,16 +128,17 @@ def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monke
     from hpq.lifecycle import identity, ssh_keys
     from hpq.tests.fixtures_slurm import make_context
 
-    ctx = make_context(tmp_path / "controller")
+    # HPQ_SLURM_NODE_ROOT: where each node's tree is, as its jobs see it (%n: the Slurm node name).
+    ctx = make_context(tmp_path / "controller", HPQ_SLURM_NODE_ROOT=f"{slurm_cluster.base}/%n")
     ctx.node = identity.NodeInfo("hpq-test", "i-c", "controller", "controller-machine", "controller", "127.0.0.1",
-                                 "ml.m5.xlarge", ["127.0.0.1"], ["controller"], worker_count=len(NODES))
+                                 "ml.m5.xlarge", ["127.0.0.1"], ["controller"], worker_count=len(NODES),
+                                 cluster_hostnames=["ip-127-0-0-2", "ip-127-0-0-3"])
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
-    monkeypatch.setenv("HPQ_NODE_ROOT_BASE", str(slurm_cluster.base))  # each node's home under its root
     private, public = ssh_keys.generate("nobody@hpq-test")
     assert "queued Slurm job" in ssh_keys.distribute_over_slurm(ctx, "nobody", private, public)
     homes = [slurm_cluster.roots[n] / "nonexistent/.ssh" for n in NODES]
     deadline = time.time() + 30
-    while time.time() < deadline and not all((h / "authorized_keys").exists() for h in homes):
+    while time.time() < deadline and not all((h / "config").exists() for h in homes):
         time.sleep(0.3)
     time.sleep(0.5)
     for home in homes:
@@ -138,4 +146,9 @@ def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monke
         assert (home / "id_ed25519_hpq.pub").read_bytes() == public
         assert (home / "authorized_keys").read_text().count(public.decode().strip()) == 1
         assert oct((home / "id_ed25519_hpq").stat().st_mode & 0o777) == "0o600"
+        config = (home / "config").read_text()
+        # Without a shared filesystem there is no host CA: first-seen keys are accepted for cluster names only.
+        assert "IdentityFile ~/.ssh/id_ed25519_hpq" in config
+        assert "Host ip-127-0-0-2 ip-127-0-0-3\n    StrictHostKeyChecking accept-new" in config
+        assert "Host *\n    StrictHostKeyChecking" not in config
     assert "already handed" in ssh_keys.distribute_over_slurm(ctx, "nobody", private, public)

@@ -1,5 +1,6 @@
-"""The lifecycle steps one by one, in temp node roots (no daemons): identity, files, Slurm config and
-drop-in, service unit handling, NCCL environment files, install, MUNGE key logic, idempotency, failures.
+"""The lifecycle steps one by one, in temp node roots (no daemons): files, Slurm config and drop-in, service
+unit handling, NCCL environment files, install, MUNGE key cases, idempotency, failures. Identity from
+HyperPod's files: tests/test_lifecycle_identity.py.
 """
 
 from __future__ import annotations
@@ -12,70 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import files, identity, install, munge, names, node_env, services, slurm, ssh_keys
+from hpq.lifecycle import files, identity, install, munge, node_env, services, slurm, ssh_keys
+from hpq.tests import fixtures_node
 from hpq.tests.fixtures_imds import imds_factory  # noqa: F401
 from hpq.tests.fixtures_slurm import (
-    CONTROLLER_GROUP,
     INSTANCE_IDS,
     WORKER_GROUP,
     build_bundle,
     make_context,
-    resource_config,
     write_node_files,
 )
-
-PARAMS = identity.ProvisioningParameters(cluster_name="c", controller_group=CONTROLLER_GROUP,
-                                         worker_groups=[WORKER_GROUP], login_group="login-group")
-
-
-# ---------------------------------------------------------------------------- identity
-
-
-def test_identify_worker_and_controller_from_resource_config():
-    node = identity.identify(resource_config(), INSTANCE_IDS["node-2"], PARAMS)
-    assert (node.role, node.group, node.instance_name, node.instance_type) == (
-        "worker", WORKER_GROUP, "node-2", "ml.g5.16xlarge")
-    assert node.controller_ips == ["127.0.0.1"] and node.worker_count == 2
-    assert identity.identify(resource_config(), INSTANCE_IDS["controller"], PARAMS).role == "controller"
-
-
-def test_role_comes_from_the_group_name_never_the_instance_type():
-    rc = resource_config()
-    rc["InstanceGroups"][0]["InstanceType"] = "ml.p5.48xlarge"  # a GPU controller is still the controller
-    rc["InstanceGroups"][1]["InstanceType"] = "ml.m5.xlarge"  # an m5 worker is still a worker
-    assert identity.identify(rc, INSTANCE_IDS["controller"], PARAMS).role == "controller"
-    assert identity.identify(rc, INSTANCE_IDS["node-1"], PARAMS).role == "worker"
-    rc["InstanceGroups"].append({"Name": "login-group", "InstanceType": "ml.m5.large",
-                                 "Instances": [{"InstanceId": "i-login", "CustomerIpAddress": "10.0.0.9"}]})
-    assert identity.identify(rc, "i-login", PARAMS).role == "login"
-
-
-def test_unknown_instance_and_unknown_group_are_clear_errors():
-    with pytest.raises(identity.IdentityError, match="i-nope is not in resource_config.json.*i-0a0"):
-        identity.identify(resource_config(), "i-nope", PARAMS)
-    other = identity.ProvisioningParameters("c", "ctl", ["workers"])
-    with pytest.raises(identity.IdentityError, match="group 'worker-group-1' is none of"):
-        identity.identify(resource_config(), INSTANCE_IDS["node-1"], other)
-
-
-def test_identify_step_uses_imdsv2_and_writes_node_info(tmp_path, imds_factory):  # noqa: F811
-    srv = imds_factory({"": {"instance-id": INSTANCE_IDS["node-1"], "instance-type": "ml.g5.16xlarge"}})
-    root = tmp_path / "node"
-    params = write_node_files(root)
-    ctx = make_context(root, HPQ_IMDS_URL=srv.url, HPQ_PROVISIONING_PARAMETERS=str(params))
-    assert "is worker in group worker-group-1" in identity.run(ctx)
-    info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
-    assert info["instance_id"] == INSTANCE_IDS["node-1"] and info["role"] == "worker"
-    assert info["instance_type"] == "ml.g5.16xlarge" and info["cluster_name"] == "hpq-test"
-    assert srv.log[0][0] == "PUT"
-
-
-def test_provisioning_parameters_validated(tmp_path):
-    p = tmp_path / "pp.json"
-    p.write_text(json.dumps({"cluster_name": "c", "worker_groups": ["w"]}))
-    with pytest.raises(identity.IdentityError, match="lack controller_group"):
-        identity.ProvisioningParameters.load(str(p))
-
 
 # ---------------------------------------------------------------------------- managed files
 
@@ -187,7 +134,6 @@ def node_ctx_with(tmp_path: Path, instance_type: str, **env):
     ctx = make_context(root, **env)
     ctx.node = identity.NodeInfo("c", "i-1", "n", WORKER_GROUP, "worker", "10.0.0.2", instance_type,
                                  controller_ips=["10.0.0.1"])
-    ctx.params = PARAMS
     return ctx, root
 
 
@@ -284,28 +230,77 @@ def test_systemd_manager_reloads_after_dropin_and_restarts_on_change(tmp_path, m
 # ---------------------------------------------------------------------------- MUNGE key logic
 
 
-def test_munge_key_published_by_controller_adopted_by_workers(tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    ctl, _ = node_ctx_with(tmp_path / "c", "ml.m5.xlarge", HPQ_SHARED_WAIT_S="1")
-    wrk, _ = node_ctx_with(tmp_path / "w", "ml.g5.16xlarge", HPQ_SHARED_WAIT_S="1")
-    ctl.node.role = "controller"
+@pytest.fixture
+def shared_fsx(tmp_path, monkeypatch):
+    """A directory standing in for a mounted /fsx (fsx.shared_dir answers it)."""
     from hpq.lifecycle import fsx
 
-    orig = fsx.shared_dir
-    try:
-        fsx.shared_dir = lambda ctx: str(shared)
-        with pytest.raises(munge.MungeError, match="waited 1s for the controller to publish"):
-            munge.desired_key(wrk, "worker")
-        key = munge.desired_key(ctl, "controller")
-        assert len(key) == 1024 and (shared / munge.SHARED_KEY).read_bytes() == key
-        assert munge.desired_key(wrk, "worker") == key
-        assert munge.desired_key(ctl, "controller") == key  # adopts the published key on re-run
-        fsx.shared_dir = lambda ctx: None
-        with pytest.raises(munge.MungeError, match="no MUNGE key"):
-            munge.desired_key(wrk, "worker")
-    finally:
-        fsx.shared_dir = orig
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setattr(fsx, "shared_dir", lambda ctx: str(shared))
+    return shared
+
+
+def _with_key(ctx, root: Path, key: bytes | None) -> None:
+    if key is not None:
+        (root / "etc/munge").mkdir(parents=True, exist_ok=True)
+        (root / "etc/munge/munge.key").write_bytes(key)
+
+
+def test_munge_keeps_the_key_hyperpod_gave_every_node(tmp_path, shared_fsx):
+    """Every node booted with the same key: it is recorded once and nobody's key changes."""
+    hyperpod_key = os.urandom(1024)
+    ctl, croot = node_ctx_with(tmp_path / "c", "ml.m5.xlarge", HPQ_SHARED_WAIT_S="1")
+    wrk, wroot = node_ctx_with(tmp_path / "w", "ml.g5.16xlarge", HPQ_SHARED_WAIT_S="1")
+    _with_key(ctl, croot, hyperpod_key)
+    _with_key(wrk, wroot, hyperpod_key)
+    key, case = munge.desired_key(ctl, "controller")
+    assert key == hyperpod_key and case.startswith("kept this node's key sha256:")
+    assert "recorded it as the cluster key" in case and munge.fingerprint(hyperpod_key) in case
+    assert (shared_fsx / munge.SHARED_KEY).read_bytes() == hyperpod_key
+    key, case = munge.desired_key(wrk, "worker")
+    fp = munge.fingerprint(hyperpod_key)
+    assert key == hyperpod_key and case == f"kept this node's key {fp}: the same as the cluster key"
+    assert hyperpod_key.hex()[:16] not in case  # a fingerprint, never the key
+
+
+def test_munge_distributes_only_to_a_node_that_differs_or_has_none(tmp_path, shared_fsx):
+    cluster_key, other = os.urandom(1024), os.urandom(1024)
+    ctl, croot = node_ctx_with(tmp_path / "c", "ml.m5.xlarge", HPQ_SHARED_WAIT_S="1")
+    odd, oroot = node_ctx_with(tmp_path / "w1", "ml.g5.16xlarge", HPQ_SHARED_WAIT_S="1")
+    bare, _ = node_ctx_with(tmp_path / "w2", "ml.g5.16xlarge", HPQ_SHARED_WAIT_S="1")
+    with pytest.raises(munge.MungeError, match="waited 1s for the controller to record the cluster MUNGE key"):
+        munge.desired_key(bare, "worker")
+    _with_key(ctl, croot, cluster_key)
+    _with_key(odd, oroot, other)
+    munge.desired_key(ctl, "controller")
+    key, case = munge.desired_key(odd, "worker")
+    assert key == cluster_key and case.startswith(f"replaced this node's key {munge.fingerprint(other)}: it differs")
+    key, case = munge.desired_key(bare, "worker")
+    assert key == cluster_key and case.startswith("installed the cluster key")
+    # A re-imaged controller (new key of its own) adopts the recorded key: the running cluster keeps it.
+    _with_key(ctl, croot, other)
+    key, case = munge.desired_key(ctl, "controller")
+    assert key == cluster_key and case.startswith("adopted the cluster key")
+
+
+def test_munge_creates_a_key_only_when_none_exists(tmp_path, shared_fsx):
+    ctl, _ = node_ctx_with(tmp_path / "c", "ml.m5.xlarge")
+    key, case = munge.desired_key(ctl, "controller")
+    assert len(key) == 1024 and case.startswith("created cluster key") and "this node had none" in case
+
+
+def test_munge_without_shared_filesystem_keeps_each_nodes_key(tmp_path, monkeypatch):
+    from hpq.lifecycle import fsx
+
+    monkeypatch.setattr(fsx, "shared_dir", lambda ctx: None)
+    wrk, wroot = node_ctx_with(tmp_path / "w", "ml.g5.16xlarge")
+    with pytest.raises(munge.MungeError, match="no MUNGE key"):
+        munge.desired_key(wrk, "worker")
+    _with_key(wrk, wroot, b"k" * 1024)
+    fp = munge.fingerprint(b"k" * 1024)
+    assert munge.desired_key(wrk, "worker") == (
+        b"k" * 1024, f"kept this node's key {fp} (no shared filesystem to compare keys through)")
 
 
 # ---------------------------------------------------------------------------- whole run
@@ -321,42 +316,50 @@ def snapshot(root: Path) -> dict:
 
 
 def test_run_twice_changes_nothing(tmp_path, imds_factory):  # noqa: F811
-    """identify, nccl-env, fsx (explicit DNS, recorded mount), install, ssh-keys; daemon steps: test_lifecycle_slurm."""
-    srv = imds_factory({"": {"instance-id": INSTANCE_IDS["controller"], "instance-type": "x"}})
+    """identify, nccl-env, fsx (documented provisioning parameters, mount.lustre stand-in), install, ssh-keys;
+    daemon steps: test_lifecycle_slurm."""
+    srv = imds_factory({"": fixtures_node.imds_answers(INSTANCE_IDS["controller"], "m5.xlarge")})
     root = tmp_path / "node"
-    params = write_node_files(root, params={
-        "version": "1.0.0", "cluster_name": "c", "controller_group": CONTROLLER_GROUP, "login_group": None,
-        "worker_groups": [WORKER_GROUP], "fsx_dns_name": "fs-1.example", "fsx_mountname": "abc"})
+    params = write_node_files(root, params=dict(
+        fixtures_node.provisioning_parameters(), controller_group="controller-machine", login_group=None,
+        worker_groups=[{"instance_group_name": WORKER_GROUP, "partition_name": "dev"}]))
     shared = tmp_path / "shared"
     shared.mkdir()
     mount = tmp_path / "mount"
-    mount.write_text(f'#!/bin/sh\nfor a in "$@"; do src=$tgt; tgt=$a; done\nrmdir "$tgt"; ln -s {shared} "$tgt"\n'
-                     f'mkdir -p {root}/proc; echo "$src $tgt lustre rw 0 0" >> {root}/proc/mounts\n')
-    mount.chmod(0o755)
+    calls = fixtures_node.write_fake_mount(mount, shared=shared)
+    modprobe = fixtures_node.write_recorder(tmp_path / "modprobe")
     env = dict(os.environ, HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_PROVISIONING_PARAMETERS=str(params),
-               HPQ_MOUNT_CMD=str(mount), HPQ_DEFAULT_USER="root", HPQ_STEPS="identify,nccl-env,fsx,install,ssh-keys")
+               HPQ_MOUNT_CMD=str(mount), HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"), HPQ_DEFAULT_USER="root",
+               HPQ_STEPS="identify,nccl-env,fsx,install,ssh-keys")
     first = subprocess.run([sys.executable, "-m", "hpq.lifecycle.main"], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stdout + first.stderr
     before, shared_before = snapshot(root), snapshot(shared)
     for must in ("etc/hpq/node-info.json", "etc/fstab", "etc/environment", "etc/profile.d/hpq-nccl.sh",
-                 "root/.ssh/authorized_keys", "root/.ssh/id_ed25519_hpq", "opt/hpq/hpq/lifecycle/main.py"):
+                 "root/.ssh/authorized_keys", "root/.ssh/id_ed25519_hpq", "opt/hpq/hpq/lifecycle/main.py",
+                 "opt/hpq/on_create.sh"):
         assert must in before
+    assert modprobe.read_text().splitlines() == ["lnet", "lustre"]
     second = subprocess.run([sys.executable, "-m", "hpq.lifecycle.main"], env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stdout
     assert snapshot(root) == before and snapshot(shared) == shared_before
     for step in ("identify", "nccl-env", "fsx", "install", "ssh-keys"):
         assert f"step {step}: start" in second.stdout and f"step {step}: done" in second.stdout
+    assert len(calls.read_text().splitlines()) == 1 and "already mounted (10.1.40.25@tcp:/abcdefgh)" in second.stdout
+    assert modprobe.read_text().splitlines() == ["lnet", "lustre"]  # nothing loaded again
 
 
 def test_failure_names_the_step_and_exits_nonzero(tmp_path):
-    """on_create.sh from a real bundle layout, IMDS unreachable: step identify fails with its cause."""
-    on_create = build_bundle(tmp_path / "bundle")
+    """The shipped bundle's root on_create.sh; IMDS unreachable and no address of this node in
+    resource_config.json: step identify fails with one line that says both."""
+    entry = build_bundle(tmp_path / "bundle")
     root = tmp_path / "node"
-    params = write_node_files(root)
-    env = dict(os.environ, HPQ_ROOT=str(root), HPQ_IMDS_URL="http://127.0.0.1:9", HPQ_PROVISIONING_PARAMETERS=str(params))
-    res = subprocess.run(["bash", str(on_create)], env=env, capture_output=True, text=True, timeout=60)
+    role_file = write_node_files(root)
+    res = fixtures_node.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL="http://127.0.0.1:9",
+                                                  HPQ_CLUSTER_CONFIG=str(role_file), HPQ_NODE_IP="10.9.9.9"))
     assert res.returncode == 1
-    assert "step identify failed: IMDS token request at http://127.0.0.1:9 failed after 4 attempts" in res.stdout
+    assert "no instance id (IMDS token request at http://127.0.0.1:9 failed after 4 attempts" in res.stdout
+    assert ("step identify failed: this node (instance unknown: IMDS unreachable, addresses 10.9.9.9) is not in "
+            f"{root}/opt/ml/config/resource_config.json") in res.stdout
     assert "Traceback" not in res.stdout + res.stderr
     log = (root / "var/log/hpq/on_create.log").read_text()
     assert "step identify: FAILED" in log

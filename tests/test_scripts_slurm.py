@@ -63,3 +63,23 @@ def test_run_nanogpt_srun_two_nodes(slurm_cluster):  # noqa: F811
     assert "backend gloo | world 2" in res.stdout and "RESULT: PASS" in res.stdout
     ckpts = sorted(p.name for p in (slurm_cluster.shared_dir / "results/nanogpt/tiny").glob("ckpt-*.pt"))
     assert ckpts == ["ckpt-00000010.pt", "ckpt-00000020.pt"]
+
+
+def test_run_nccl_test_sweep_srun_per_pair(slurm_cluster):  # noqa: F811
+    """--sweep with no NODES: every idle node (sinfo), one salloc, then the pair as its own srun step
+    (-N 2 -w node-1,node-2) with its own rendezvous, gloo across the two slurmd; the JSON verdict on stdout."""
+    exe, env = command(slurm_cluster, "run-nccl-test")
+    res = subprocess.run([exe, "--sweep", "--python", sys.executable, "-n", "3", "-w", "1", "--output", "json"],
+                         env=env, cwd=str(slurm_cluster.shared_dir), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert "salloc -N 2" in res.stderr and "# round 1/1: node-1 + node-2" in res.stderr
+    assert doc["hosts"] == ["node-1", "node-2"] and doc["mode"] == "built-in" and doc["slow_nodes"] == []
+    assert doc["size_bytes"] == 1 << 20  # gloo on CPUs
+    (pair,) = doc["pairs"]
+    assert pair["nodes"] == ["node-1", "node-2"] and pair["status"] == "ok" and pair["busbw_gbps"] > 0
+    log = open(pair["log"]).read()
+    assert "srun -N 2 --ntasks-per-node 1 --kill-on-bad-exit=1" in log and "-w node-1,node-2" in log
+    placed = {line.split()[2]: line.split()[6] for line in log.splitlines() if line.startswith("#  Rank ")}
+    assert placed == {"0": "node-1", "1": "node-2"}, log[-3000:]
+    assert "backend gloo" in log and nccl_report.parse_text(log).wrong_total == 0

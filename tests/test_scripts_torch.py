@@ -79,3 +79,19 @@ def test_nanogpt_fails_when_loss_does_not_fall(tmp_path):
     res = run("hpq.scripts.nanogpt", ["--iters", "20", "--log-every", "5", "--lr", "1e-12"], tmp_path)
     assert res.returncode == 1
     assert "DID NOT FALL" in res.stdout and "RESULT: FAIL: loss did not fall" in res.stdout
+
+
+def test_nanogpt_on_trainium_is_not_a_pass(tmp_path):
+    """On a Trainium type the transport sets HPQ_TORCH_BACKEND=xla; hpq's nanoGPT has no XLA path, trains
+    on the CPUs with gloo, and run-nanogpt reports INCONCLUSIVE with exit 1 instead of a pass. Real: the
+    launcher, the transport function for ml.trn1.32xlarge, torch gloo training; no Neuron devices here."""
+    args = ["1", "2", "--launcher", "local", "--instance-type", "trn1.32xlarge", "--iters", "20",
+            "--log-every", "5", "--ckpt-every", "0"]
+    res = run("hpq.scripts.run_nanogpt", args, tmp_path)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "RESULT: INCONCLUSIVE" in res.stdout and "Neuron devices were not used" in res.stdout
+    assert "# INCONCLUSIVE (exit status 0)" in res.stdout and "# PASS" not in res.stdout
+    assert "no torch-neuronx/XLA path" in res.stdout
+    doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
+    assert doc["verdict"] == "INCONCLUSIVE" and doc["ok"] is False
+    assert doc["metrics"]["neuron_devices_unused"] and doc["metrics"]["loss_fell"]

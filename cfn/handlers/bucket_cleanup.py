@@ -1,9 +1,11 @@
 """Custom resource for the lifecycle bucket (embedded verbatim as the Lambda's inline code).
 
 Create/Update: copy the node bundle from the assets bucket into the lifecycle
-prefix (so a console deploy of the published root needs nothing else), drop keys
-that left the bundle, and write provisioning_parameters.json from the resource
-properties. Delete: remove ALL object versions and delete markers, because a
+prefix (so a console deploy of the published root needs nothing else), write hpq's
+own node settings (hpq-cluster.json, the ClusterConfig property: a JSON object as a
+string) next to it, and drop keys that left the bundle, a provisioning_parameters.json
+of an older hpq among them (HyperPod reads that file and refuses it together with the
+API-driven Slurm configuration). Delete: remove ALL object versions and delete markers, because a
 versioned bucket that still holds any of them blocks stack deletion.
 
 It ALWAYS answers CloudFormation: on success, on any exception, and shortly
@@ -122,6 +124,17 @@ def empty_bucket(s3, bucket):
     return deleted
 
 
+def cluster_config_body(raw):
+    """The ClusterConfig property (a JSON object given as a string) as the file's text; refuses anything else."""
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        raise ValueError(f"ClusterConfig is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise ValueError("ClusterConfig must be a JSON object with a schema_version")
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
 def apply(event, s3):
     """Do the work for one request; return (physical id, data). Raises on failure."""
     props = event.get("ResourceProperties", {})
@@ -132,12 +145,11 @@ def apply(event, s3):
         return bucket, {"Deleted": str(n)}
     dest_prefix = props.get("DestinationPrefix", "")
     keys = copy_bundle(s3, props["SourceBucket"], props["SourcePrefix"], bucket, dest_prefix)
-    params_key = props.get("ProvisioningParametersKey")
-    if params_key:
-        body = json.dumps(props.get("ProvisioningParameters", {}), indent=2, sort_keys=True) + "\n"
-        s3.put_object(Bucket=bucket, Key=params_key, Body=body.encode("utf-8"),
-                      ContentType="application/json")
-        keys.append(params_key)
+    config_key = props.get("ClusterConfigKey")
+    if config_key:
+        body = cluster_config_body(props.get("ClusterConfig"))
+        s3.put_object(Bucket=bucket, Key=config_key, Body=body.encode("utf-8"), ContentType="application/json")
+        keys.append(config_key)
     stale = remove_stale(s3, bucket, dest_prefix, keys)
     LOG.info("copied %d objects into s3://%s/%s, removed %d stale", len(keys), bucket, dest_prefix, len(stale))
     return bucket, {"Objects": str(len(keys))}

@@ -9,7 +9,16 @@ Why it looks the way it does (the public references get these wrong):
   unexpected exception and, through a watchdog timer, shortly before the Lambda
   times out. Otherwise the stack hangs for an hour.
 - ``helm upgrade --install`` always with an explicit ``--namespace`` and the
-  pinned chart version; ``--wait`` with a timeout that fits the Lambda's time.
+  pinned chart version, and WITHOUT ``--wait``: the chart goes in before HyperPod
+  creates any node, so its Deployments (training-operator, mpi-operator, one replica
+  each) stay Pending until then and a wait for workloads can only time out and roll the
+  stack back. AWS's console stack runs a plain ``helm install``
+  (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/helm-chart-injector/
+  lambda_function/lambda_function.py) and its Terraform module sets ``wait = false``
+  (awslabs/awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/terraform-modules/
+  hyperpod-eks-tf/modules/helm_chart/main.tf). Helm still waits for hooks (helm 4's
+  default ``--wait=hookOnly``; helm 3 always did) within ``--timeout``, which fits the
+  Lambda's time. No ``--wait`` value is passed at all, so helm 3 and helm 4 both parse it.
 - A failed ``helm uninstall`` is reported as FAILED (with helm's words), but a
   delete of something never created (failed create, missing release, cluster
   already gone) succeeds so that rollbacks and deletes finish.
@@ -287,7 +296,7 @@ class Helm:
         return res.returncode, out
 
     def wait_timeout(self, reserve=15):
-        """Seconds for helm --wait: what is left of the Lambda minus the reply margin and a reserve."""
+        """Seconds for helm --timeout (hooks): what is left of the Lambda minus the reply margin and a reserve."""
         return max(30, int(self.seconds_left() - reserve))
 
 
@@ -401,7 +410,8 @@ def install(p, helm, workdir, on_upgrade):
         with open(values_file, "w") as fh:
             json.dump(p["values"], fh)
         args += ["--values", values_file]
-    args += ["--wait", "--timeout", f"{helm.wait_timeout()}s"]
+    # No --wait: see the module docstring (nothing can run before HyperPod adds nodes).
+    args += ["--timeout", f"{helm.wait_timeout()}s"]
     on_upgrade()
     rc, out = helm.run(args)
     if rc != 0:
@@ -410,7 +420,9 @@ def install(p, helm, workdir, on_upgrade):
 
 
 def uninstall(cluster, namespace, release, helm):
-    rc, out = helm.run(["uninstall", release, "--namespace", namespace, "--wait",
+    # No --wait either: the HyperPod nodes are gone by now (the cluster is deleted first), so waiting
+    # for pods to terminate could only time out; hooks are still waited for within --timeout.
+    rc, out = helm.run(["uninstall", release, "--namespace", namespace,
                         "--timeout", f"{helm.wait_timeout()}s"])
     if rc == 0:
         return f"uninstalled {release} from namespace {namespace}"

@@ -28,6 +28,8 @@ P_TEMPLATE_BASE_URL = "TemplateBaseUrl"
 P_ASSETS_BUCKET = "AssetsBucket"
 P_ASSETS_PREFIX = "AssetsPrefix"
 P_CLUSTER_NAME = "ClusterName"
+P_HELM_LAYER_KEY = "HelmLayerS3Key"
+P_KUBECTL_LAYER_ARN = "KubectlLayerArn"
 LAUNCH_BUTTON = "https://s3.amazonaws.com/cloudformation-examples/cloudformation-launch-stack.png"
 
 
@@ -70,6 +72,7 @@ class Release:
     templates: dict[str, Templates]
     upload: aws_s3.Upload | None = None
     totals: dict[str, int] = field(default_factory=dict)
+    helm_layer_key: str | None = None  # where the helm/kubectl layer zip lies (EKS variants)
 
     def template_url(self, variant: str, stack_file: str = names.ROOT_TEMPLATE) -> str:
         return aws_s3.object_url(self.bucket, self.region, names.template_key(self.version, variant, stack_file))
@@ -82,12 +85,21 @@ class Release:
         return names.node_bundle_prefix(self.version)
 
     def root_parameters(self, variant: str) -> dict[str, str]:
-        """Where the root stack finds its nested templates and the node bundle."""
-        return {
+        """Where the root stack finds its nested templates, the node bundle and (EKS) the helm layer."""
+        out = {
             P_TEMPLATE_BASE_URL: self.base_url(variant),
             P_ASSETS_BUCKET: self.bucket,
             P_ASSETS_PREFIX: self.assets_prefix,
         }
+        if self.helm_layer_key and is_eks(variant):
+            out[P_HELM_LAYER_KEY] = self.helm_layer_key
+        return out
+
+
+def is_eks(variant: str) -> bool:
+    from hpq.cfn.variants import VARIANTS
+
+    return VARIANTS[variant].eks
 
 
 def node_bundle_objects() -> dict[str, bytes]:
@@ -117,8 +129,17 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
             objects[names.template_key(version, variant, fname)] = files[f"templates/{variant}/{fname}"]
     for key, body in bundle.items():
         objects[names.node_bundle_prefix(version) + key] = body
+    layer_key = None
+    if any(is_eks(v) for v in variants) and not (params or {}).get(P_KUBECTL_LAYER_ARN):
+        # Content-addressed by its own digest, outside the release prefix: uploaded once, not per release.
+        from hpq.cli.aws import layer
+
+        shipped = layer.helm_layer()
+        objects[shipped.key] = shipped.body
+        layer_key = shipped.key
     totals = {v: sum(len(t.get("Resources", {})) for t in r.values()) for v, r in templates.items()}
-    return Release(bucket, region, version, list(variants), objects, templates, totals=totals)
+    return Release(bucket, region, version, list(variants), objects, templates, totals=totals,
+                   helm_layer_key=layer_key)
 
 
 def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Release:
@@ -163,15 +184,15 @@ def missing_parameters(release: Release, variant: str, params: dict[str, str]) -
     return sorted(k for k, spec in declared.items() if "Default" not in spec and k not in params)
 
 
-def default_zone_ids(ec2: Any, how_many: int) -> list[str]:
-    """The region's first available AZ ids (sorted, so the choice is stable)."""
+def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The region's first available AZ ids (sorted, so the choice is stable), less ``exclude``."""
     from hpq.cli.aws.session import aws_errors
 
     with aws_errors("ec2:DescribeAvailabilityZones"):
         zones = ec2.describe_availability_zones(
             Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}]
         )["AvailabilityZones"]
-    ids = sorted(z["ZoneId"] for z in zones if z.get("ZoneId"))
+    ids = sorted(z["ZoneId"] for z in zones if z.get("ZoneId") and z["ZoneId"] not in exclude)
     if len(ids) < how_many:
         raise UsageError(f"the region has {len(ids)} available AZ(s); pass --param AvailabilityZoneId=... explicitly")
     return ids[:how_many]
@@ -184,7 +205,12 @@ def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, st
     azs = [k for k in AZ_PARAMS if k in missing]
     if azs:
         taken = {params[k] for k in AZ_PARAMS if k in params}
-        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken)) if z not in taken]
+        exclude: tuple[str, ...] = ()
+        if is_eks(variant):  # both subnets are EKS control-plane subnets
+            from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+
+            exclude = EKS_UNSUPPORTED_AZ_IDS
+        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken), exclude) if z not in taken]
         for key, zone in zip(azs, choices, strict=False):
             params[key] = zone
             if on_note:
@@ -238,6 +264,12 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     existing = aws_stacks.exists(cfn, name)
     if existing is None:
         params = fill_defaults(client(session, "ec2"), release, variant, params, on_note)
+    # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
+    from hpq.cli.aws import preflight
+
+    root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
+    previous = existing.parameters if existing is not None else {}
+    preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note)
     upload_release(s3, release, on_progress)
     # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}

@@ -1,9 +1,11 @@
-"""A local rehearsal of a deploy against a moto server (``AWS_ENDPOINT_URL`` pointing at moto).
+"""The moto rendition of the templates: what a moto server's CloudFormation can create.
 
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster (a GetAtt on them is HTTP 500),
 drops nested stacks' ``Outputs.X``, has no ``Fn::Cidr`` and cannot run Lambda-backed custom
-resources. ``hpq deploy`` therefore sends moto a transformed COPY of the templates when, and only
-when, the endpoint answers as a moto server; the real templates (``hpq synth``) never change.
+resources. ``hpq deploy --emulate moto`` (and ``hpq rehearse``, which always says so) sends moto a
+transformed COPY of the templates; it is never chosen implicitly, and the real templates
+(``hpq synth``) never change. ``endpoint_is_moto`` only lets ``hpq deploy`` say why a plain deploy
+against moto is about to fail.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ import urllib.request
 # Resource types moto's CloudFormation only stubs (GetAtt -> HTTP 500) or cannot run (Lambda-backed
 # custom resources need Docker). The moto transform swaps them for SSM parameters in a COPY.
 MOTO_STUB_ONLY = ("AWS::FSx::", "AWS::SageMaker::Cluster", "AWS::EKS::", "Custom::", "AWS::Lambda::Function",
-                  "AWS::APS::", "AWS::Grafana::")
+                  "AWS::Lambda::LayerVersion", "AWS::APS::", "AWS::Grafana::")
+
+
+RENDITION_NOTE = ("--emulate moto: deploying the moto rendition of the templates (FSx, EKS, SageMaker::Cluster, "
+                  "Lambda and custom resources become SSM parameter stand-ins; nested outputs become literals). "
+                  "The real templates are unchanged: see `hpq synth`.")
 
 
 def _is_stub_only(rtype: str) -> bool:
@@ -57,8 +64,9 @@ def moto_compatible(variant: str, templates: dict) -> dict:
 
     Stub-only resource types become AWS::SSM::Parameter placeholders, and GetAtt on them or on a
     nested stack's outputs becomes a literal; Fn::Cidr (unknown to moto) is computed from the
-    parameter default; conditional resources (the optional stacks, off by default) are left out
-    because moto cannot update a stack that skipped them. Everything else (VPC, subnets, NAT, endpoints, SG
+    parameter default; KMS keys lose their tags (moto reads them in the KMS API's shape); conditional
+    resources (the optional stacks, off by default) are left out because moto cannot update a stack
+    that skipped them. Everything else (VPC, subnets, NAT, endpoints, SG
     rules, IAM, S3 bucket + policy, SNS, nested-stack wiring, parameters, conditions) is deployed
     by moto as written. The swapped types are covered elsewhere: cfn-lint on the real templates,
     SageMaker create_cluster directly against moto, handlers as Python.
@@ -79,6 +87,11 @@ def moto_compatible(variant: str, templates: dict) -> dict:
                 if key in old:
                     swapped[key] = old[key]
             new["Resources"][logical] = swapped
+        # moto's AWS::KMS::Key reads Tags in the KMS API's shape (TagKey/TagValue) and fails on CloudFormation's
+        # Key/Value, which the real service takes: the copy leaves the keys' tags out.
+        for res in new["Resources"].values():
+            if res["Type"] == "AWS::KMS::Key":
+                res.get("Properties", {}).pop("Tags", None)
         # moto crashes updating a stack whose conditional (skipped) nested stack it never created, so
         # the optional stacks (Observability, Validation: off by default) are left out of the copy.
         for logical in [k for k, r in new["Resources"].items() if "Condition" in r]:

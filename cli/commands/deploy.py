@@ -29,21 +29,27 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
               callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once).")
 @click.option("--no-wait", is_flag=True, help="Start the create/update and return without following it.")
 @click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
+@click.option("--emulate", type=click.Choice(["moto"]), default=None,
+              help="Deploy the rendition of the templates an emulator can create (moto: FSx, EKS, "
+                   "SageMaker::Cluster, Lambda and custom resources become SSM parameter stand-ins). "
+                   "For a moto server at AWS_ENDPOINT_URL; never for real AWS.")
 @output_option
 def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None, size: str,
-           params: tuple[str, ...], no_wait: bool, poll_seconds: float, output: str) -> None:
+           params: tuple[str, ...], no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
     """Package VARIANT into BUCKET, create or update its stack, follow it to the end.
 
     VARIANT is one of slurm-gpu, slurm-trn, eks-gpu, eks-trn. BUCKET must exist in the
     region; templates and the node bundle go under a versioned prefix (hpq/<version>-<hash>/).
     An existing stack is updated through a change set whose changes are shown first.
-    Ctrl-C stops following, not the stack.
+    Ctrl-C stops following, not the stack. --emulate moto sends a moto server the rendition
+    it can create (cli/aws/emulator.py); the real templates (`hpq synth`) never change.
 
     \b
     Examples:
       hpq deploy slurm-gpu my-artifacts --region us-west-2
       hpq deploy eks-gpu my-artifacts --size medium --param WorkerInstanceType=ml.p5.48xlarge
       hpq deploy slurm-gpu my-artifacts --stack-name team-a --no-wait
+      AWS_ENDPOINT_URL=http://127.0.0.1:5000 hpq deploy slurm-gpu my-artifacts --emulate moto
     """
     from rich.console import Console
 
@@ -62,6 +68,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     user_params = parse_params(params)
     aws_deploy.synthesize(variant, size, user_params)  # every --param value checked here, before any AWS call
+    if emulate == "moto" and not aws_emulator.endpoint_is_moto():
+        from hpq.errors import UsageError
+
+        raise UsageError("--emulate moto needs AWS_ENDPOINT_URL pointing at a running moto server "
+                         "(it deploys stand-ins that only make sense there)")
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
 
@@ -72,15 +83,21 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
             err.print(f"  {c.action:<8} {c.logical_id} [{c.resource_type}]{repl}", highlight=False, markup=False)
 
     transform = None
-    if aws_emulator.endpoint_is_moto():
+    if emulate == "moto":
 
         def transform(name, templates):  # type: ignore[no-untyped-def]
             # Said only once the bucket checks passed, so errors before it stay one line.
-            err.print("endpoint is a moto server: deploying the moto rendition of the templates (FSx, EKS, "
-                      "SageMaker::Cluster, Lambda and custom resources become SSM parameter stand-ins; "
-                      "nested outputs become literals). The real templates are unchanged: see `hpq synth`.",
-                      highlight=False)
+            err.print(aws_emulator.RENDITION_NOTE, highlight=False)
             return aws_emulator.moto_compatible(name, templates)
+
+    elif aws_emulator.endpoint_is_moto():
+
+        def transform(name, templates):  # type: ignore[no-untyped-def]
+            # The real templates, unchanged; only a note on why moto is likely to fail them.
+            err.print("note: the endpoint answers as a moto server, which cannot create FSx, EKS, SageMaker::Cluster "
+                      "or custom resources; deploying the real templates anyway (add --emulate moto for the "
+                      "rendition moto can create)", highlight=False)
+            return templates
 
     dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params, transform=transform,
                                   on_changes=show_changes, on_progress=_upload_progress(err),

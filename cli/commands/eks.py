@@ -64,7 +64,13 @@ def _request(test: str, **kw: Any) -> Any:
 @click.option("--program-args", default="", type=inputs.ShellWords(),
               help="nanogpt: arguments for the training program (split as a shell would).")
 @click.option("--fsx-claim", default=None, type=inputs.CLAIM_NAME,
-              help="Mount this PersistentVolumeClaim at /fsx in the test pods.")
+              help="Mount this PersistentVolumeClaim at /fsx in the test pods "
+              "(needs the FSx for Lustre CSI driver on the cluster).")
+@click.option("--nccl-debug", default=None, metavar="LEVEL", type=inputs.NCCL_DEBUG,
+              help="NCCL_DEBUG for the pods: VERSION, WARN, INFO or TRACE, or 'off' "
+                   "(default: INFO for nccl-test, so the log names the transport NCCL chose; off otherwise).")
+@click.option("--mpirun", default=None, metavar="PATH", type=inputs.IMAGE_PATH,
+              help="nccl-test: absolute path of mpirun in the image (default /opt/amazon/openmpi/bin/mpirun).")
 @click.option("--fsx-id", default=None, type=inputs.FSX_ID, help="fsx: filesystem id (stack output FsxFileSystemId).")
 @click.option("--fsx-dns", default=None, type=inputs.FSX_DNS, help="fsx: DNS name (stack output FsxDnsName).")
 @click.option("--fsx-mount-name", default=None, type=inputs.FSX_MOUNT_NAME,
@@ -73,8 +79,8 @@ def _request(test: str, **kw: Any) -> Any:
               help="fsx: capacity in GiB (1200, 2400 or a multiple of 2400).")
 def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | None, image: str | None,
                namespace: str, name: str | None, program: str | None, program_args: str,
-               fsx_claim: str | None, fsx_id: str | None, fsx_dns: str | None, fsx_mount_name: str | None,
-               fsx_capacity: int) -> None:
+               fsx_claim: str | None, nccl_debug: str | None, mpirun: str | None, fsx_id: str | None,
+               fsx_dns: str | None, fsx_mount_name: str | None, fsx_capacity: int) -> None:
     """Print the manifests of TEST (nccl-test, nanogpt, validate, fsx) as YAML; no cluster needed.
 
     Resources (nvidia.com/gpu or aws.amazon.com/neuron, vpc.amazonaws.com/efa,
@@ -84,7 +90,9 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     \b
     Examples:
       hpq eks render nccl-test --instance-type ml.p5.48xlarge --nodes 2
-      hpq eks render nccl-test -t ml.g5.48xlarge -n 2 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:2.23
+      hpq eks render nccl-test -t ml.g5.16xlarge -n 2 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:2.23 --mpirun /usr/local/bin/mpirun
+      hpq eks render nccl-test -t ml.trn1.32xlarge -n 2
+      hpq eks render nanogpt -t ml.p5.48xlarge -n 2 --nccl-debug INFO
       hpq eks render nanogpt -t ml.g5.48xlarge -n 2 --fsx-claim hpq-fsx | kubectl apply -f -
       hpq eks render fsx --fsx-id fs-0123456789abcdef0 --fsx-dns fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com --fsx-mount-name abcdefgh
 
@@ -94,8 +102,9 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     from hpq.manifests.render import render
 
     req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
-                   name=name, program=program, program_args=program_args, fsx_claim=fsx_claim, fsx_id=fsx_id,
-                   fsx_dns=fsx_dns, fsx_mount_name=fsx_mount_name, fsx_capacity_gib=fsx_capacity)
+                   name=name, program=program, program_args=program_args, fsx_claim=fsx_claim,
+                   nccl_debug=nccl_debug, mpirun=mpirun, fsx_id=fsx_id, fsx_dns=fsx_dns,
+                   fsx_mount_name=fsx_mount_name, fsx_capacity_gib=fsx_capacity)
     click.echo(render(req), nl=False)
 
 
@@ -111,6 +120,10 @@ def run_options(func: Any) -> Any:
         click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=3600, show_default=True,
                      help="Give up after this many seconds (1 to 604800)."),
         click.option("--keep", is_flag=True, help="Do not delete the job afterwards (for kubectl debugging)."),
+        click.option("--fsx-claim", default=None, type=inputs.CLAIM_NAME,
+                     help="Mount this PersistentVolumeClaim at /fsx (checked first: the claim and the FSx CSI driver)."),
+        click.option("--nccl-debug", default=None, metavar="LEVEL", type=inputs.NCCL_DEBUG,
+                     help="NCCL_DEBUG: VERSION, WARN, INFO, TRACE or 'off' (default: INFO for nccl-test)."),
         output_option,
         aws_options(services=inputs.SERVICES_EKS),
     ]):
@@ -126,6 +139,7 @@ def _echo_for(output: str) -> Any:
 def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_type: str | None,
              image: str | None, namespace: str, name: str | None, timeout_s: int, keep: bool, output: str,
              region: str | None, profile: str | None, program: str | None = None, program_args: str = "",
+             fsx_claim: str | None = None, nccl_debug: str | None = None, mpirun: str | None = None,
              client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
     """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
     from hpq.cli.eks import jobs as eks_jobs
@@ -139,7 +153,10 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
     itype = eks_jobs.pick_instance_type(client, instance_type, nodes)
     objects = render_objects(_request(test, instance_type=itype, nodes=nodes, gpus=gpus, image=image,
                                       namespace=namespace, name=name, program=program,
-                                      program_args=program_args))
+                                      program_args=program_args, fsx_claim=fsx_claim, nccl_debug=nccl_debug,
+                                      mpirun=mpirun))
+    if fsx_claim:
+        eks_jobs.check_fsx_claim(client, namespace, fsx_claim)
     plan = eks_jobs.plan_for(test, objects)
     echo(f"running {test} on {nodes} x {itype} in {cluster} (namespace {namespace}, job {plan.name})")
     runner = eks_jobs.Runner(client, plan, echo=echo, poll_s=poll_s, timeout_s=timeout_s)
@@ -152,7 +169,7 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
             echo("cleaning up")
             runner.cleanup()
     if test == "nccl-test":
-        verdict = eks_jobs.judge_nccl(outcome, itype)
+        verdict = eks_jobs.judge_nccl(outcome, itype, nodes)
     elif test == "nanogpt":
         verdict = eks_jobs.judge_nanogpt(outcome)
     else:
@@ -182,6 +199,8 @@ def _finish(verdict: Any) -> None:
 @click.argument("cluster", type=inputs.EKS_CLUSTER)
 @click.argument("nodes", type=inputs.NODES, default=2, required=False)
 @click.argument("gpus", type=inputs.GPUS, default=None, required=False)
+@click.option("--mpirun", default=None, metavar="PATH", type=inputs.IMAGE_PATH,
+              help="Absolute path of mpirun in --image (default /opt/amazon/openmpi/bin/mpirun, AWS's images).")
 @run_options
 def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     """NCCL all-reduce (nccl-tests MPIJob; nccom-test on Trainium) on NODES nodes, judged against the catalog.
@@ -190,7 +209,9 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     many nodes take part, one worker pod each (default 2); GPUS is how many GPUs
     (Neuron devices on Trainium) each pod uses (default: all the node has). The
     kubeconfig is built in-process from the EKS API and an STS token; the
-    identity needs an EKS access entry. Exit 0 on PASS, 1 on FAIL.
+    identity needs an EKS access entry. The expected bus bandwidth is the
+    catalog's figure for the instance type and NODES (one node: NVLink or
+    NeuronLink; several: the network). Exit 0 on PASS, 1 on FAIL.
 
     \b
     Examples:
@@ -222,6 +243,10 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     Examples:
       hpq eks nanogpt my-eks 2 --region us-west-2
       hpq eks nanogpt my-eks 2 1 --instance-type ml.g5.16xlarge --program-args "--iters 200"
+      hpq eks nanogpt my-eks 2 --fsx-claim hpq-fsx
+
+    On Trainium the model trains on the host CPUs (no torch-neuronx path):
+    the verdict is INCONCLUSIVE (exit 1), never a Trainium pass.
     """
     _finish(run_test("nanogpt", cluster, nodes, gpus, **kw))
 

@@ -85,8 +85,10 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
     sys.exit(code)
 
 
-def nccl_verdict(text: str, instance_type: str | None, remote_code: int) -> tuple[dict[str, Any], int, str]:
-    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report`."""
+def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
+                 nodes: int | None = None) -> tuple[dict[str, Any], int, str]:
+    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report` (node count from
+    the output's rank lines, else NODES)."""
     from hpq.errors import HpqError
     from hpq.scripts import nccl_report
 
@@ -95,7 +97,7 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int) -> tupl
     except HpqError as exc:
         msg = f"no nccl-tests results in the output ({exc}); run-nccl-test exited {remote_code}"
         return {"ok": False, "remote_exit_code": remote_code, "message": msg}, remote_code or 1, msg
-    verdict = nccl_report.evaluate(report, instance_type)
+    verdict = nccl_report.evaluate(report, instance_type, nodes)
     data = nccl_report.report_to_dict(report, verdict)
     data["remote_exit_code"] = remote_code
     code = verdict.exit_code if verdict.exit_code else (1 if remote_code else 0)
@@ -125,19 +127,27 @@ def worker_instance_type(cl: Any) -> str | None:
               help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
 @click.option("--runner", default="run-nccl-test", show_default=True, type=inputs.ShellWords("runner", False),
               help="The remote command to run.")
+@click.option("--sweep", is_flag=True,
+              help="Pairwise sweep (run-nccl-test --sweep): two nodes at a time, name the slow node. NODES "
+                   "defaults to every idle node.")
 @output_option
 def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: str | None, profile: str | None,
                      group: str | None, node: str | None, user: str, key: str | None, known_hosts: str, port: int,
                      host: str | None, proxy_command: str | None, instance_type: str | None, extra: str,
-                     runner: str, output: str) -> None:
+                     runner: str, sweep: bool, output: str) -> None:
     """Run run-nccl-test on CLUSTER's controller (NODES nodes x GPUS per node) and judge it here.
 
     The output streams live; the verdict uses the same parser and catalog as `hpq nccl-report`.
+    With --sweep the progress streams live and the sweep's verdict (node table, evidence, the
+    scontrol/sbatch commands) is printed here from the JSON the controller sends back: exit 0 no
+    slow node, 1 slow node(s) or failed pairs.
 
     \b
     Examples:
       hpq remote-nccl-test my-cluster 2
       hpq remote-nccl-test my-cluster 4 8 --extra '-e 1G'
+      hpq remote-nccl-test my-cluster --sweep
+      hpq remote-nccl-test my-cluster 8 --sweep --output json
     """
     import io
     import shlex
@@ -146,6 +156,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     from hpq.cli.aws import ssh as aws_ssh
 
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
+    if sweep:
+        _remote_sweep(target, runner, nodes, gpus, shlex.split(extra), output)
     args = [runner] + [str(x) for x in (nodes, gpus) if x is not None] + shlex.split(extra)
     captured = io.BytesIO()
     stream = sys.stderr.buffer if output == "json" else sys.stdout.buffer
@@ -156,9 +168,38 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
         click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
         sys.exit(130)
     itype = instance_type or worker_instance_type(cl)
-    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code)
+    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes)
     if output == "json":
         aws_report.echo_json(data)
     else:
         click.echo(message)
     sys.exit(exit_code)
+
+
+def _remote_sweep(target: Any, runner: str, nodes: int | None, gpus: int | None, extra: list[str],
+                  output: str) -> None:
+    """run-nccl-test --sweep --output json on the controller: progress on stderr live, verdict rendered here."""
+    import io
+    import shlex
+
+    from hpq.cli.aws import report as aws_report
+    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.scripts import sweep as node_sweep
+
+    args = [runner, "--sweep"] + [str(x) for x in (nodes, gpus) if x is not None] + extra + ["--output", "json"]
+    captured = io.BytesIO()
+    try:
+        code = aws_ssh.run(target, aws_ssh.remote_command([shlex.join(args)]), stdout=captured)
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted; the sweep may still be running on the cluster", err=True)
+        sys.exit(130)
+    doc = node_sweep.extract_json(captured.getvalue().decode("utf-8", "replace"))
+    if doc is None:
+        click.echo(f"FAIL: no sweep result came back; {runner} exited {code} (its messages are above)")
+        sys.exit(code or 1)
+    doc["remote_exit_code"] = code
+    if output == "json":
+        aws_report.echo_json(doc)
+    else:
+        click.echo(node_sweep.format_report(doc))
+    sys.exit(int(doc.get("exit_code", 1)))

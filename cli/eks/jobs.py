@@ -344,6 +344,44 @@ def pick_instance_type(client: KubeClient, requested: str | None, nodes: int) ->
     return name
 
 
+# ---------------------------------------------------------------------- FSx for Lustre
+
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+
+
+def fsx_addon_hint() -> str:
+    """How to add the driver: the same add-on and service account the hpq EKS stack installs (cfn/eks.py)."""
+    from hpq.cfn.eks import FSX_CSI_ADDON, FSX_CSI_SERVICE_ACCOUNT
+
+    return (f"Install the EKS add-on {FSX_CSI_ADDON} with an IAM role (AmazonFSxFullAccess, trusted by "
+            f"pods.eks.amazonaws.com) through EKS Pod Identity for kube-system/{FSX_CSI_SERVICE_ACCOUNT} "
+            "(https://docs.aws.amazon.com/eks/latest/userguide/fsx-csi-create.html): `aws eks create-addon "
+            f"--cluster-name CLUSTER --addon-name {FSX_CSI_ADDON} --pod-identity-associations "
+            f"serviceAccount={FSX_CSI_SERVICE_ACCOUNT},roleArn=ROLE_ARN` (the hpq EKS stack installs it); "
+            "or run without --fsx-claim")
+
+
+def check_fsx_claim(client: KubeClient, namespace: str, claim: str) -> None:
+    """Fail before creating anything when pods that mount ``claim`` could never start.
+
+    Without the FSx for Lustre CSI driver (CSIDriver ``fsx.csi.aws.com``) the kubelet cannot mount the
+    volume and the pods wait in ContainerCreating/Pending until the run times out; without the claim
+    they are unschedulable.
+    """
+    if client.get("storage.k8s.io/v1", "CSIDriver", None, FSX_CSI_DRIVER) is None:
+        raise OperationFailed(
+            f"--fsx-claim {claim}: the cluster has no FSx for Lustre CSI driver (no CSIDriver {FSX_CSI_DRIVER}), "
+            f"so the pods that mount the claim would never start. {fsx_addon_hint()}.")
+    pvc = client.get("v1", "PersistentVolumeClaim", namespace, claim)
+    if pvc is None:
+        raise UsageError(f"--fsx-claim {claim}: no PersistentVolumeClaim {claim!r} in namespace {namespace}; create "
+                         "it from the stack outputs: hpq eks render fsx --fsx-id ... --fsx-dns ... --fsx-mount-name ... "
+                         f"--name {claim} --namespace {namespace} | kubectl apply -f -")
+    phase = (pvc.get("status") or {}).get("phase")
+    if phase == "Lost":
+        raise OperationFailed(f"--fsx-claim {claim}: the claim's volume is Lost (its PersistentVolume was deleted)")
+
+
 # ---------------------------------------------------------------------- verdicts
 
 
@@ -359,9 +397,12 @@ _NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 # "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
 _ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
 _LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
+_INCONCLUSIVE_RE = re.compile(r"^RESULT: (INCONCLUSIVE:.*)$", re.MULTILINE)
 
 
-def judge_nccl(outcome: Outcome, instance_type: str) -> TestVerdict:
+def judge_nccl(outcome: Outcome, instance_type: str, nodes: int | None = None) -> TestVerdict:
+    """The launcher log judged like ``hpq nccl-report``: the expectation for ``instance_type`` on the run's
+    node count (nccl-tests' rank lines, else the ``nodes`` the job was started with)."""
     from hpq.scripts import nccl_report
 
     try:
@@ -370,7 +411,7 @@ def judge_nccl(outcome: Outcome, instance_type: str) -> TestVerdict:
         tail = "\n".join(outcome.log.splitlines()[-15:])
         raise OperationFailed(f"the NCCL test produced no results ({outcome.state}: {outcome.message or exc}). "
                               f"Last log lines:\n{tail}") from None
-    verdict = nccl_report.evaluate(report, instance_type)
+    verdict = nccl_report.evaluate(report, instance_type, nodes)
     data = nccl_report.report_to_dict(report, verdict)
     data["job"] = {"state": outcome.state, "message": outcome.message}
     if outcome.state != "Succeeded":
@@ -380,6 +421,7 @@ def judge_nccl(outcome: Outcome, instance_type: str) -> TestVerdict:
 
 
 def judge_nanogpt(outcome: Outcome) -> TestVerdict:
+    """PASS when the loss fell; INCONCLUSIVE (exit 1) when hpq's nanoGPT says it left Trainium devices idle."""
     losses = [float(x) for x in (_ITER_LOSS_RE.findall(outcome.log) or _LOSS_RE.findall(outcome.log))]
     data = {"job": {"state": outcome.state, "message": outcome.message}, "losses": losses}
     if outcome.state != "Succeeded":
@@ -388,6 +430,10 @@ def judge_nanogpt(outcome: Outcome) -> TestVerdict:
         return TestVerdict(False, 1, "FAIL: training finished but printed fewer than two loss values", data)
     if not losses[-1] < losses[0]:
         return TestVerdict(False, 1, f"FAIL: loss did not go down ({losses[0]:g} -> {losses[-1]:g})", data)
+    inconclusive = _INCONCLUSIVE_RE.search(outcome.log)
+    if inconclusive:
+        data["neuron_devices_unused"] = True
+        return TestVerdict(False, 1, inconclusive.group(1).strip(), data)
     return TestVerdict(True, 0, f"PASS: loss {losses[0]:g} -> {losses[-1]:g} over {len(losses)} reports", data)
 
 

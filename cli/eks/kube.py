@@ -32,6 +32,7 @@ KINDS: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs", True),
     ("kubeflow.org/v2beta1", "MPIJob"): ("/apis/kubeflow.org/v2beta1", "mpijobs", True),
     ("kubeflow.org/v1", "PyTorchJob"): ("/apis/kubeflow.org/v1", "pytorchjobs", True),
+    ("storage.k8s.io/v1", "CSIDriver"): ("/apis/storage.k8s.io/v1", "csidrivers", False),
 }
 CRD_HINT = {
     "mpijobs": "the MPI operator (kubeflow.org/v2beta1 MPIJob) is not installed: it comes with the HyperPod "

@@ -1,0 +1,183 @@
+"""Pre-flight checks ``hpq deploy`` runs before anything in AWS changes.
+
+Each check is a small validator object that records failures with a level, after
+aws-parallelcluster's validators (aws/aws-parallelcluster cli/src/pcluster/validators/common.py:
+``FailureLevel``, ``Validator._add_failure``). An ERROR stops the deploy with one line saying what to
+do instead (exit 2); a WARNING is printed and the deploy goes on. The checks work on the parameter
+values the stack will get (template defaults, the existing stack's values on an update, the user's
+``--param``s), so they see what CloudFormation would see, minutes earlier and for free.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from hpq.errors import UsageError
+
+
+class FailureLevel(Enum):
+    INFO = 20
+    WARNING = 30
+    ERROR = 40
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    level: FailureLevel
+    message: str
+
+
+class Validator(ABC):
+    """One check; call it with keyword arguments, get its failures back."""
+
+    def __init__(self) -> None:
+        self._failures: list[Failure] = []
+
+    def _add_failure(self, message: str, level: FailureLevel) -> None:
+        self._failures.append(Failure(type(self).__name__, level, message))
+
+    @abstractmethod
+    def _validate(self, **kwargs: Any) -> None:
+        """Record failures with _add_failure."""
+
+    def __call__(self, **kwargs: Any) -> list[Failure]:
+        self._failures = []
+        self._validate(**kwargs)
+        return list(self._failures)
+
+
+class InstanceTypeOfferValidator(Validator):
+    """A type without an on-demand HyperPod offer in the region needs a training plan (cfn-lint's data)."""
+
+    def _validate(self, *, parameter: str, instance_type: str, region: str, training_plan: str = "",
+                  plan_allowed: bool = True) -> None:
+        from hpq.cfn import offers
+
+        if not instance_type or offers.has_on_demand_offer(instance_type, region):
+            return
+        if training_plan and plan_allowed:
+            return
+        where = offers.offer_regions(instance_type)
+        elsewhere = f"deploy in a region that offers it ({', '.join(where)})" if where else \
+            "no region offers it on demand"
+        todo = (f"pass --param TrainingPlanArn=<a SageMaker training plan for {instance_type}> or {elsewhere}"
+                if plan_allowed else f"choose another {parameter} or {elsewhere}")
+        self._add_failure(f"{parameter} {instance_type} has no on-demand SageMaker HyperPod offer in {region} "
+                          f"(per {offers.source()}): {todo}", FailureLevel.ERROR)
+
+
+class EksControlPlaneAzValidator(Validator):
+    """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html)."""
+
+    def _validate(self, *, zone_ids: dict[str, str]) -> None:
+        from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+
+        for parameter, zone in zone_ids.items():
+            if zone in EKS_UNSUPPORTED_AZ_IDS:
+                self._add_failure(f"{parameter}={zone}: EKS does not place control planes in "
+                                  f"{', '.join(EKS_UNSUPPORTED_AZ_IDS)}; choose another AZ id "
+                                  f"(--param {parameter}=...)", FailureLevel.ERROR)
+
+
+class KubernetesSupportValidator(Validator):
+    """EKS creates versions in standard or extended support; STANDARD only fits a version in standard support.
+
+    EKS user guide: the release calendar (kubernetes-versions.html) and "Manage EKS extended support"
+    (a cluster in extended support cannot be set to STANDARD)."""
+
+    def _validate(self, *, version: str, support_type: str, today: datetime.date) -> None:
+        from hpq.cfn.eks import KUBERNETES_CALENDAR
+
+        dates = KUBERNETES_CALENDAR.get(version)
+        if dates is None:
+            return
+        std_end, ext_end = (datetime.date.fromisoformat(d) for d in dates)
+        if today >= ext_end:
+            self._add_failure(f"KubernetesVersion {version} left EKS extended support on {ext_end}: EKS no longer "
+                              "creates it; choose a newer version", FailureLevel.ERROR)
+        elif today >= std_end and support_type == "STANDARD":
+            self._add_failure(f"KubernetesVersion {version} left EKS standard support on {std_end}: it runs only "
+                              "with --param EksSupportType=EXTENDED (extended-support prices); or choose a version "
+                              "in standard support", FailureLevel.ERROR)
+        elif today >= std_end:
+            self._add_failure(f"KubernetesVersion {version} is in EKS extended support (since {std_end}): the "
+                              "cluster is billed at extended-support prices", FailureLevel.WARNING)
+
+
+class NodeSubnetCapacityValidator(Validator):
+    """The node subnet must hold every node's addresses (HyperPod prerequisites: p5 takes 81 on EKS, 32 on Slurm)."""
+
+    def _validate(self, *, orchestrator: str, nodes: int) -> None:
+        from hpq.cfn import networking
+
+        capacity = networking.node_capacity(orchestrator)
+        if nodes > capacity:
+            self._add_failure(f"{nodes} nodes need more addresses than the node subnet has: at most {capacity} on "
+                              f"{orchestrator} ({networking.IPS_PER_NODE[orchestrator]} per node)", FailureLevel.ERROR)
+
+
+class PublicEndpointValidator(Validator):
+    """The Helm Lambda reaches the EKS API from outside the VPC, through the public endpoint."""
+
+    def _validate(self, *, cidrs: str) -> None:
+        blocks = [c.strip() for c in cidrs.split(",") if c.strip()]
+        if any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in blocks):
+            return
+        self._add_failure(f"EksPublicAccessCidrs={cidrs}: the Helm stack's Lambda reaches the EKS API from AWS "
+                          "Lambda's public addresses; unless those are in the list the chart install fails",
+                          FailureLevel.WARNING)
+
+
+def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[str, str]:
+    """Template defaults, overlaid by each layer in turn (existing stack values, then the user's)."""
+    values = {k: str(spec["Default"]) for k, spec in (root_template.get("Parameters") or {}).items()
+              if "Default" in spec}
+    for layer in layers:
+        values.update({k: str(v) for k, v in layer.items()})
+    return values
+
+
+def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None) -> list[Failure]:
+    """Every check that applies to the variant, on the stack's parameter values."""
+    from hpq.cfn.variants import VARIANTS
+
+    v = VARIANTS[variant]
+    today = today or datetime.date.today()
+    plan = values.get("TrainingPlanArn", "")
+    failures = InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
+        "WorkerInstanceType", ""), region=region, training_plan=plan)
+    nodes = int(float(values.get("WorkerCount", "0") or 0))
+    if v.slurm:
+        for param in ("ControllerInstanceType", "LoginInstanceType"):
+            if param == "LoginInstanceType" and values.get("EnableLoginGroup") != "true":
+                continue
+            failures += InstanceTypeOfferValidator()(parameter=param, instance_type=values.get(param, ""),
+                                                     region=region, plan_allowed=False)
+            nodes += 1
+    if v.eks:
+        zones = {k: values[k] for k in ("AvailabilityZoneId", "EksAvailabilityZoneId") if values.get(k)}
+        failures += EksControlPlaneAzValidator()(zone_ids=zones)
+        failures += KubernetesSupportValidator()(version=values.get("KubernetesVersion", ""),
+                                                 support_type=values.get("EksSupportType", "STANDARD"), today=today)
+        failures += PublicEndpointValidator()(cidrs=values.get("EksPublicAccessCidrs", "0.0.0.0/0"))
+    failures += NodeSubnetCapacityValidator()(orchestrator=v.orchestrator, nodes=nodes)
+    return failures
+
+
+def check(variant: str, region: str, values: dict[str, str], on_note: Any = None,
+          today: datetime.date | None = None) -> list[Failure]:
+    """Run the checks; warnings go to on_note, errors become one UsageError line (exit 2)."""
+    failures = run(variant, region, values, today)
+    for f in failures:
+        if f.level == FailureLevel.WARNING and on_note:
+            on_note(f"warning: {f.message}")
+    errors = [f.message for f in failures if f.level == FailureLevel.ERROR]
+    if errors:
+        raise UsageError("pre-flight: " + "; ".join(errors))
+    return failures

@@ -1,0 +1,219 @@
+"""``hpq rehearse``: the whole cluster on this machine, offline; ``shell`` and ``down`` for a kept one."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from hpq.cli import inputs
+from hpq.lifecycle import names
+
+RUN_EXAMPLES = """
+\b
+Examples:
+  sudo hpq rehearse                                  slurm-gpu, controller + 2 workers, all checks
+  sudo hpq rehearse slurm-gpu --workers 3 --login    a login node too
+  sudo hpq rehearse --output json > rehearsal.json   one JSON object on stdout
+  sudo hpq rehearse --keep && sudo hpq rehearse shell worker-1
+  sudo hpq rehearse down                             remove a kept rehearsal
+  sudo hpq rehearse eks-gpu                          EKS nodes' lifecycle + manifests (no API server)
+"""
+
+
+class DefaultToRun(click.Group):
+    """``hpq rehearse [VARIANT] [OPTIONS]`` runs one; ``shell`` and ``down`` are subcommands."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+GROUP_HELP = """Rehearse a deploy on this machine, offline: AWS emulated, every node real.
+
+`hpq rehearse [VARIANT] [OPTIONS]` deploys VARIANT to an embedded moto server with hpq's own
+deploy code, boots each HyperPod node in its own network/mount/UTS namespaces with IMDSv2,
+runs the deployed lifecycle (OnCreate) on every node, waits for Slurm, and runs run-nccl-test
+and run-nanogpt over SSH on the controller (`hpq rehearse run --help` lists the options).
+Needs Linux, root, and the Debian packages slurmctld slurmd slurm-client munge
+openssh-server. See docs/rehearse.md.
+""" + RUN_EXAMPLES
+
+
+@click.group("rehearse", cls=DefaultToRun, help=GROUP_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def rehearse() -> None:
+    pass
+
+
+def node_names(variant: str, workers: int, login: bool) -> list[str]:
+    """The names a rehearsal gives its nodes (cli/rehearse/plan.add_nodes)."""
+    names_ = ["controller"] if variant.startswith("slurm") else []
+    if login:
+        names_.append("login-1")
+    return names_ + [f"worker-{i}" for i in range(1, workers + 1)]
+
+
+def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dict[str, str]]:
+    """``[NODE:]NAME=VALUE`` -> {node or "": {NAME: VALUE}}; "" applies to every node."""
+    from hpq.errors import UsageError
+
+    out: dict[str, dict[str, str]] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        node, _, name = key.rpartition(":")
+        if not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise UsageError(f"--node-env {v!r}: expected [NODE:]NAME=VALUE")
+        if node and node not in known_nodes:
+            raise UsageError(f"--node-env {v!r}: no node {node!r}; nodes: {', '.join(known_nodes)}")
+        out.setdefault(node, {})[name] = value
+    return out
+
+
+@rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
+@click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
+              help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
+                   "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
+@click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
+@click.option("--keep", is_flag=True, help="Leave the nodes running; enter them with `hpq rehearse shell`.")
+@click.option("--node-env", "node_env", multiple=True, metavar="[NODE:]NAME=VALUE",
+              help="Extra environment for OnCreate on every node (or on NODE only), e.g. an HPQ_* lifecycle "
+                   "setting (repeatable).")
+@click.option("--nccl-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
+              help="run-nccl-test arguments after NODES (default: '-e 16M -n 5 -w 1', sized for 2 cores).")
+@click.option("--nanogpt-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
+              help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
+                   "--ckpt-every 10 --log-every 5').")
+@click.option("--no-validate", is_flag=True, help="Stop once Slurm is up (skip run-nccl-test and run-nanogpt).")
+@click.option("--lifecycle-timeout", default=900.0, show_default=True, type=inputs.Seconds(1, 86400), metavar="S",
+              help="Seconds every node's OnCreate may take.")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table: a summary; json: one JSON object on stdout.")
+def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
+            nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, lifecycle_timeout: float, output: str) -> None:
+    """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
+
+    Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
+    Exit 0: every check passed; 1: a check failed (the node, step, cause and log are named);
+    2: bad usage or a missing prerequisite. Everything it creates is removed at the end,
+    also on failure and Ctrl-C, unless --keep.
+
+    \b
+    Examples:
+      sudo hpq rehearse run slurm-gpu --workers 3 --login
+      sudo hpq rehearse run eks-gpu --output json
+    """
+    from hpq.errors import UsageError
+
+    if variant not in names.VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
+    if login and not variant.startswith("slurm"):
+        raise UsageError("--login: EKS clusters have no login group")
+    if instance_type:
+        from hpq.cfn.variants import VARIANTS
+        from hpq.lifecycle import catalog
+
+        try:
+            itype = catalog.lookup(instance_type).name
+        except catalog.UnknownInstanceType as exc:
+            raise UsageError(f"--instance-type: {exc}") from None
+        if itype not in VARIANTS[variant].worker_types():
+            raise UsageError(f"--instance-type {itype} is not a {VARIANTS[variant].accelerator_label} type for {variant}")
+    env = _env_pairs(node_env, node_names(variant, workers, login))
+    from hpq.cli.rehearse import prereqs
+
+    prereqs.check(variant, validate=not no_validate)
+    from hpq.cli.rehearse import report
+    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS, Options, Rehearsal
+
+    opts = Options(variant=variant, workers=workers, instance_type=instance_type, login=login, keep=keep,
+                   node_env=env, nccl_args=DEFAULT_NCCL_ARGS if nccl_args is None else nccl_args,
+                   nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
+                   validate=not no_validate, lifecycle_timeout=lifecycle_timeout)
+    result, code = Rehearsal(opts).execute()
+    report.emit(result, output)
+    sys.exit(code)
+
+
+@rehearse.command("shell", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("node", required=False)
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which kept rehearsal (default: the only one).")
+def shell_cmd(node: str | None, run_id: str | None) -> None:
+    """Open a root shell on NODE of a kept rehearsal (default: the controller).
+
+    NODE is a name from the summary (controller, worker-1, login-1), a hostname or an IP.
+
+    \b
+    Examples:
+      sudo hpq rehearse shell
+      sudo hpq rehearse shell worker-2
+    """
+    from hpq.cli.rehearse import run as run_mod
+
+    st = _pick_state(run_id)
+    try:
+        argv = run_mod.shell_command(st, node)
+    except KeyError:
+        from hpq.errors import UsageError
+
+        raise UsageError(f"no node {node!r} in rehearsal {st.run_id}; nodes: "
+                         f"{', '.join(n.name for n in st.nodes)}") from None
+    os.execvp(argv[0], argv)
+
+
+@rehearse.command("down", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which rehearsal (default: every one whose hpq has exited).")
+def down_cmd(run_id: str | None) -> None:
+    """Remove a kept (or abandoned) rehearsal: processes, mounts, namespaces, links, temp dirs.
+
+    \b
+    Examples:
+      sudo hpq rehearse down
+      sudo hpq rehearse down --run 3fa9c1
+    """
+    from hpq.cli.rehearse import state as state_mod
+    from hpq.errors import OperationFailed, UsageError
+
+    states = state_mod.all_states()
+    if run_id:
+        states = [s for s in states if s.run_id == run_id]
+        if not states:
+            raise UsageError(f"no rehearsal {run_id!r} recorded in {state_mod.STATE_DIR}")
+    if not states:
+        click.echo("no rehearsal to remove")
+        return
+    problems: list[str] = []
+    for st in states:
+        if state_mod.owner_alive(st):
+            click.echo(f"rehearsal {st.run_id} is still running (pid {st.pid}): stop it with Ctrl-C", err=True)
+            continue
+        left = state_mod.teardown(st, keep_logs=True)
+        problems += left
+        click.echo(f"rehearsal {st.run_id}: " + ("removed" if not left else "left behind: " + "; ".join(left)))
+    if problems:
+        raise OperationFailed("teardown incomplete")
+
+
+def _pick_state(run_id: str | None) -> Any:
+    from hpq.cli.rehearse import state as state_mod
+    from hpq.errors import UsageError
+
+    states = [s for s in state_mod.all_states() if s.keep or not state_mod.owner_alive(s)]
+    if run_id:
+        states = [s for s in states if s.run_id == run_id]
+    if not states:
+        raise UsageError("no kept rehearsal: run `hpq rehearse --keep` first")
+    if len(states) > 1:
+        raise UsageError("several kept rehearsals: pick one with --run " + " / ".join(s.run_id for s in states))
+    return states[0]
+
+
+def dump(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, sort_keys=True, default=str)

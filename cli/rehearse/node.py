@@ -1,0 +1,184 @@
+"""A rehearsal node: its own network, mount and UTS namespaces and a private root filesystem.
+
+The node's root is an overlay of the host's ``/`` (read-only lower layer) with the node's own
+upper directory, so the node sees the host's installed software (Slurm, MUNGE, OpenSSH,
+Python) while everything it writes (``/etc``, ``/var``, ``/opt``, ``/home``, ``/usr/local``)
+stays its own and disappears with it. ``/run``, ``/dev/shm`` are fresh tmpfs, ``/tmp`` is a
+directory of the run (HyperPod stages the lifecycle there), ``/proc`` and ``/sys`` are mounted
+for the node's namespaces. The root is switched with ``pivot_root`` so nothing of the host's
+mount tree stays reachable.
+
+A *holder* process (``sleep infinity``) keeps the mount and UTS namespaces alive; every
+command that runs "on the node" enters them with ``nsenter``. Teardown needs no unmounting:
+when the last process of the namespace is gone, the kernel drops its mounts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpq.cli.rehearse import netns
+from hpq.cli.rehearse.plan import NodeSpec
+from hpq.errors import OperationFailed
+
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared FSx tmpfs, bound before pivot_root
+
+# $1 node dir, $2 hostname, $3 FSx export on the host ("" for none), $4 "1" for a data volume at
+# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume). Runs in fresh mount+UTS
+# namespaces inside the node's network namespace; prints "ready" once the node's root is in place.
+NODE_INIT = r"""set -eu
+d=$1; host=$2; fsx=$3; ebs=$4; r=$d/root
+mount -t overlay hpq-node -o "lowerdir=/,upperdir=$d/upper,workdir=$d/work" "$r"
+mount -t proc proc "$r/proc"
+mount -t sysfs sysfs "$r/sys"
+if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "$r/sys/fs/cgroup"; fi
+mount --rbind /dev "$r/dev"
+mount -t tmpfs -o mode=1777,nosuid,nodev shm "$r/dev/shm"
+mount -t tmpfs -o mode=755,nosuid,nodev run "$r/run"
+mount --bind "$d/tmp" "$r/tmp"
+if [ -n "$fsx" ]; then
+    mkdir -p "$r/run/hpq-rehearse/fsx-export"
+    mount --bind "$fsx" "$r/run/hpq-rehearse/fsx-export"
+fi
+if [ "$ebs" = 1 ]; then
+    mkdir -p "$d/ebs" "$r/opt/sagemaker"
+    mount --bind "$d/ebs" "$r/opt/sagemaker"
+fi
+hostname "$host"
+cd "$r"
+pivot_root . .
+umount -l .
+cd /
+echo ready
+exec sleep infinity
+"""
+
+
+class NodeError(OperationFailed):
+    pass
+
+
+@dataclass
+class Node:
+    spec: NodeSpec
+    dir: Path  # <run dir>/nodes/<name> on the host
+    holder_pid: int | None = None
+
+    @property
+    def upper(self) -> Path:
+        """Everything the node wrote, seen from the host (node path /x is upper/x once written)."""
+        return self.dir / "upper"
+
+    def host_path(self, node_path: str) -> Path:
+        return self.upper / node_path.lstrip("/")
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / "logs"
+
+    # ------------------------------------------------------------------ lifecycle of the namespaces
+
+    def create(self, fsx_export: str | None, data_volume: bool = True, timeout: float = 30.0) -> None:
+        for sub in ("upper", "work", "root", "tmp", "logs"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir / "tmp", 0o1777)
+        # Not `ip netns exec`: it remounts /sys for the namespace and so drops the host's cgroup mounts,
+        # which slurmd needs to see (its cgroup plugin initializes even with proctrack/linuxproc).
+        argv = ["unshare", "--mount", "--uts", "--propagation", "private",
+                "nsenter", f"--net=/run/netns/{self.spec.netns}", "/bin/sh", "-c", NODE_INIT, "node-init", str(self.dir), self.spec.hostname, fsx_export or "",
+                "1" if data_volume else "0"]
+        log = open(self.log_dir / "node-init.log", "wb")  # noqa: SIM115 - the holder keeps it open
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        log.close()
+        assert proc.stdout is not None
+        deadline = time.time() + timeout
+        line = b""
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if line.strip() == b"ready" or not line:
+                break
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            text = (self.log_dir / "node-init.log").read_text(errors="replace").strip()
+            raise NodeError(f"node {self.spec.name}: its root filesystem could not be set up: {text[-400:]}")
+        proc.stdout.close()
+        self.holder_pid = proc.pid
+        self._holder = proc
+
+    def nsenter(self) -> list[str]:
+        if not self.holder_pid:
+            raise NodeError(f"node {self.spec.name} is not running")
+        return ["nsenter", "--target", str(self.holder_pid), "--mount", "--uts", "--net", "--root", "--wd"]
+
+    def command(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """``argv`` as run on the node: its namespaces, its root, a clean environment."""
+        base = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root"}
+        base.update(env or {})
+        return self.nsenter() + ["env", "-i"] + [f"{k}={v}" for k, v in sorted(base.items())] + argv
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None, input: bytes | str | None = None,
+            timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess:
+        data = input.encode() if isinstance(input, str) else input
+        res = subprocess.run(self.command(argv, env), input=data, capture_output=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise NodeError(f"node {self.spec.name}: `{shlex.join(argv)}` failed ({res.returncode}): "
+                            f"{(res.stderr or res.stdout).decode(errors='replace').strip()[-400:]}")
+        return res
+
+    def sh(self, script: str, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.run(["/bin/sh", "-c", script, "sh", *args], **kw)
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644, owner: str = "root:root") -> None:
+        """Write a file on the node (through its namespaces, so the overlay sees a normal write)."""
+        self.sh('set -e; mkdir -p "$(dirname "$1")"; umask 077; cat > "$1"; chmod "$2" "$1"; chown "$3" "$1"',
+                path, oct(mode)[2:], owner, input=data)
+
+    def start_daemon(self, argv: list[str], log_name: str, env: dict[str, str] | None = None,
+                     user_env: bool = False) -> subprocess.Popen:
+        """A long-running process on the node (sshd); it dies with the node's teardown."""
+        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(self.command(argv, env), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        return bool(self.holder_pid) and os.path.exists(f"/proc/{self.holder_pid}")
+
+
+def stop_namespace_processes(netns_name: str, grace: float = 5.0) -> int:
+    """SIGTERM every process in the node's network namespace, SIGKILL what is left after ``grace``."""
+    import signal
+
+    pids = netns.netns_pids(netns_name)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            if not pids:
+                return 0
+            time.sleep(0.05)
+        pids = netns.netns_pids(netns_name) or pids
+    return len([p for p in pids if _alive(p)])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

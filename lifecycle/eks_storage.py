@@ -1,0 +1,169 @@
+"""EKS nodes: container images and pod data on the instance's data volume, not the root volume.
+
+HyperPod mounts each node's secondary EBS volume at /opt/sagemaker; the root volume is small and "not
+intended to grow" (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/tools/devops-agent/docs/
+hyperpod-mental-model.md, "Storage layout"), and multi-GB training images fill it. AWS's EKS lifecycle
+reference (1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh) waits up
+to 60 s for the volume, then moves containerd's data root and the kubelet root onto it. Same result here,
+idempotently:
+
+- containerd: a drop-in ``containerd.service.d/hpq-data-root.conf`` re-declares the unit's own ExecStart with
+  ``--root <disk>/containerd/data-root`` (containerd's command line wins over its config file:
+  containerd/containerd cmd/containerd/command/main.go applyFlags; ``--root`` in docs/ops.md), so the AMI's
+  config.toml, runtimes included, stays as it is (the reference replaces the whole file with one that
+  names the nvidia runtime, wrong on Trainium). ``RequiresMountsFor=<disk>`` orders it after the volume at
+  every boot. What the AMI already stored in /var/lib/containerd (pre-pulled pause image) is copied over
+  once (``cp -a``, as the reference does), into a temporary name renamed at the end.
+- kubelet: /var/lib/kubelet becomes a link to ``<disk>/kubelet`` (the reference's way; every consumer of
+  the well-known path, device plugins and CSI drivers through their hostPath mounts, keeps working), its
+  contents moved once, and a drop-in ``kubelet.service.d/hpq-data-root.conf`` adds
+  ``RequiresMountsFor=<disk>`` so kubelet never starts on an unmounted volume.
+A running containerd or kubelet is stopped around the move and started again. Without the volume after
+the bounded wait: a warning, nothing changed (as the reference).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+
+from . import files, mounts, services
+
+CONTAINERD = "containerd.service"
+KUBELET = "kubelet.service"
+DROPIN = "hpq-data-root"
+CONTAINERD_ROOT = "/var/lib/containerd"
+KUBELET_ROOT = "/var/lib/kubelet"
+
+
+class EksStorageError(Exception):
+    pass
+
+
+def disk_mounted(ctx, disk: str) -> bool:
+    table = mounts.read(ctx.s.proc_mounts)
+    return mounts.at(table, [ctx.path(disk), disk]) is not None
+
+
+def wait_for_disk(ctx, disk: str) -> bool:
+    deadline = time.time() + ctx.s.eks_disk_wait_s
+    announced = False
+    while not disk_mounted(ctx, disk):
+        if time.time() >= deadline:
+            return False
+        if not announced:
+            ctx.log.info("waiting up to %.0fs for %s to be mounted", ctx.s.eks_disk_wait_s, disk)
+            announced = True
+        time.sleep(min(1.0, max(0.0, deadline - time.time())))
+    return True
+
+
+def containerd_dropin(vendor_exec: str, disk: str, data_root: str) -> str:
+    argv = shlex.split(vendor_exec)
+    if "--root" in argv:  # an ExecStart that already sets one: ours replaces it
+        i = argv.index("--root")
+        del argv[i:i + 2]
+    argv = [a for a in argv if not a.startswith("--root=")]
+    cmd = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
+    return "\n".join([
+        "# Written by the hpq lifecycle (step eks-storage): containerd's data on the instance volume %s." % disk,
+        "# Replaced on every run; the unit file stays the AMI's.",
+        "[Unit]",
+        "RequiresMountsFor=%s" % disk,
+        "",
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=%s --root %s" % (cmd, data_root),
+        "",
+    ])
+
+
+def kubelet_dropin(disk: str) -> str:
+    return "\n".join([
+        "# Written by the hpq lifecycle (step eks-storage): %s is a link into %s;" % (KUBELET_ROOT, disk),
+        "# kubelet must not start before that volume is mounted. Replaced on every run.",
+        "[Unit]",
+        "RequiresMountsFor=%s" % disk,
+        "",
+    ])
+
+
+def _copy_once(src: str, dest: str) -> bool:
+    """Copy ``src`` to ``dest`` (cp -a keeps owners, modes, xattrs and device nodes) unless ``dest`` exists."""
+    if os.path.exists(dest):
+        return False
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    partial = dest + ".hpq-partial"
+    if os.path.exists(partial):
+        shutil.rmtree(partial)
+    if os.path.isdir(src):
+        res = subprocess.run(["cp", "-a", src, partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True)
+        if res.returncode != 0:
+            raise EksStorageError("cp -a %s %s failed: %s" % (src, partial, res.stdout.strip()[-300:]))
+    else:
+        os.makedirs(partial)
+    os.rename(partial, dest)
+    return True
+
+
+def move_kubelet_root(link: str, target: str) -> str:
+    """Make ``link`` (/var/lib/kubelet) a symlink to ``target``, moving what it held; idempotent."""
+    if os.path.islink(link):
+        if os.readlink(link) == target:
+            return "already a link to %s" % target
+        os.unlink(link)
+    os.makedirs(target, exist_ok=True)
+    moved = 0
+    if os.path.isdir(link):
+        for name in sorted(os.listdir(link)):
+            dest = os.path.join(target, name)
+            if os.path.lexists(dest):
+                raise EksStorageError("%s and %s both hold %s: not merging kubelet state" % (link, target, name))
+            shutil.move(os.path.join(link, name), dest)
+            moved += 1
+        os.rmdir(link)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(target, link)
+    return "now a link to %s (%d entr%s moved)" % (target, moved, "y" if moved == 1 else "ies")
+
+
+def run(ctx) -> str:
+    disk = ctx.s.eks_data_disk
+    if not wait_for_disk(ctx, disk):
+        ctx.log.warning("%s is not mounted after %.0fs: containerd and kubelet stay on the root volume",
+                        disk, ctx.s.eks_disk_wait_s)
+        return "skipped (%s not mounted)" % disk
+    mgr = ctx.services
+    missing = [u for u in (CONTAINERD, KUBELET) if mgr.unit_path(u) is None]
+    if missing:
+        ctx.log.warning("no %s unit on this node: containerd and kubelet left as they are", " or ".join(missing))
+        return "skipped (no %s)" % ", ".join(missing)
+    # Paths the daemons read are the node's paths resolved under HPQ_ROOT (the same on a node).
+    disk_path = ctx.path(disk)
+    data_root = os.path.join(disk_path, "containerd", "data-root")
+    kubelet_dir = os.path.join(disk_path, "kubelet")
+    vendor = services.exec_start(CONTAINERD, mgr.unit_sections(CONTAINERD, without=DROPIN))
+    c_text, k_text = containerd_dropin(vendor, disk_path, data_root), kubelet_dropin(disk_path)
+    link_ok = os.path.islink(ctx.path(KUBELET_ROOT)) and os.readlink(ctx.path(KUBELET_ROOT)) == kubelet_dir
+    pending = (files.read_text(mgr.dropin_path(CONTAINERD, DROPIN)) != c_text or not link_ok
+               or not os.path.exists(data_root)
+               or files.read_text(mgr.dropin_path(KUBELET, DROPIN)) != k_text)
+    if not pending:
+        return "containerd data root %s and kubelet root %s already on %s" % (data_root, kubelet_dir, disk)
+    running = [u for u in (KUBELET, CONTAINERD) if mgr.is_active(u)]
+    for unit in running:  # kubelet first: it talks to containerd
+        ctx.log.info("stopping %s to move its data onto %s", unit, disk)
+        mgr.stop(unit)
+    copied = _copy_once(ctx.path(CONTAINERD_ROOT), data_root)
+    mgr.write_dropin(CONTAINERD, DROPIN, c_text)
+    kubelet = move_kubelet_root(ctx.path(KUBELET_ROOT), kubelet_dir)
+    mgr.write_dropin(KUBELET, DROPIN, k_text)
+    for unit in reversed(running):
+        mgr.ensure_running(unit)
+    return "containerd --root %s (%s), %s %s; %s" % (
+        data_root, "AMI data copied" if copied else "data root kept", KUBELET_ROOT, kubelet,
+        "restarted " + ", ".join(reversed(running)) if running else "neither was running")

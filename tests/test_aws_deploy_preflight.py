@@ -1,0 +1,110 @@
+"""``hpq deploy``'s pre-flight checks: each validator alone, then the command refusing before any change.
+
+The region data is cfn-lint's own (cfn/offers.py); the AZ ids EKS refuses and the Kubernetes calendar
+come from the EKS user guide (network-reqs.html, kubernetes-versions.html); the IP counts from the
+SageMaker HyperPod prerequisites. The end-to-end test runs against moto over HTTP (the stand-in for
+AWS) and checks that nothing was uploaded and no stack exists after the refusal.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import boto3
+import pytest
+
+from hpq.cli.aws import preflight
+from hpq.errors import UsageError
+from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
+
+TODAY = datetime.date(2026, 11, 23)
+PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5e-plan"
+
+
+def levels(failures):
+    return [(f.check, f.level.name) for f in failures]
+
+
+def test_type_without_an_on_demand_offer_needs_a_plan_or_another_region():
+    check = preflight.InstanceTypeOfferValidator()
+    [fail] = check(parameter="WorkerInstanceType", instance_type="ml.trn2.48xlarge", region="us-west-2")
+    assert fail.level == preflight.FailureLevel.ERROR
+    assert "no on-demand SageMaker HyperPod offer in us-west-2" in fail.message
+    assert "--param TrainingPlanArn=" in fail.message and "(us-east-2)" in fail.message
+    assert "cfn-lint 1.58.0" in fail.message  # names the data it rests on
+    assert check(parameter="WorkerInstanceType", instance_type="ml.trn2.48xlarge", region="us-east-2") == []
+    assert check(parameter="WorkerInstanceType", instance_type="ml.trn2.48xlarge", region="us-west-2",
+                 training_plan=PLAN) == []
+    [p5e] = check(parameter="WorkerInstanceType", instance_type="ml.p5e.48xlarge", region="us-east-1")
+    assert "no region offers it on demand" in p5e.message
+    [ctl] = check(parameter="ControllerInstanceType", instance_type="ml.m5.xlarge", region="eu-west-3",
+                  training_plan=PLAN, plan_allowed=False)  # a plan only covers the workers
+    assert "choose another ControllerInstanceType" in ctl.message
+
+
+def test_eks_control_plane_az_ids():
+    check = preflight.EksControlPlaneAzValidator()
+    [fail] = check(zone_ids={"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az3"})
+    assert fail.level == preflight.FailureLevel.ERROR and "EksAvailabilityZoneId=use1-az3" in fail.message
+    assert check(zone_ids={"AvailabilityZoneId": "usw2-az1", "EksAvailabilityZoneId": "usw2-az2"}) == []
+
+
+def test_kubernetes_version_and_support_type():
+    check = preflight.KubernetesSupportValidator()
+    assert check(version="1.35", support_type="STANDARD", today=TODAY) == []
+    assert check(version="1.34", support_type="STANDARD", today=TODAY) == []
+    [err] = check(version="1.33", support_type="STANDARD", today=TODAY)
+    assert err.level == preflight.FailureLevel.ERROR and "EksSupportType=EXTENDED" in err.message
+    [warn] = check(version="1.32", support_type="EXTENDED", today=TODAY)
+    assert warn.level == preflight.FailureLevel.WARNING and "extended-support prices" in warn.message
+    [gone] = check(version="1.32", support_type="EXTENDED", today=datetime.date(2027, 3, 23))
+    assert gone.level == preflight.FailureLevel.ERROR and "no longer" in gone.message
+
+
+def test_node_subnet_capacity():
+    from hpq.cfn import networking
+
+    check = preflight.NodeSubnetCapacityValidator()
+    most = networking.node_capacity("eks")
+    assert check(orchestrator="eks", nodes=most) == []
+    [fail] = check(orchestrator="eks", nodes=most + 1)
+    assert fail.level == preflight.FailureLevel.ERROR and "81 per node" in fail.message
+
+
+def test_run_uses_the_stack_values_and_stops_on_errors():
+    from hpq.cfn import synth
+
+    root = synth.synthesize("eks-trn")["root.json"]
+    values = preflight.effective_parameters(root, {"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az6"})
+    assert values["KubernetesVersion"] == "1.35" and values["WorkerInstanceType"] == "ml.trn1.32xlarge"
+    assert preflight.run("eks-trn", "us-east-1", values, TODAY) == []
+    bad = dict(values, WorkerInstanceType="ml.trn2.48xlarge", EksAvailabilityZoneId="use1-az3",
+               EksPublicAccessCidrs="203.0.113.0/24")
+    assert sorted(levels(preflight.run("eks-trn", "us-east-1", bad, TODAY))) == [
+        ("EksControlPlaneAzValidator", "ERROR"), ("InstanceTypeOfferValidator", "ERROR"),
+        ("PublicEndpointValidator", "WARNING")]
+    notes: list[str] = []
+    with pytest.raises(UsageError) as exc:
+        preflight.check("eks-trn", "us-east-1", bad, notes.append, TODAY)
+    assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
+    assert notes and notes[0].startswith("warning: EksPublicAccessCidrs")
+
+
+@pytest.mark.slow
+def test_deploy_refuses_before_anything_changes(aws_env, capsys):  # noqa: F811
+    """Against moto: a p5e worker without a plan exits 2 with the way out; no object uploaded, no stack."""
+    from hpq.cli.main import main
+
+    bucket = "hpq-preflight-refusal"
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    with pytest.raises(SystemExit) as exc:
+        main(["deploy", "slurm-gpu", bucket, "--stack-name", "hpq-preflight", "--param",
+              "WorkerInstanceType=ml.p5e.48xlarge", "--param", "AvailabilityZoneId=use1-az4"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("hpq: error: pre-flight: WorkerInstanceType ml.p5e.48xlarge has no on-demand")
+    assert "TrainingPlanArn" in lines[-1]
+    assert boto3.client("s3", region_name="us-east-1").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    stacks = boto3.client("cloudformation", region_name="us-east-1").list_stacks()["StackSummaries"]
+    assert not [s for s in stacks if s["StackName"] == "hpq-preflight"]

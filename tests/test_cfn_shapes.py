@@ -1,0 +1,428 @@
+"""AWS-facing shapes of the rendered templates, each checked against the AWS reference it comes from.
+
+Every test names its source: the AWS::SageMaker::Cluster / AWS::EKS / AWS::FSx CloudFormation
+reference, the SageMaker Developer Guide (HyperPod prerequisites, Slurm configuration), the EKS user
+guide, AWS's own console stacks (aws/sagemaker-hyperpod-cluster-setup) and samples
+(awslabs/awsome-distributed-ai). Golden files only record these shapes; each one is guarded here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hpq.cfn import helm as cfn_helm
+from hpq.tests.fixtures_cfn import COMBOS, rendered  # noqa: F401
+
+EKS = [c for c in COMBOS if c[0].startswith("eks")]
+SLURM = [c for c in COMBOS if c[0].startswith("slurm")]
+
+
+def _resources(template: dict, rtype: str) -> dict[str, dict]:
+    return {k: r for k, r in template.get("Resources", {}).items() if r["Type"] == rtype}
+
+
+# --------------------------------------------------------------------------- helm layer (issue 9 item 2)
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_helm_stack_creates_its_own_helm_layer(rendered, variant, size):  # noqa: F811
+    """No public AWS layer ARN carries helm: the Helm stack builds an AWS::Lambda::LayerVersion from the
+    CDK kubectl layer zip that hpq uploads (AssetsBucket/HelmLayerS3Key); KubectlLayerArn overrides it."""
+    helm_t = rendered[(variant, size)]["Helm.json"]
+    [(logical, layer)] = _resources(helm_t, "AWS::Lambda::LayerVersion").items()
+    assert layer["Properties"]["Content"] == {"S3Bucket": {"Ref": "AssetsBucket"}, "S3Key": {"Ref": "HelmLayerS3Key"}}
+    assert layer["Properties"]["CompatibleArchitectures"] == ["x86_64"]  # layer.zip holds linux x86_64 binaries
+    assert layer["Condition"] == cfn_helm.USE_SHIPPED_LAYER
+    assert helm_t["Conditions"][cfn_helm.USE_SHIPPED_LAYER] == {"Fn::And": [
+        {"Fn::Equals": [{"Ref": "KubectlLayerArn"}, ""]}, {"Fn::Not": [{"Fn::Equals": [{"Ref": "HelmLayerS3Key"}, ""]}]}]}
+    fn = helm_t["Resources"]["HelmFunction"]["Properties"]
+    assert fn["Layers"] == {"Fn::If": [cfn_helm.USE_SHIPPED_LAYER, [{"Ref": logical}], {"Fn::If": [
+        cfn_helm.HAS_OWN_LAYER, [{"Ref": "KubectlLayerArn"}], {"Ref": "AWS::NoValue"}]}]}
+    assert fn["Architectures"] == ["x86_64"]
+    root = rendered[(variant, size)]["root.json"]
+    passed = root["Resources"]["HelmStack"]["Properties"]["Parameters"]
+    assert passed["HelmLayerS3Key"] == {"Ref": "HelmLayerS3Key"} and passed["AssetsBucket"] == {"Ref": "AssetsBucket"}
+    # A console deploy without either is refused before anything is created.
+    assert "HelmNeedsALayer" in root["Rules"]
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_helm_chart_is_pinned_never_a_branch(rendered, variant, size):  # noqa: F811
+    """HelmChartVersion defaults to a commit of aws/sagemaker-hyperpod-cli that has
+    helm_chart/HyperPodHelmChart (v3.9.0), and the parameter refuses branch names."""
+    import re
+
+    spec = rendered[(variant, size)]["root.json"]["Parameters"]["HelmChartVersion"]
+    assert re.fullmatch(r"[0-9a-f]{40}", spec["Default"])
+    for branch in ("main", "master", "HEAD"):
+        assert not re.fullmatch(spec["AllowedPattern"], branch)
+    for pin in ("v3.9.0", spec["Default"], "1.4.0"):
+        assert re.fullmatch(spec["AllowedPattern"], pin)
+
+
+# --------------------------------------------------------------------------- Slurm configuration (item 3)
+
+
+def _groups(template: dict) -> list[dict]:
+    groups = template["Resources"]["Cluster"]["Properties"]["InstanceGroups"]
+    return [g["Fn::If"][1] if "Fn::If" in g else g for g in groups]
+
+
+@pytest.mark.parametrize(("variant", "size"), SLURM)
+def test_slurm_is_configured_through_the_api(rendered, variant, size):  # noqa: F811
+    """API-driven Slurm configuration (CloudFormation AWS::SageMaker::Cluster ClusterSlurmConfig and
+    ClusterOrchestratorSlurmConfig; Developer Guide "SageMaker HyperPod Slurm configuration"; the same
+    CreateCluster shape as awslabs/awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/Extensions/
+    observability/README.md): Orchestrator.Slurm with SlurmConfigStrategy Managed, NodeType per group,
+    the workers' one partition."""
+    from hpq.cfn import common
+    from hpq.lifecycle import names
+
+    cluster = rendered[(variant, size)]["HyperPod.json"]["Resources"]["Cluster"]["Properties"]
+    assert cluster["Orchestrator"] == {"Slurm": {"SlurmConfigStrategy": "Managed"}}
+    by_name = {g["InstanceGroupName"]: g for g in _groups(rendered[(variant, size)]["HyperPod.json"])}
+    assert by_name[names.CONTROLLER_GROUP]["SlurmConfig"] == {"NodeType": "Controller"}
+    assert by_name[names.LOGIN_GROUP]["SlurmConfig"] == {"NodeType": "Login"}
+    assert by_name[names.WORKER_GROUP]["SlurmConfig"] == {"NodeType": "Compute",
+                                                          "PartitionNames": [common.SLURM_PARTITION]}
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_eks_clusters_carry_no_slurm_configuration(rendered, variant, size):  # noqa: F811
+    cluster = rendered[(variant, size)]["HyperPod.json"]["Resources"]["Cluster"]["Properties"]
+    assert set(cluster["Orchestrator"]) == {"Eks"}
+    assert all("SlurmConfig" not in g for g in _groups(rendered[(variant, size)]["HyperPod.json"]))
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_no_template_writes_a_file_hyperpod_reads(rendered, variant, size):  # noqa: F811
+    """HyperPod refuses a cluster with both the API-driven Slurm configuration and a
+    provisioning_parameters.json (Developer Guide, "Migrating to API-driven Slurm configuration"):
+    nothing hpq renders mentions that file (outside the handler's own code, which removes an old one)."""
+    from hpq.cfn import synth
+    from hpq.tests.fixtures_cfn import golden_view, handler_sources
+
+    for name, template in rendered[(variant, size)].items():
+        assert "provisioning_parameters" not in synth.to_json(golden_view(template, handler_sources())), name
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_on_create_is_a_bare_file_name_at_the_root_of_the_source_uri(rendered, variant, size):  # noqa: F811
+    """ClusterLifeCycleConfig.OnCreate is documented as the file name of the entrypoint under SourceS3Uri
+    (the node bundle's root on_create.sh shim); the bundle's keys land under SourceS3Uri unchanged."""
+    from hpq.lifecycle import names
+
+    files = rendered[(variant, size)]
+    for group in _groups(files["HyperPod.json"]):
+        assert group["LifeCycleConfig"] == {"OnCreate": names.ON_CREATE_ENTRY, "SourceS3Uri": {"Ref": "LifecycleS3Uri"}}
+    assert "/" not in names.ON_CREATE_ENTRY
+    s3 = files["S3.json"]
+    props = s3["Resources"]["LifecycleContents"]["Properties"]
+    uri = s3["Outputs"][names.OUT_LIFECYCLE_URI]["Value"]["Fn::Sub"][0]
+    assert uri.endswith("/" + props["DestinationPrefix"].rstrip("/"))  # s3://bucket/lifecycle <- lifecycle/<key>
+
+
+def _resolve_sub(sub: dict | list | str, values: dict[str, object]) -> str:
+    """Fn::Sub with a variable map resolved the way CloudFormation does (strings only)."""
+    text, local = (sub, {}) if isinstance(sub, str) else (sub[0], sub[1])
+    for key, value in local.items():
+        if isinstance(value, dict) and "Fn::If" in value:
+            cond, yes, no = value["Fn::If"]
+            value = yes if values[cond] else no
+        text = text.replace("${" + key + "}", value)
+    for key, value in values.items():
+        if isinstance(value, str):
+            text = text.replace("${" + key + "}", value)
+    return text
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  # noqa: F811
+    """hpq-cluster.json (names.HPQ_CLUSTER_CONFIG) at the root of the lifecycle prefix, for every variant:
+    schema 1, orchestrator, cluster name, groups, partition (the node contract, item 2)."""
+    import json
+
+    from hpq.cfn import common
+    from hpq.lifecycle import names
+
+    props = rendered[(variant, size)]["S3.json"]["Resources"]["LifecycleContents"]["Properties"]
+    assert props["ClusterConfigKey"] == f"{names.LIFECYCLE_PREFIX}/{names.HPQ_CLUSTER_CONFIG}"
+    sub = props["ClusterConfig"]["Fn::Sub"]
+    slurm = variant.startswith("slurm")
+    for login in ((True, False) if slurm else (False,)):
+        doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login}))
+        assert doc == {
+            "schema_version": 1, "orchestrator": "slurm" if slurm else "eks", "cluster_name": "my-cluster",
+            "controller_group": names.CONTROLLER_GROUP if slurm else None,
+            "login_group": names.LOGIN_GROUP if (slurm and login) else None,
+            "worker_groups": [names.WORKER_GROUP],
+            "partition": common.SLURM_PARTITION if slurm else None,
+        }
+    if slurm:  # the partition hpq-cluster.json names is the one the workers' SlurmConfig puts them in
+        workers = [g for g in _groups(rendered[(variant, size)]["HyperPod.json"])
+                   if g["InstanceGroupName"] == names.WORKER_GROUP]
+        assert workers[0]["SlurmConfig"]["PartitionNames"] == [common.SLURM_PARTITION]
+
+
+# --------------------------------------------------------------------------- EKS (items 4, 7; issue 15 item 3)
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_kubernetes_versions_eks_still_creates_and_standard_support_by_default(rendered, variant, size):  # noqa: F811
+    """EKS user guide release calendar (kubernetes-versions.html): 1.30 can no longer be created, 1.31 leaves
+    extended support on 2026-11-26; HyperPod's EKS prerequisites list up to 1.35. The default is the newest
+    version in standard support on the calendar's date, and UpgradePolicy.SupportType defaults to STANDARD
+    (no extended-support charges by surprise; CloudFormation AWS::EKS::Cluster UpgradePolicy)."""
+    from hpq.cfn import eks as cfn_eks
+
+    params = rendered[(variant, size)]["root.json"]["Parameters"]
+    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34", "1.35"]
+    in_standard = [v for v, (std_end, _) in cfn_eks.KUBERNETES_CALENDAR.items() if std_end > cfn_eks.CALENDAR_AS_OF]
+    assert params["KubernetesVersion"]["Default"] == max(in_standard, key=lambda v: tuple(map(int, v.split("."))))
+    assert all(ext_end > cfn_eks.CALENDAR_AS_OF for _, ext_end in cfn_eks.KUBERNETES_CALENDAR.values())
+    assert params["EksSupportType"]["Default"] == "STANDARD"
+    assert params["EksSupportType"]["AllowedValues"] == ["STANDARD", "EXTENDED"]
+    cluster = rendered[(variant, size)]["EKS.json"]["Resources"]["Cluster"]["Properties"]
+    assert cluster["UpgradePolicy"] == {"SupportType": {"Ref": "EksSupportType"}}
+    assert cluster["Version"] == {"Ref": "KubernetesVersion"}
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_eks_public_endpoint_cidrs_are_a_parameter(rendered, variant, size):  # noqa: F811
+    """The EksPublicAccessCidrs parameter: CIDR list, default open, each entry checked. (That the endpoint uses it:
+    tests/test_cfn_security.py.)"""
+    import re
+
+    files = rendered[(variant, size)]
+    spec = files["root.json"]["Parameters"]["EksPublicAccessCidrs"]
+    assert spec["Type"] == "CommaDelimitedList" and spec["Default"] == "0.0.0.0/0"
+    assert re.fullmatch(spec["AllowedPattern"], "203.0.113.0/24") and not re.fullmatch(spec["AllowedPattern"], "x")
+
+
+def test_public_cidrs_are_checked_one_by_one_at_synth():
+    from hpq.cfn import synth
+    from hpq.errors import UsageError
+
+    files = synth.synthesize("eks-gpu", "small", {"EksPublicAccessCidrs": "203.0.113.0/24,198.51.100.7/32"})
+    assert files["root.json"]["Parameters"]["EksPublicAccessCidrs"]["Default"] == "203.0.113.0/24,198.51.100.7/32"
+    with pytest.raises(UsageError, match="EksPublicAccessCidrs"):
+        synth.synthesize("eks-gpu", "small", {"EksPublicAccessCidrs": "203.0.113.0/24,nope"})
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_fsx_csi_driver_addon_with_pod_identity(rendered, variant, size):  # noqa: F811
+    """The EKS add-on aws-fsx-csi-driver (as AWS's console stack installs it: aws/sagemaker-hyperpod-cluster-setup
+    eks/cloudformation/fsx-template.yaml) with its controller service account fsx-csi-controller-sa mapped
+    through EKS Pod Identity (EKS user guide update-addon-role.html, fsx-csi-create.html) to a role trusted by
+    pods.eks.amazonaws.com with AmazonFSxFullAccess (kubernetes-sigs/aws-fsx-csi-driver docs/install.md); the
+    pod identity agent add-on it needs is installed first."""
+    files = rendered[(variant, size)]
+    addons = {r["Properties"]["AddonName"]: (k, r) for k, r in _resources(files["EKS.json"], "AWS::EKS::Addon").items()}
+    assert "eks-pod-identity-agent" in addons
+    logical, fsx = addons["aws-fsx-csi-driver"]
+    assert fsx["Properties"]["PodIdentityAssociations"] == [
+        {"ServiceAccount": "fsx-csi-controller-sa", "RoleArn": {"Ref": "FsxCsiRoleArn"}}]
+    assert fsx["DependsOn"] == addons["eks-pod-identity-agent"][0]
+    role = files["IAM.json"]["Resources"]["FsxCsiDriverRole"]["Properties"]
+    [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert role["ManagedPolicyArns"] == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonFSxFullAccess"}]
+    passed = files["root.json"]["Resources"]["EKSStack"]["Properties"]["Parameters"]["FsxCsiRoleArn"]
+    assert passed == {"Fn::GetAtt": ["IAMStack", "Outputs.FsxCsiRoleArn"]}
+
+
+# --------------------------------------------------------------------------- instance types and plans (item 5)
+
+
+def _worker_branches(template: dict) -> tuple[str, dict, dict]:
+    """(condition, on-demand group, training-plan group) of the worker group's Fn::If."""
+    from hpq.lifecycle import names
+
+    for g in template["Resources"]["Cluster"]["Properties"]["InstanceGroups"]:
+        if "Fn::If" in g and g["Fn::If"][1].get("InstanceGroupName") == names.WORKER_GROUP:
+            return g["Fn::If"][0], g["Fn::If"][1], g["Fn::If"][2]
+    raise AssertionError("no conditional worker group")
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_workers_are_on_demand_only_where_offered_else_on_a_training_plan(rendered, variant, size):  # noqa: F811
+    """cfn-lint's per-region HyperPod offer data (cfn/offers.py) decides where a worker type may run on
+    demand; elsewhere the group runs on TrainingPlanArn (ClusterInstanceGroup.TrainingPlanArn) and a rule
+    refuses a type without an offer and without a plan before anything is created."""
+    from hpq.cfn import hyperpod, offers
+
+    files = rendered[(variant, size)]
+    hp = files["HyperPod.json"]
+    cond, on_demand, on_plan = _worker_branches(hp)
+    assert cond == hyperpod.ON_DEMAND_WORKERS
+    assert on_demand["InstanceType"] == {"Ref": "WorkerInstanceType"} and "TrainingPlanArn" not in on_demand
+    assert on_plan["InstanceType"] == {"Ref": "TrainingPlanInstanceType"}
+    assert on_plan["TrainingPlanArn"] == {"Ref": "TrainingPlanArn"}
+    worker_types = files["root.json"]["Parameters"]["WorkerInstanceType"]["AllowedValues"]
+    assert hp["Conditions"][hyperpod.ON_DEMAND_OFFER] == offers.offer_condition("WorkerInstanceType", worker_types)
+    root = files["root.json"]
+    assert root["Rules"][hyperpod.NEEDS_PLAN_RULE] == hp["Rules"][hyperpod.NEEDS_PLAN_RULE]
+    passed = root["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
+    assert passed["TrainingPlanArn"] == {"Ref": "TrainingPlanArn"}
+    assert passed["TrainingPlanInstanceType"] == {"Fn::If": ["HasTrainingPlan", {"Ref": "WorkerInstanceType"}, ""]}
+    assert root["Parameters"]["TrainingPlanArn"]["Default"] == ""
+
+
+def _eval(node, env: dict) -> object:
+    """Evaluate a condition or rule expression the way CloudFormation does, for a given parameter set."""
+    if isinstance(node, dict):
+        (fn, arg), = node.items()
+        if fn == "Ref":
+            return env[arg]
+        if fn == "Fn::Equals":
+            return _eval(arg[0], env) == _eval(arg[1], env)
+        if fn == "Fn::Contains":
+            return _eval(arg[1], env) in arg[0]
+        if fn == "Fn::And":
+            return all(_eval(a, env) for a in arg)
+        if fn == "Fn::Or":
+            return any(_eval(a, env) for a in arg)
+        if fn == "Fn::Not":
+            return not _eval(arg[0], env)
+        raise AssertionError(f"unexpected {fn}")
+    return node
+
+
+@pytest.mark.parametrize("variant", ["slurm-gpu", "eks-trn"])
+def test_offer_condition_and_rule_agree_with_cfn_lint_data(rendered, variant):  # noqa: F811
+    """For every (worker type, region) in cfn-lint's data, the template's condition and rule say exactly
+    what the data says: ml.p5e.48xlarge nowhere, ml.trn2.48xlarge only in us-east-2 (cfn-lint 1.58.0)."""
+    import json
+    from importlib import resources
+
+    from hpq.cfn import hyperpod, offers
+
+    raw = json.loads(resources.files(offers.DATA_PACKAGE).joinpath(offers.DATA_FILE).read_text())
+    data = {r: set(v["enum"]) for r, v in raw.items() if isinstance(v, dict)}
+    hp = rendered[(variant, "small")]["HyperPod.json"]
+    condition = hp["Conditions"][hyperpod.ON_DEMAND_OFFER]
+    assertion = hp["Rules"][hyperpod.NEEDS_PLAN_RULE]["Assertions"][0]["Assert"]
+    for worker_type in hp["Parameters"]["WorkerInstanceType"]["AllowedValues"]:
+        for region in list(data) + ["eu-west-3"]:  # eu-west-3: no HyperPod prices at all in the data
+            env = {"WorkerInstanceType": worker_type, "AWS::Region": region, "TrainingPlanArn": ""}
+            offered = worker_type in data.get(region, set())
+            assert _eval(condition, env) is offered, (worker_type, region)
+            assert _eval(assertion, env) is offered, (worker_type, region)
+            env["TrainingPlanArn"] = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"
+            assert _eval(assertion, env) is True  # a plan makes any type acceptable
+    if variant == "slurm-gpu":
+        assert offers.offer_regions("ml.p5e.48xlarge") == []
+    else:
+        assert offers.offer_regions("ml.trn2.48xlarge") == ["us-east-2"]
+
+
+def test_lint_sees_a_wrong_offer_claim(tmp_path):
+    """The on-demand group is guarded by the offer condition, and cfn-lint really checks what reaches it:
+    claim ml.p5e.48xlarge is on demand in us-east-1 and W1030 comes back."""
+    import json
+
+    from hpq.cfn import hyperpod, synth
+    from hpq.cfn import lint as cfn_lint
+
+    template = synth.synthesize("slurm-gpu")["HyperPod.json"]
+    cond = template["Conditions"][hyperpod.ON_DEMAND_OFFER]
+    template["Conditions"][hyperpod.ON_DEMAND_OFFER] = {"Fn::Or": [cond, {"Fn::And": [
+        {"Fn::Equals": [{"Ref": "WorkerInstanceType"}, "ml.p5e.48xlarge"]},
+        {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-east-1"]}]}]}
+    path = tmp_path / "HyperPod.json"
+    path.write_text(json.dumps(template))
+    assert cfn_lint.lint_files([path], ["us-east-1"]) and any(
+        f.rule == "W1030" for f in cfn_lint.lint_files([path], ["us-east-1"]))
+    path.write_text(synth.to_json(synth.synthesize("slurm-gpu")["HyperPod.json"]))
+    assert cfn_lint.lint_files([path], ["us-east-1"]) == []
+
+
+# --------------------------------------------------------------------------- networking (item 6)
+
+
+@pytest.mark.parametrize(("variant", "size"), EKS)
+def test_eks_control_plane_subnets_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
+    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html);
+    both hpq subnets are EKS control-plane subnets. The rule sits in the root, checked before anything."""
+    rule = rendered[(variant, size)]["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"][0]["Assert"]
+    for bad in ("use1-az3", "usw1-az2", "cac1-az3"):
+        assert _eval(rule, {"AvailabilityZoneId": bad, "EksAvailabilityZoneId": "use1-az1"}) is False
+        assert _eval(rule, {"AvailabilityZoneId": "use1-az1", "EksAvailabilityZoneId": bad}) is False
+    assert _eval(rule, {"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az6"}) is True
+    eks_subnets = rendered[(variant, size)]["Networking.json"]["Outputs"]["EksSubnetIds"]["Value"]
+    assert eks_subnets == {"Fn::Join": [",", [{"Ref": "NodeSubnet"}, {"Ref": "EksSubnet"}]]}
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_node_subnet_holds_the_largest_cluster(rendered, variant, size):  # noqa: F811
+    """HyperPod prerequisites: a p5.48xlarge node takes 81 IP addresses on EKS, 32 on Slurm; p5 has the most
+    EFA interfaces in the catalog, so that bounds every type. The node subnet (a /17 of the /16) must hold
+    WorkerCount's maximum plus controller and login."""
+    import ipaddress
+
+    from hpq.cfn import networking
+    from hpq.lifecycle import catalog
+
+    assert max(e.efa_interfaces for e in catalog.CATALOG.values()) == catalog.lookup("ml.p5.48xlarge").efa_interfaces
+    files = rendered[(variant, size)]
+    cidr = files["Networking.json"]["Resources"]["NodeSubnet"]["Properties"]["CidrBlock"]
+    assert cidr == {"Fn::Select": [0, {"Fn::Cidr": [{"Ref": "VpcCidr"}, 2, 32 - networking.NODE_SUBNET_PREFIX]}]}
+    vpc = ipaddress.ip_network(files["root.json"]["Parameters"]["VpcCidr"]["Default"])
+    node = list(vpc.subnets(new_prefix=networking.NODE_SUBNET_PREFIX))[0]
+    orchestrator = "eks" if variant.startswith("eks") else "slurm"
+    nodes = int(files["root.json"]["Parameters"]["WorkerCount"]["MaxValue"]) + 2
+    assert node.num_addresses - 5 >= nodes * networking.IPS_PER_NODE[orchestrator] + networking.SUBNET_RESERVED_IPS
+    others = [files["Networking.json"]["Resources"][k]["Properties"]["CidrBlock"] for k in ("PublicSubnet",)]
+    blocks = list(vpc.subnets(new_prefix=networking.SMALL_SUBNET_PREFIX))
+    for other in others:  # the small subnets come from the other half: no overlap with the node subnet
+        assert not blocks[other["Fn::Select"][0]].overlaps(node)
+
+
+# --------------------------------------------------------------------------- smaller shapes (item 7)
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_fsx_metadata_mode_automatic(rendered, variant, size):  # noqa: F811
+    """PERSISTENT_2 with MetadataConfiguration Mode AUTOMATIC, as in awslabs/awsome-distributed-ai
+    1.architectures/5.sagemaker-hyperpod/sagemaker-hyperpod.yaml and 3.FSxLustre.yaml."""
+    lustre = rendered[(variant, size)]["Storage.json"]["Resources"]["FileSystem"]["Properties"]["LustreConfiguration"]
+    assert lustre["DeploymentType"] == "PERSISTENT_2"
+    assert lustre["MetadataConfiguration"] == {"Mode": "AUTOMATIC"}
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # noqa: F811
+    """HyperPod's EventBridge events carry the cluster ARN in ``resources`` (Developer Guide, "SageMaker
+    HyperPod cluster events reference"): the rule matches on it, not on every cluster in the account."""
+    rule = rendered[(variant, size)]["Validation.json"]["Resources"]["ClusterEventsRule"]["Properties"]
+    assert rule["EventPattern"]["resources"] == [{"Ref": "ClusterArn"}]
+    assert rule["EventPattern"]["source"] == ["aws.sagemaker"]
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
+    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and
+    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    files = rendered[(variant, size)]
+    params = files["root.json"]["Parameters"]
+    assert params["OnStartDeepHealthChecks"]["Default"] == "None"
+    assert params["NodeProvisioningMode"]["Default"] == "Standard"
+    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+    hp = files["HyperPod.json"]
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                          {"Ref": "AWS::NoValue"}]}
+    _, on_demand, on_plan = _worker_branches(hp)
+    value = on_demand["OnStartDeepHealthChecks"]
+    assert value == on_plan["OnStartDeepHealthChecks"]
+
+    def resolve(node, choice):  # follow the Fn::If chain for one parameter value
+        while isinstance(node, dict) and "Fn::If" in node:
+            cond, yes, no = node["Fn::If"]
+            node = yes if _eval(hp["Conditions"][cond], {"OnStartDeepHealthChecks": choice}) else no
+        return node
+
+    assert resolve(value, "None") == {"Ref": "AWS::NoValue"}
+    assert resolve(value, "InstanceStress") == ["InstanceStress"]
+    assert resolve(value, "InstanceStress,InstanceConnectivity") == ["InstanceStress", "InstanceConnectivity"]

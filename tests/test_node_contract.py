@@ -1,0 +1,60 @@
+"""The S3 stack writes hpq-cluster.json; the lifecycle reads it. One test across the two sides.
+
+The template carries the file as an Fn::Sub string (cfn/s3.py cluster_config); here it is resolved the way
+CloudFormation resolves Fn::Sub (``${Name}`` from the variable map, else from the stack's parameters) and
+handed to the node-side reader (lifecycle/roles.py). A field renamed on one side only fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from hpq.cfn import s3
+from hpq.lifecycle import identity, names, roles
+
+
+def resolve_sub(sub, params: dict[str, str], conditions: dict[str, bool]) -> str:
+    """Fn::Sub with a variable map whose values may be Fn::If on a named condition."""
+    body = sub.to_dict()["Fn::Sub"]
+    text, variables = (body, {}) if isinstance(body, str) else (body[0], body[1])
+
+    def value(name: str) -> str:
+        if name in variables:
+            v = variables[name]
+            if isinstance(v, dict) and "Fn::If" in v:
+                cond, yes, no = v["Fn::If"]
+                return yes if conditions[cond] else no
+            return v
+        return params[name]
+
+    return re.sub(r"\$\{([A-Za-z0-9_:]+)\}", lambda m: value(m.group(1)), text)
+
+
+@pytest.mark.parametrize("login", [True, False])
+def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster"},
+                       {"HasLoginGroup": login})
+    path = tmp_path / names.HPQ_CLUSTER_CONFIG
+    path.write_text(text)
+    rf = roles.load_cluster_config(str(path))
+    assert rf.orchestrator == roles.SLURM and rf.cluster_name == "ml-cluster"
+    assert identity.role_of(names.CONTROLLER_GROUP, "", rf.orchestrator, rf, []) == identity.CONTROLLER
+    assert identity.role_of(names.WORKER_GROUP, "", rf.orchestrator, rf, []) == identity.WORKER
+    assert rf.partitions[names.WORKER_GROUP] == json.loads(text)["partition"]
+    if login:
+        assert identity.role_of(names.LOGIN_GROUP, "", rf.orchestrator, rf, []) == identity.LOGIN
+    else:
+        assert rf.login_group is None
+
+
+def test_eks_variant_file_has_no_slurm_groups(tmp_path):
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=False)), {"ClusterName": "ml-eks"}, {})
+    path = tmp_path / names.HPQ_CLUSTER_CONFIG
+    path.write_text(text)
+    rf = roles.load_cluster_config(str(path))
+    assert rf.orchestrator == roles.EKS and rf.controller_group is None and rf.login_group is None
+    assert identity.role_of(names.WORKER_GROUP, "", rf.orchestrator, rf, []) == identity.WORKER
+    assert "partition" in json.loads(text) and json.loads(text)["partition"] is None

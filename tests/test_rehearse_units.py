@@ -1,0 +1,328 @@
+"""The pieces of ``hpq rehearse`` that need no root: names, subnet choice, the IMDS stand-in, CloudFormation
+evaluation, HyperPod's on-node files, the step-log parser, the report, and the CLI's usage errors.
+
+The IMDS stand-in is checked against botocore's own IMDS client (the code every AWS SDK call on a
+node goes through), not against assumptions of ours: it must hand out credentials over IMDSv2 and
+refuse what EC2's IMDS refuses (no token, a bad or expired token, a missing or out-of-range TTL).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from hpq.cli.rehearse import cfn_eval, hyperpod, imds, netns, plan, report
+from hpq.cli.rehearse import state as state_mod
+from hpq.cli.rehearse.run import default_worker_type
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+
+# ---------------------------------------------------------------------------- plan and names
+
+
+def make_plan(run_id: str = "a1b2c3", workers: int = 2, login: bool = False) -> plan.Plan:
+    p = plan.new_plan(run_id, "slurm-gpu", workers, "ml.g5.xlarge", login, "10.201.7.0/24")
+    groups = [("controller", plan.CONTROLLER, "ml.m5.xlarge", 1), ("worker", plan.WORKER, "ml.g5.xlarge", workers)]
+    if login:
+        groups.append(("login", plan.LOGIN, "ml.m5.xlarge", 1))
+    plan.add_nodes(p, groups)
+    return p
+
+
+def test_nodes_get_hyperpod_names_distinct_addresses_and_ec2_ids():
+    p = make_plan(login=True)
+    assert [n.name for n in p.nodes] == ["controller", "login-1", "worker-1", "worker-2"]
+    assert len({n.ip for n in p.nodes}) == 4 and all(ipaddress.ip_address(n.ip) in ipaddress.ip_network(p.subnet)
+                                                     for n in p.nodes)
+    for n in p.nodes:
+        assert n.hostname == "ip-" + n.ip.replace(".", "-")
+        assert n.instance_id.startswith("i-") and len(n.instance_id) == 19 and int(n.instance_id[2:], 16) >= 0
+        assert len(n.host_iface) <= 15 and len(n.netns) <= 64  # Linux IFNAMSIZ
+    assert [n.instance_name for n in p.nodes if n.group == "worker"] == ["worker-1", "worker-2"]
+    assert p.node("ip-" + p.nodes[2].ip.replace(".", "-")).name == "worker-1"
+
+
+def test_two_runs_share_no_name():
+    a, b = make_plan("aaaaaa"), make_plan("bbbbbb")
+    names_a = {a.bridge, a.cluster_name} | {x for n in a.nodes for x in (n.netns, n.host_iface, n.instance_id)}
+    names_b = {b.bridge, b.cluster_name} | {x for n in b.nodes for x in (n.netns, n.host_iface, n.instance_id)}
+    assert not names_a & names_b
+
+
+def test_subnet_avoids_every_network_the_host_uses():
+    first = netns.pick_subnet("c0ffee", used=[])
+    again = netns.pick_subnet("c0ffee", used=[])
+    assert first == again and first.startswith("10.") and first.endswith(".0/24")  # derived from the run id
+    taken = ipaddress.ip_network(first)
+    other = netns.pick_subnet("c0ffee", used=[taken, ipaddress.ip_network("10.0.0.0/9")])
+    assert not ipaddress.ip_network(other).overlaps(taken)
+    assert ipaddress.ip_network(other).subnet_of(ipaddress.ip_network("10.128.0.0/9"))
+    with pytest.raises(netns.NetError):
+        netns.pick_subnet("c0ffee", used=[ipaddress.ip_network("10.0.0.0/8")])
+
+
+def test_default_worker_type_has_the_lowest_bandwidth_expectation():
+    for variant in ("slurm-gpu", "eks-gpu"):
+        chosen = default_worker_type(variant, 2)
+        assert catalog.lookup(chosen).accelerator == catalog.GPU
+        figure = catalog.expected_busbw(chosen, 2)
+        others = [catalog.expected_busbw(t, 2) for t in catalog.gpu_types()]
+        assert figure is None or all(o is None or o.gbps >= figure.gbps for o in others)
+    assert catalog.lookup(default_worker_type("slurm-trn", 2)).accelerator == catalog.TRAINIUM
+
+
+# ---------------------------------------------------------------------------- IMDS stand-in
+
+
+@pytest.fixture
+def imds_server():
+    meta = imds.Metadata("i-0123456789abcdef0", "ml.g5.16xlarge", "us-west-2", "us-west-2a", "10.201.7.21",
+                         "ip-10-201-7-21", "hpq-role")
+    server = imds.serve(meta, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _call(url: str, method: str = "GET", headers: dict | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "PUT" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_imds_enforces_v2_tokens(imds_server):
+    url = imds_server
+    assert _call(url + "/latest/meta-data/instance-id")[0] == 401  # IMDSv1 is off
+    assert _call(url + "/latest/api/token", "PUT")[0] == 400  # TTL header required
+    assert _call(url + "/latest/api/token", "PUT", {imds.TTL_HEADER: "21601"})[0] == 400
+    assert _call(url + "/latest/meta-data/instance-id", headers={imds.TOKEN_HEADER: "forged"})[0] == 401
+    code, token = _call(url + "/latest/api/token", "PUT", {imds.TTL_HEADER: "1"})
+    assert code == 200 and token
+    h = {imds.TOKEN_HEADER: token}
+    assert _call(url + "/latest/meta-data/instance-id", headers=h) == (200, "i-0123456789abcdef0")
+    assert _call(url + "/latest/meta-data/instance-type", headers=h) == (200, "g5.16xlarge")  # no ml.
+    assert _call(url + "/latest/meta-data/placement/region", headers=h) == (200, "us-west-2")
+    assert _call(url + "/latest/meta-data/no-such-key", headers=h)[0] == 404
+    time.sleep(1.2)
+    assert _call(url + "/latest/meta-data/instance-id", headers=h)[0] == 401  # expired
+
+
+def test_botocore_gets_credentials_from_the_imds_stand_in(imds_server):
+    """botocore's own IMDSv2 fetcher (what boto3 and the AWS CLI on a node use) reads the role's credentials."""
+    from botocore.utils import InstanceMetadataFetcher
+
+    creds = InstanceMetadataFetcher(timeout=2, num_attempts=1, base_url=imds_server).retrieve_iam_role_credentials()
+    assert creds["role_name"] == "hpq-role" and creds["access_key"] and creds["token"]
+
+
+def test_lifecycle_imds_client_reads_the_stand_in(imds_server):
+    from hpq.lifecycle.imds import ImdsClient
+
+    client = ImdsClient(imds_server, attempts=1)
+    assert client.instance_id() == "i-0123456789abcdef0"
+    assert client.instance_type() == "g5.16xlarge" and not client.v1
+
+
+# ---------------------------------------------------------------------------- CloudFormation evaluation
+
+
+def _scope(template: dict, params: dict | None = None, refs: dict | None = None) -> cfn_eval.StackScope:
+    pseudo = {"AWS::Region": "us-west-2", "AWS::AccountId": "123456789012", "AWS::StackName": "s",
+              "AWS::Partition": "aws", "AWS::StackId": "arn:aws:cloudformation:us-west-2:1:stack/s/x"}
+    refs = refs or {}
+    return cfn_eval.StackScope("t.json", template, params or {}, pseudo, ref=lambda lg: refs[lg],
+                               getatt=lambda lg, attr: f"{refs[lg]}.{attr}")
+
+
+def test_cfn_eval_intrinsics():
+    t = {"Parameters": {"Name": {"Type": "String"}, "Login": {"Type": "String", "Default": "false"},
+                        "Cidr": {"Type": "String", "Default": "10.0.0.0/16"}},
+         "Conditions": {"HasLogin": {"Fn::Equals": [{"Ref": "Login"}, "true"]},
+                        "NoLogin": {"Fn::Not": [{"Condition": "HasLogin"}]}},
+         "Resources": {"Bucket": {"Type": "AWS::S3::Bucket"}}}
+    sc = _scope(t, {"Name": "c1"}, {"Bucket": "bkt"})
+    assert sc.evaluate({"Fn::Sub": "s3://${Bucket}/${Name}-${AWS::Region}"}) == "s3://bkt/c1-us-west-2"
+    assert sc.evaluate({"Fn::Sub": ["${X}/${Bucket.Arn}", {"X": {"Ref": "Name"}}]}) == "c1/bkt.Arn"
+    assert sc.evaluate([1, {"Fn::If": ["HasLogin", "login", {"Ref": "AWS::NoValue"}]}, 3]) == [1, 3]
+    assert sc.evaluate({"k": {"Fn::If": ["NoLogin", {"Ref": "AWS::NoValue"}, 1]}}) == {}
+    assert sc.evaluate({"Fn::Select": [1, {"Fn::Split": ["/", "a/b/c"]}]}) == "b"
+    assert sc.evaluate({"Fn::Join": ["-", ["a", {"Ref": "Name"}]]}) == "a-c1"
+    assert sc.evaluate({"Fn::Cidr": [{"Ref": "Cidr"}, 2, 8]}) == ["10.0.0.0/24", "10.0.1.0/24"]
+    with pytest.raises(cfn_eval.EvalError):
+        sc.evaluate({"Ref": "Nope"})
+    with pytest.raises(cfn_eval.EvalError):
+        _scope({"Parameters": {"Required": {"Type": "String"}}})
+
+
+# ---------------------------------------------------------------------------- HyperPod's files
+
+
+def test_resource_config_has_hyperpods_slurm_shape():
+    p = make_plan(login=True)
+    rc = hyperpod.resource_config(p, "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdefabcdef")
+    cfg = rc["ClusterConfig"]
+    assert cfg["ClusterType"] == "Slurm" and cfg["ClusterName"] == p.cluster_name
+    assert cfg["SlurmConfig"]["PrimaryControllerIp"] == p.controller.ip
+    groups = {g["Name"]: g for g in rc["InstanceGroups"]}
+    assert set(groups) == {"controller", "login", "worker"}
+    assert groups["worker"]["InstanceType"] == "ml.g5.xlarge"
+    inst = groups["worker"]["Instances"]
+    assert [i["InstanceName"] for i in inst] == ["worker-1", "worker-2"]
+    for i in inst:
+        assert set(i) == {"InstanceName", "InstanceId", "AgentIpAddress", "CustomerIpAddress", "InstanceLabel"}
+        assert i["AgentIpAddress"] != i["CustomerIpAddress"]
+
+
+def test_resource_config_eks_names_instances_by_id():
+    p = plan.new_plan("e1e2e3", "eks-gpu", 2, "ml.g5.xlarge", False, "10.201.8.0/24")
+    plan.add_nodes(p, [("worker", plan.WORKER, "ml.g5.xlarge", 2)])
+    rc = hyperpod.resource_config(p, "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdefabcdef")
+    assert rc["ClusterConfig"]["ClusterType"] == "Kubernetes" and "KubernetesConfig" in rc["ClusterConfig"]
+    inst = rc["InstanceGroups"][0]["Instances"]
+    assert all(i["InstanceName"] == "hyperpod-" + i["InstanceId"] for i in inst)
+
+
+def test_agent_slurm_conf_names_nodes_by_ip_and_defaults_to_dev():
+    p = make_plan(login=True)
+    conf = hyperpod.slurm_conf(p, 2, 1000, {})
+    assert f"SlurmctldHost={p.controller.hostname}" in conf
+    node_lines = [ln for ln in conf.splitlines() if ln.startswith("NodeName=")]
+    assert [ln.split()[0].split("=")[1] for ln in node_lines] == [n.hostname for n in p.nodes if n.role != "controller"]
+    assert "PartitionName=dev Nodes=ALL Default=YES" in conf
+    assert "enable_configless" not in conf  # the lifecycle adds it, as on HyperPod
+    parts = hyperpod.partitions_of(p, [hyperpod.GroupRequest("worker", "ml.g5.xlarge", 2, "s3://b/p", "x",
+                                                             "Compute", ["gpu"])])
+    conf = hyperpod.slurm_conf(p, 2, 1000, parts)
+    assert f"PartitionName=gpu Nodes={','.join(n.hostname for n in p.worker_nodes)} Default=YES" in conf
+
+
+def test_roles_from_api_config_then_legacy_parameters():
+    groups = [hyperpod.GroupRequest("head", "ml.m5.xlarge", 1, "s3://b/p", "on_create.sh", "Controller"),
+              hyperpod.GroupRequest("gpu", "ml.g5.xlarge", 2, "s3://b/p", "on_create.sh", "Compute"),
+              hyperpod.GroupRequest("ctl", "ml.m5.xlarge", 1, "s3://b/p", "on_create.sh", None)]
+    roles = hyperpod.roles_of(groups, {"controller_group": "ctl", "login_group": "gpu"})
+    assert roles == {"head": plan.CONTROLLER, "gpu": plan.WORKER, "ctl": plan.CONTROLLER}
+    assert hyperpod.split_s3_uri("s3://sagemaker-x/lifecycle") == ("sagemaker-x", "lifecycle")
+    with pytest.raises(hyperpod.HyperPodError):
+        hyperpod.split_s3_uri("https://example.com/x")
+
+
+def test_step_parser_reads_the_lifecycles_own_log_lines(tmp_path):
+    """Lines produced by lifecycle/main.py itself (its logger and run_steps), not hand-written samples."""
+    from hpq.lifecycle import context, main
+
+    def ok(ctx):
+        return "fine"
+
+    def broken(ctx):
+        raise RuntimeError("disk on fire")
+
+    log = main.setup_logging(str(tmp_path / "lifecycle.log"))
+    ctx = context.Context(context.Settings.from_env({"HPQ_ROOT": str(tmp_path)}), log)
+    steps = [("identify", ok, "x"), ("fsx", broken, "y")]
+    orig = main.STEPS
+    main.STEPS = steps
+    try:
+        with pytest.raises(main.StepFailed):
+            main.run_steps(ctx, ["identify", "fsx"])
+    finally:
+        main.STEPS = orig
+        for h in log.handlers:
+            h.close()
+        logging.getLogger("hpq.lifecycle").handlers[:] = []
+    parsed = [hyperpod.parse_step_line(ln) for ln in (tmp_path / "lifecycle.log").read_text().splitlines()]
+    parsed = [p for p in parsed if p]
+    assert [(n, s) for n, s, _, _ in parsed] == [("identify", "running"), ("identify", "done"), ("fsx", "running"),
+                                                  ("fsx", "failed")]
+    assert parsed[-1][3] == "RuntimeError: disk on fire" and isinstance(parsed[1][2], float)
+
+
+# ---------------------------------------------------------------------------- report, state, CLI
+
+
+def test_report_names_node_step_cause_and_log():
+    failure = {"stage": "lifecycle", "node": "worker-2", "step": "slurm", "cause": "OnCreate exited 1: boom",
+               "log": "/var/log/hpq-rehearse/x/worker-2.lifecycle.log", "last_lines": ["a", "b"]}
+    text = report.failure_text(failure)
+    assert text.splitlines()[0] == ("hpq: error: rehearsal failed at stage lifecycle, node worker-2, step slurm: "
+                                    "OnCreate exited 1: boom")
+    assert "log: /var/log/hpq-rehearse/x/worker-2.lifecycle.log" in text and "  | b" in text
+    result = {"variant": "slurm-gpu", "run_id": "x", "result": "pass", "seconds": 1.0, "nodes": [
+        {"name": "worker-1", "role": "worker", "hostname": "ip-10-1-1-21", "ip": "10.1.1.21", "instance_id": "i-1",
+         "slurm_node": "ip-10-1-1-21", "lifecycle_seconds": 2.0, "slurm_ready_seconds": 1.5,
+         "steps": [{"name": "fsx", "seconds": 0.5, "status": "done"}]}],
+        "slurm_nodes": {"ip-10-1-1-21": "idle"}, "slurm_nodes_idle": 1}
+    table = report.table(result)
+    assert "PASS" in table and "worker (idle)" in table and "fsx=0.5" in table
+
+
+def test_state_round_trip_and_idempotent_teardown(tmp_path, monkeypatch):
+    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    st = state_mod.RunState("abcdef", "slurm-gpu", 1, 0.0, str(tmp_path / "work"), str(tmp_path / "logs"),
+                            nodes=[state_mod.NodeState("worker-1", "hpq-abcdef-worker-1", "hpqabcdefn0")])
+    (tmp_path / "work" / "nodes").mkdir(parents=True)
+    st.save()
+    loaded = state_mod.RunState.load(st.path)
+    assert loaded == st and loaded.node("worker-1").netns == "hpq-abcdef-worker-1"
+    assert state_mod.teardown(loaded) == []  # nothing of it exists: nothing to complain about
+    assert not (tmp_path / "work").exists() and not st.path.exists()
+    assert state_mod.teardown(loaded) == []
+
+
+def run_hpq(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpq", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rehearse", "nope"], "unknown variant 'nope'"),
+    (["rehearse", "--workers", "0"], "--workers"),
+    (["rehearse", "eks-gpu", "--login"], "--login: EKS clusters have no login group"),
+    (["rehearse", "--instance-type", "ml.trn1.32xlarge"], "is not a GPU type for slurm-gpu"),
+    (["rehearse", "--instance-type", "ml.p5.4xlarge"], "known p5 sizes"),
+    (["rehearse", "--node-env", "NOEQUALS"], "expected [NODE:]NAME=VALUE"),
+    (["rehearse", "--node-env", "worker-9:HPQ_X=1"], "no node 'worker-9'"),
+])
+def test_bad_usage_is_one_line_exit_2(args, message):
+    res = run_hpq(*args)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpq: error:") and message in lines[0], res.stderr
+
+
+def test_missing_prerequisites_name_the_debian_packages(monkeypatch, tmp_path):
+    from hpq.cli.rehearse import prereqs
+
+    monkeypatch.setattr(prereqs, "SEARCH", str(tmp_path))  # a machine without any of the tools
+    monkeypatch.setattr(prereqs.os, "geteuid", lambda: 0)
+    with pytest.raises(UsageError) as exc:
+        prereqs.check("slurm-gpu")
+    msg = str(exc.value)
+    for pkg in ("slurmctld", "slurmd", "slurm-client", "munge", "openssh-server", "iproute2", "util-linux"):
+        assert pkg in msg.split("apt-get install", 1)[1]
+    with pytest.raises(UsageError) as exc:
+        prereqs.check("eks-gpu")
+    assert "slurmd" not in str(exc.value)  # EKS nodes run no Slurm
+
+
+def test_help_lists_rehearse_without_importing_it():
+    res = run_hpq("--help")
+    assert res.returncode == 0 and "rehearse" in res.stdout
+    res = run_hpq("rehearse", "run", "--help")
+    assert res.returncode == 0 and "--node-env" in res.stdout and "--keep" in res.stdout
+
+
+def test_result_json_is_serializable():
+    json.dumps(make_plan().to_dict())
