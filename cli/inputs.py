@@ -267,10 +267,13 @@ class Variant(Text):
     def __init__(self) -> None:
         super().__init__("variant")
 
-    def check(self, value: str) -> str | None:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         from hpq.lifecycle.names import VARIANTS
 
-        return None if value in VARIANTS else f"is unknown; choose one of: {', '.join(VARIANTS)}"
+        value = super().convert(value, param, ctx)
+        if isinstance(value, str) and value not in VARIANTS:  # the wording every hpq command uses
+            self.fail(f"unknown variant {show(value)}; choose one of: {', '.join(VARIANTS)}", param, ctx)
+        return value
 
 
 class Size(Text):

@@ -155,6 +155,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     from hpq.cli.aws import report as aws_report
     from hpq.cli.aws import ssh as aws_ssh
 
+    if sweep and nodes is not None and nodes < 2:
+        raise UsageError("--sweep measures pairs of nodes: NODES must be at least 2 (or left out: every idle node)")
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     if sweep:
         _remote_sweep(target, runner, nodes, gpus, shlex.split(extra), output)
