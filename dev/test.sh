@@ -20,7 +20,8 @@ fi
 
 PY=${PYTHON:-python3}
 echo "== installing Python packages"
-# Exact versions from dev/constraints.txt, so a new machine tests what this one did. torch is pinned
+# Exact versions from dev/constraints.txt (coverage and pytest-cov among them), so a new machine tests what
+# this one did. torch is pinned
 # to the CPU wheel (anything looser pulls GBs of CUDA packages).
 $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
 
@@ -30,5 +31,6 @@ export HPQ_CHECKOV  # tests/test_cfn_checkov.py runs it; it fails (never skips) 
 
 echo "== ruff"
 $PY -m ruff check .
-echo "== pytest"
-exec $PY -m pytest "$@"
+echo "== pytest (line coverage of hpq, subprocesses and node-side code included: [tool.coverage] in pyproject.toml)"
+rm -f .coverage .coverage.*
+exec $PY -m pytest --cov --cov-report=term "$@"

@@ -513,9 +513,10 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
                                                     report.network))
     for note in node_notes:
         parts.append("Note: %s." % note)
-    if report.truncated:
-        parts.append("Note: no 'Avg bus bandwidth' summary line: the run was cut off or crashed; look at the "
-                     "end of the log.")
+    if report.truncated:  # an incomplete log is never a pass, whatever its rows show
+        ok = False
+        parts.append("No 'Avg bus bandwidth' summary line: the run was cut off or crashed before the end, so "
+                     "it is not a pass; look at the end of the log.")
     if NOT_CHECKED in report.notes:
         parts.append("Note: %s." % NOT_CHECKED)
     verdict = "PASS" if ok else "FAIL"

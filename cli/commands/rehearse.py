@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from hpq.cli import inputs
 from hpq.lifecycle import names
 
 RUN_EXAMPLES = """
@@ -73,9 +74,9 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 
 
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]")
+@click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
-@click.option("--instance-type", default=None, metavar="TYPE",
+@click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
               help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
@@ -83,15 +84,16 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.option("--node-env", "node_env", multiple=True, metavar="[NODE:]NAME=VALUE",
               help="Extra environment for OnCreate on every node (or on NODE only), e.g. an HPQ_* lifecycle "
                    "setting (repeatable).")
-@click.option("--nccl-args", default=None, metavar="ARGS",
+@click.option("--nccl-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nccl-test arguments after NODES (default: '-e 16M -n 5 -w 1', sized for 2 cores).")
-@click.option("--nanogpt-args", default=None, metavar="ARGS",
+@click.option("--nanogpt-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
                    "--ckpt-every 10 --log-every 5').")
 @click.option("--no-validate", is_flag=True, help="Stop once Slurm is up (skip run-nccl-test and run-nanogpt).")
-@click.option("--lifecycle-timeout", default=900.0, show_default=True, type=float, metavar="S",
+@click.option("--lifecycle-timeout", default=900.0, show_default=True, type=inputs.Seconds(1, 86400), metavar="S",
               help="Seconds every node's OnCreate may take.")
-@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
             nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, lifecycle_timeout: float, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
@@ -100,6 +102,11 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     Exit 0: every check passed; 1: a check failed (the node, step, cause and log are named);
     2: bad usage or a missing prerequisite. Everything it creates is removed at the end,
     also on failure and Ctrl-C, unless --keep.
+
+    \b
+    Examples:
+      sudo hpq rehearse run slurm-gpu --workers 3 --login
+      sudo hpq rehearse run eks-gpu --output json
     """
     from hpq.errors import UsageError
 
@@ -135,7 +142,8 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
 
 @rehearse.command("shell", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("node", required=False)
-@click.option("--run", "run_id", default=None, help="Which kept rehearsal (default: the only one).")
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which kept rehearsal (default: the only one).")
 def shell_cmd(node: str | None, run_id: str | None) -> None:
     """Open a root shell on NODE of a kept rehearsal (default: the controller).
 
@@ -160,7 +168,8 @@ def shell_cmd(node: str | None, run_id: str | None) -> None:
 
 
 @rehearse.command("down", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--run", "run_id", default=None, help="Which rehearsal (default: every one whose hpq has exited).")
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which rehearsal (default: every one whose hpq has exited).")
 def down_cmd(run_id: str | None) -> None:
     """Remove a kept (or abandoned) rehearsal: processes, mounts, namespaces, links, temp dirs.
 
