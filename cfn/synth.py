@@ -102,16 +102,28 @@ def write_variant(variant: str, out_dir: str | Path, size: str = "small",
     return write_files(synthesize(variant, size, params), Path(out_dir) / variant)
 
 
-def write_files(files: dict[str, dict], target: str | Path) -> list[Path]:
-    """Write what ``synthesize`` returned into target (OUT/<variant>); drop stale *.json; return the paths.
+# The files synth wrote into OUT/<variant>/, one name a line: the only ones it ever replaces or removes.
+# (Not *.json, so `hpq lint` never takes it for a template.)
+MANIFEST_FILE = ".hpq-synth-files"
 
-    Unchanged files are not rewritten, so their modification times stay put.
+
+def write_files(files: dict[str, dict], target: str | Path) -> list[Path]:
+    """Write what ``synthesize`` returned into target (OUT/<variant>); return the paths.
+
+    A file a previous synth wrote (listed in MANIFEST_FILE) that is no longer rendered is removed;
+    anything else in the folder is never touched. Unchanged files are not rewritten, so their
+    modification times stay put.
     """
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
-    for stale in target.glob("*.json"):
-        if stale.name not in files:
-            stale.unlink()
+    manifest = target / MANIFEST_FILE
+    try:
+        previous = manifest.read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        previous = []
+    for stale in previous:
+        if stale not in files and "/" not in stale and stale not in (".", ".."):
+            (target / stale).unlink(missing_ok=True)
     written = []
     for name, template in files.items():
         path = target / name
@@ -119,6 +131,7 @@ def write_files(files: dict[str, dict], target: str | Path) -> list[Path]:
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
         written.append(path)
+    manifest.write_text("".join(f"{name}\n" for name in files), encoding="utf-8")
     return written
 
 

@@ -7,12 +7,13 @@ Commands are registered by dotted path and imported only when invoked, so that
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
 from hpq import __version__
-from hpq.errors import EXIT_USAGE, HpqError
+from hpq.errors import EXIT_FAILED, EXIT_USAGE, HpqError
 
 # name -> (module, attribute, one-line help). Help lives here so listing commands imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -45,7 +46,9 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, attr, _ = COMMANDS[cmd_name]
-        return getattr(importlib.import_module(module), attr)
+        from hpq.cli.inputs import refuse_repeated_options
+
+        return refuse_repeated_options(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
@@ -53,9 +56,10 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="hpq")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """hpq: stand up SageMaker HyperPod clusters (Slurm or EKS) and prove they run at full speed.
 
     \b
@@ -64,26 +68,61 @@ def cli() -> None:
       hpq lint out/                    cfn-lint them
       hpq nccl-env ml.p5.48xlarge      the NCCL environment a p5 node gets
       hpq deploy slurm-gpu my-bucket   deploy and follow progress
+
+    Run `hpq COMMAND --help` for a command's options and examples.
     """
+    if ctx.invoked_subcommand is None:  # bare `hpq`: help is the answer, not an error
+        click.echo(ctx.get_help())
+
+
+def one_line(message: str) -> str:
+    """An error message as one line: whatever it quotes (user input, AWS text) cannot break it up."""
+    return " ".join(str(message).split())
+
+
+def _undecodable(args: list[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (Python keeps such bytes as lone surrogates)."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: expected errors become one line on stderr and an exit code, never a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    bad = _undecodable(args)
+    if bad is not None:
+        from hpq.cli.inputs import show
+
+        click.echo(f"hpq: error: argument {show(bad)} is not valid UTF-8", err=True)
+        sys.exit(EXIT_USAGE)
     try:
-        rv = cli.main(args=argv, prog_name="hpq", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="hpq", standalone_mode=False)
     except HpqError as exc:
-        click.echo(f"hpq: error: {exc}", err=True)
+        click.echo(f"hpq: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("hpq: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        # Usage errors from click itself: keep them to one line plus the usage hint.
-        click.echo(f"hpq: error: {exc.format_message()}", err=True)
+        # Usage errors from click itself: one line, without click's multi-line usage block.
+        click.echo(f"hpq: error: {one_line(exc.format_message())}", err=True)
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("hpq: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:  # `hpq eks render ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line that says so; HPQ_DEBUG=1 shows the traceback
+        if os.environ.get("HPQ_DEBUG"):
+            raise
+        click.echo(f"hpq: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+                   "(a bug in hpq: rerun with HPQ_DEBUG=1 for the traceback and report it)", err=True)
+        sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

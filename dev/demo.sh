@@ -24,14 +24,7 @@ echo "templates: $(cd "$OUT" && pwd)  (one folder per size, then per variant: ro
 [ "${HPQ_DEMO_REHEARSE:-1}" = 0 ] && exit 0
 
 # 2. The rehearsal: Slurm, MUNGE and OpenSSH from Debian, torch's CPU wheel for the validation runs.
-APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2"
-missing=""
-for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-    echo "== installing system packages:$missing"
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q $missing
-fi
+bash dev/system-packages.sh slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0"
 echo "== hpq rehearse slurm-gpu --workers 2 (docs/rehearse.md)"
 exec $SUDO "$(command -v "$PY" || echo "$PY")" -m hpq rehearse slurm-gpu --workers 2

@@ -7,21 +7,13 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote, MPIJob
 # workers); Open MPI runs the rendered MPIJob launcher command against them.
-APT_PACKAGES="slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 openmpi-bin"
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO="sudo"
-missing=""
-for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-    echo "== installing system packages:$missing"
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q $missing
-fi
+bash dev/system-packages.sh slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 \
+    openmpi-bin
 
 PY=${PYTHON:-python3}
 echo "== installing Python packages"
-# Exact versions from dev/constraints.txt, so a new machine tests what this one did. torch is pinned
-# to the CPU wheel (anything looser pulls GBs of CUDA packages).
+# Exact versions from dev/constraints.txt (coverage and pytest-cov among them), so a new machine tests what
+# this one did. torch is pinned to the CPU wheel (anything looser pulls GBs of CUDA packages).
 $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
 
 echo "== checkov (its own virtualenv: it pins boto3 exactly, the project's environment must not get that)"
@@ -30,5 +22,6 @@ export HPQ_CHECKOV  # tests/test_cfn_checkov.py runs it; it fails (never skips) 
 
 echo "== ruff"
 $PY -m ruff check .
-echo "== pytest"
-exec $PY -m pytest "$@"
+echo "== pytest (line coverage of hpq, subprocesses and node-side code included: [tool.coverage] in pyproject.toml)"
+rm -f .coverage .coverage.*
+exec $PY -m pytest --cov --cov-report=term "$@"

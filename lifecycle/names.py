@@ -91,4 +91,5 @@ def node_bundle_prefix(version: str) -> str:
 
 def valid_cluster_name(name: str) -> bool:
     """HyperPod cluster names: letters, digits and hyphens, 1-63 chars, no leading hyphen."""
-    return bool(_CLUSTER_NAME_RE.match(name))
+    # The pattern alone admits longer names ("a-b" is one repetition): the length is its own rule.
+    return len(name) <= 63 and bool(_CLUSTER_NAME_RE.match(name))

@@ -13,6 +13,7 @@ but tests and ``hpq eks`` should not pay for them at import of the package.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,10 +336,14 @@ def _program_context(req: RenderRequest) -> dict[str, Any]:
         path = Path(req.program)
         if not _KEY_RE.match(path.name):  # it becomes a ConfigMap key and a word of the shell command
             raise UsageError(f"training program file name {path.name!r} may hold only letters, digits, '.', '_', '-'")
+        if path.exists() and not path.is_file():  # a FIFO would block the read forever, a folder fails late
+            raise UsageError(f"training program {path} is not a regular file")
         try:
-            files = {path.name: path.read_text()}
+            files = {path.name: path.read_text(encoding="utf-8")}
         except OSError as exc:
             raise UsageError(f"cannot read training program {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"training program {path} is not UTF-8 text") from None
         target = f"{PROGRAM_MOUNT}/{path.name}"
     else:
         files = module_files(NANOGPT_MODULE)
@@ -352,9 +357,18 @@ def _program_context(req: RenderRequest) -> dict[str, Any]:
                           for rel, src in sorted(files.items())],
         "program_target": target,
         "program_mount": PROGRAM_MOUNT,
-        "program_args": req.program_args.split(),
+        # Words of a `sh -c` line: quoted, so an argument with spaces or '$' reaches the program as typed.
+        "program_args": [shlex.quote(w) for w in _words(req.program_args)],
         "configmap": f"{req.name or 'hpq-nanogpt'}-program",
     }
+
+
+def _words(text: str) -> list[str]:
+    """Arguments split as a shell would, so a quoted argument stays one word."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"cannot split --program-args {text!r}: {exc}") from None
 
 
 def _resolve_fsx(req: RenderRequest, ctx: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,6 @@ buffer (the two halves of a ring all-reduce, about 15% slower on 2x H200); on gl
 into the receive buffer plus an in-place all-reduce. In-place is ``dist.all_reduce(buf)``,
 the call DDP makes: ncclAllReduce(buf, buf).
 
-``--corrupt SIZE[:RANK]`` (test-only) alters one element of the out-of-place result on one
-rank before checking, to prove that the checker notices.
-
 Run: ``srun -N2 --ntasks-per-node=8 python3 -m hpq.scripts.nccl_bench -b 8 -e 16G``
 (``run-nccl-test`` does this for you).
 """
@@ -90,21 +87,12 @@ def _load_libnccl(ctypes):
     return ctypes.CDLL("libnccl.so.2")
 
 
-def parse_corrupt(spec: Optional[str]) -> Optional[Tuple[Optional[int], int]]:
-    if not spec:
-        return None
-    size_txt, _, rank_txt = spec.partition(":")
-    size = None if size_txt in ("all", "*") else parse_size(size_txt)
-    return size, int(rank_txt or 0)
-
-
 class Bench:
     def __init__(self, torch, dist, args, info: distenv.DistInfo, device, dtype, backend: str):
         self.torch, self.dist, self.args, self.info = torch, dist, args, info
         self.device, self.dtype, self.backend = device, dtype, backend
         self.n = info.world_size
         self.exact_small = dtype in (torch.float16, torch.bfloat16)
-        self.corrupt = parse_corrupt(args.corrupt)
         self.comm = None
         self.oop_note = ""
         if backend == "nccl" and args.op == "all_reduce" and not args.no_direct_nccl:
@@ -279,9 +267,6 @@ class Bench:
             self.sync()
             run()
             self.sync()
-            if (self.corrupt and not in_place and self.info.rank == self.corrupt[1]
-                    and (self.corrupt[0] is None or self.corrupt[0] == size) and result.numel()):
-                result[result.numel() // 2] += 1  # test-only: prove the checker sees it
             wrong = self.count_wrong(result, expected)
         for _ in range(self.args.warmup):
             run()
@@ -312,8 +297,6 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("nccl", "gloo"), default=None, help="default: nccl on GPUs, else gloo")
     ap.add_argument("--no-direct-nccl", action="store_true",
                     help="out-of-place all-reduce as reduce-scatter + all-gather instead of torch.cuda.nccl")
-    ap.add_argument("--corrupt", default=os.environ.get("HPQ_BENCH_CORRUPT") or None,
-                    help="TEST ONLY: SIZE[:RANK] ('all' for every size): alter one result element")
     args = ap.parse_args(argv)
     if args.minbytes > args.maxbytes:
         ap.error("-b must not exceed -e")

@@ -115,7 +115,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          "1 measures each pair alone, e.g. when the nodes share CPUs or a fabric link")
     sw.add_argument("--output", choices=("table", "json"), default="table",
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
-    ap.add_argument("--corrupt", default=None, help=argparse.SUPPRESS)  # test-only, built-in benchmark
     args = ap.parse_args(argv)
     for name in ("minbytes", "maxbytes"):
         try:
@@ -287,8 +286,6 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
                   "torch.distributed benchmark" % (args.op, ", ".join(NCCL_TESTS_DIRS[:2])))
         python = launch.find_torch_python(args.python)
         bargs = bench_args(args) + ["--op", args.op, "-d", args.datatype]
-        if args.corrupt:
-            bargs += ["--corrupt", args.corrupt]
         if launcher == "slurm":
             cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs)
             runner = None

@@ -98,7 +98,8 @@ Where the real helm starts and the stand-in begins:
   FAKE_HELM_TIME_SCALE so a test does not sit for minutes). Without such a wait (helm 4's default
   ``hookOnly``), the install succeeds.
 Every call is recorded (argv, the kubeconfig it was given, helm's home variables); FAKE_HELM_RC_<SUB>,
-FAKE_HELM_OUT_<SUB> and FAKE_HELM_SLEEP_<SUB> script other answers.
+FAKE_HELM_OUT_<SUB>, FAKE_HELM_ERR_<SUB> and FAKE_HELM_SLEEP_<SUB> script other answers; like helm (a cobra
+CLI) a scripted failure's "Error: ..." goes to stderr.
 """
 import json, os, re, subprocess, sys, time
 args = sys.argv[1:]
@@ -127,6 +128,7 @@ key = sub.upper().replace("-", "_")
 time.sleep(float(os.environ.get("FAKE_HELM_SLEEP_" + key, "0")))
 if ("FAKE_HELM_RC_" + key) in os.environ:  # a scripted answer (a test's chosen failure)
     sys.stdout.write(os.environ.get("FAKE_HELM_OUT_" + key, ""))
+    sys.stderr.write(os.environ.get("FAKE_HELM_ERR_" + key, ""))
     sys.exit(int(os.environ["FAKE_HELM_RC_" + key]))
 if real and sub == "dependency":
     sys.exit(subprocess.run([real] + args).returncode)
@@ -170,10 +172,12 @@ class FakeHelm:
     def __init__(self, path: str, log: str, monkeypatch: Any) -> None:
         self.path, self.log, self._mp = path, log, monkeypatch
 
-    def answer(self, sub: str, rc: int = 0, out: str = "", sleep: float = 0.0) -> None:
+    def answer(self, sub: str, rc: int = 0, out: str = "", sleep: float = 0.0, err: str | None = None) -> None:
+        """``out`` is what helm prints: on stdout when it succeeds, on stderr (helm's "Error: ...") when rc != 0."""
         key = sub.upper().replace("-", "_")
         self._mp.setenv("FAKE_HELM_RC_" + key, str(rc))
-        self._mp.setenv("FAKE_HELM_OUT_" + key, out)
+        self._mp.setenv("FAKE_HELM_OUT_" + key, out if rc == 0 else "")
+        self._mp.setenv("FAKE_HELM_ERR_" + key, err if err is not None else (out if rc != 0 else ""))
         self._mp.setenv("FAKE_HELM_SLEEP_" + key, str(sleep))
 
     def calls(self) -> list[dict[str, Any]]:
@@ -285,8 +289,23 @@ class FakeKube:
     GETs before pods run), ``waiting`` ((reason, message) a pod stays in), ``unschedulable`` (message),
     ``installed`` (plurals the cluster serves; others 404 like a missing CRD), ``end_at_tick`` (the
     job ends at that job GET, before its log could be followed), ``break_log`` (a followed log's
-    connection drops after that many lines).
+    connection drops after that many lines), ``attempts`` (one list of log lines per run of the
+    launcher container: every run but the last exits 1 and the kubelet restarts the container in the
+    same pod, as restartPolicy OnFailure does), ``token_ttl`` (requests a bearer token is good for;
+    then the API answers 401 until a new token comes, as EKS does after a token's 15 minutes).
+
+    DELETE honours ``propagationPolicy`` (body DeleteOptions or query), as the API server does:
+    Foreground keeps the object (deletionTimestamp, finalizer foregroundDeletion) until its pods are
+    gone, Background removes the object and then its pods, Orphan leaves the pods. Without one, each
+    kind's default applies: a batch/v1 Job orphans its pods (kept for backward compatibility:
+    Kubernetes pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy; the Jobs concept
+    page says the same; DeleteOptions.propagationPolicy in the API reference: "the resource-specific
+    default policy"; seen on EKS in github.com/juliacomputing/kuber.jl issue 52), custom resources such as
+    MPIJob and PyTorchJob delete them in the background.
+    The simulated garbage collector is asynchronous like the real one: it acts GC_DELAY requests later.
     """
+
+    GC_DELAY = 3
 
     def __init__(self, token_prefix: str = "k8s-aws-v1.") -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -299,6 +318,12 @@ class FakeKube:
         self.token_prefix = token_prefix
         self.scenario: dict[str, Any] = {"logs": {}, "final": "Succeeded", "pending_ticks": 1}
         self.ticks = 0
+        self.delete_policies: list[tuple[str, str, str]] = []  # (plural, name, policy applied)
+        self.pending_gc: list[tuple[int, str, str, str, str]] = []  # (due request, plural, ns, name, policy)
+        self.pod_name_clashes: list[str] = []  # new pods that met a lingering pod of the same name
+        self.token_uses: dict[str, int] = {}
+        self.expired_tokens: set[str] = set()
+        self.restarts: dict[str, int] = {}  # pod -> restartCount of its followed container
         self.lock = threading.RLock()
         self.url = ""
         self.ca_data = ""
@@ -331,6 +356,8 @@ class FakeKube:
     def _add_pod(self, pod: str, ns: str, owner: str, template: dict[str, Any], role: str,
                  extra: dict[str, str]) -> None:
         labels = dict(template.get("metadata", {}).get("labels") or {}) | extra
+        if pod in self.pods:  # the controller's create would fail with AlreadyExists
+            self.pod_name_clashes.append(pod)
         self.pods[pod] = {"metadata": {"name": pod, "namespace": ns, "labels": labels,
                                        "creationTimestamp": f"2026-01-01T00:00:{len(self.pods):02d}Z"},
                           "status": {"phase": "Pending"}, "_owner": owner, "_role": role}
@@ -372,17 +399,79 @@ class FakeKube:
 
     def log_lines(self, pod: str) -> list[str]:
         role = self.pods[pod]["_role"]
+        attempts = self.scenario.get("attempts")
+        if attempts and role == "launcher":
+            return list(attempts[min(self.restarts.get(pod, 0), len(attempts) - 1)])
         logs = self.scenario.get("logs", {})
         lines = logs.get(pod) or logs.get(role) or []
         return list(lines)
 
+    def _container_status(self, pod: str, state: dict[str, Any]) -> None:
+        self.pods[pod]["status"]["containerStatuses"] = [
+            {"name": "launcher", "restartCount": self.restarts.get(pod, 0), "state": state}]
+
     def log_done(self, pod: str) -> None:
-        """The followed container ended: the operator marks the job finished."""
+        """The followed container ended: restarted in its pod if the scenario says so, else the job is finished."""
         with self.lock:
+            attempts = self.scenario.get("attempts")
+            if attempts and self.pods[pod]["_role"] == "launcher" and self.restarts.get(pod, 0) < len(attempts) - 1:
+                # Exit 1 under restartPolicy OnFailure: the kubelet starts the container again in the same pod.
+                self.restarts[pod] = self.restarts.get(pod, 0) + 1
+                self._container_status(pod, {"running": {"startedAt": "2026-01-01T00:01:00Z"}})
+                return
             owner = self.pods[pod]["_owner"]
             for (_p, _ns, name), obj in self.objects.items():
                 if name == owner and obj["kind"] != "ConfigMap":
                     self.finish(obj)
+
+    def delete(self, plural: str, ns: str, name: str, policy: str | None) -> dict[str, Any]:
+        """DELETE as the API server does it (see the class doc); returns the object as the answer shows it."""
+        obj = self.objects[(plural, ns, name)]
+        policy = policy or ("Orphan" if plural == "jobs" else "Background")
+        self.delete_policies.append((plural, name, policy))
+        self.deleted.append((plural, name))
+        if policy == "Orphan":
+            del self.objects[(plural, ns, name)]
+            for pod in self.pods.values():
+                if pod["_owner"] == name:
+                    pod["_owner"] = ""  # ownerReference dropped: the pod lives on
+        elif policy == "Background":
+            del self.objects[(plural, ns, name)]
+            self.pending_gc.append((len(self.requests) + self.GC_DELAY, plural, ns, name, policy))
+        else:  # Foreground: the object stays, marked, until the collector removed its pods
+            obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:02:00Z"
+            obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            self.pending_gc.append((len(self.requests) + self.GC_DELAY, plural, ns, name, policy))
+        return obj
+
+    def collect_garbage(self, everything: bool = False) -> None:
+        """The garbage collector's pass over what is due (or ``everything``, as if time passed): pods of
+        deleted owners go, then Foreground owners themselves."""
+        with self.lock:
+            due = [g for g in self.pending_gc if everything or g[0] <= len(self.requests)]
+            for entry in due:
+                _, plural, ns, name, policy = entry
+                for pod in [p for p, v in self.pods.items() if v["_owner"] == name]:
+                    del self.pods[pod]
+                    self.restarts.pop(pod, None)
+                if policy == "Foreground":
+                    self.objects.pop((plural, ns, name), None)
+                self.pending_gc.remove(entry)
+
+    def authorized(self, header: str) -> bool:
+        """A bearer token of the EKS form, not expired (``token_ttl`` requests per token)."""
+        if not header.startswith("Bearer " + self.token_prefix):
+            return False
+        token = header[len("Bearer "):]
+        with self.lock:
+            if token in self.expired_tokens:
+                return False
+            self.token_uses[token] = self.token_uses.get(token, 0) + 1
+            ttl = self.scenario.get("token_ttl")
+            if ttl is not None and self.token_uses[token] > ttl:
+                self.expired_tokens.add(token)
+                return False
+        return True
 
 
 @pytest.fixture
@@ -415,8 +504,8 @@ def fake_kube(tmp_path):
             body = json.loads(self.rfile.read(length)) if length else None
             with kube.lock:
                 kube.requests.append((method, url.path, query))
-            auth = self.headers.get("Authorization", "")
-            if not auth.startswith("Bearer " + kube.token_prefix):
+            kube.collect_garbage()
+            if not kube.authorized(self.headers.get("Authorization", "")):
                 return self._status(401, "Unauthorized", "Unauthorized")
             parts = url.path.strip("/").split("/")
             if url.path == "/api/v1/nodes":
@@ -464,11 +553,12 @@ def fake_kube(tmp_path):
                     kube.tick()
                     return self._send(200, obj)
                 if method == "DELETE":
-                    del kube.objects[(plural, ns, key_name)]
-                    kube.deleted.append((plural, key_name))
-                    for pod in [p for p, v in kube.pods.items() if v["_owner"] == key_name]:
-                        del kube.pods[pod]
-                    return self._send(200, {"kind": "Status", "status": "Success"})
+                    if (body or {}).get("kind", "DeleteOptions") != "DeleteOptions":
+                        return self._status(400, "BadRequest", "the body of a DELETE must be DeleteOptions")
+                    policy = (body or {}).get("propagationPolicy") or (query.get("propagationPolicy") or [None])[0]
+                    if policy not in (None, "Orphan", "Background", "Foreground"):
+                        return self._status(400, "BadRequest", f"invalid propagationPolicy {policy!r}")
+                    return self._send(200, kube.delete(plural, ns, key_name, policy))
             return self._status(405, "MethodNotAllowed", method)
 
         def _pods(self, method: str, ns: str, rest: list[str], query: dict[str, list[str]]) -> None:
@@ -486,6 +576,10 @@ def fake_kube(tmp_path):
             if len(rest) > 1 and rest[1] == "log":
                 if kube.pods[pod]["status"]["phase"] == "Pending":
                     return self._status(400, "BadRequest", f'container in pod "{pod}" is waiting to start')
+                if kube.scenario.get("attempts") and kube.pods[pod]["_role"] == "launcher" \
+                        and "containerStatuses" not in kube.pods[pod]["status"]:
+                    with kube.lock:
+                        kube._container_status(pod, {"running": {"startedAt": "2026-01-01T00:00:30Z"}})
                 lines = kube.log_lines(pod)
                 if query.get("follow") == ["true"]:
                     self.send_response(200)

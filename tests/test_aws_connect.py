@@ -78,15 +78,16 @@ def test_last_node_by_index_follows_pages(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("aws_env")
+@pytest.mark.usefixtures("aws_env_paging")
 def test_node_by_instance_id_and_default_controller(capsys):
-    """The check as the issue states it: plain moto, 150 workers, --node <last instance> --print."""
+    """The check as the issue states it: 150 workers, --node <last instance> --print (moto with real-shaped
+    instance ids: HyperPod refuses any other NodeId, and so does hpq, before calling AWS)."""
     arn = make_cluster("hpq-big")
     cluster_id = arn.rsplit("/", 1)[-1]
     sm = boto3.client("sagemaker", region_name=REGION)
     first_page = sm.list_cluster_nodes(ClusterName="hpq-big", InstanceGroupNameContains=names.CONTROLLER_GROUP)
     controller = first_page["ClusterNodeSummaries"][0]["InstanceId"]
-    last = f"{names.WORKER_GROUP}-{WORKERS - 1}"  # moto's instance id for the last worker
+    last = all_worker_ids()[-1]
     sm.describe_cluster_node(ClusterName="hpq-big", NodeId=last)  # exists
     code, out, err = run_cli(["connect", "hpq-big", "--group", names.WORKER_GROUP, "--node", last, "--print",
                               "--output", "json"], capsys)
@@ -101,7 +102,8 @@ def test_node_by_instance_id_and_default_controller(capsys):
     # wrong group for the node, unknown group, unknown cluster: one-line exit 2
     for args, needle in ((["--group", names.CONTROLLER_GROUP, "--node", last], "is in group"),
                          (["--group", "nope"], "no group"),
-                         (["--node", "i-0hpqdoesnotexist"], "is not in cluster")):
+                         (["--node", "i-0123456789abcdef0"], "is not in cluster"),
+                         (["--node", "i-0hpqdoesnotexist"], "nor an instance id")):
         code, _, err = run_cli(["connect", "hpq-big", *args, "--print"], capsys)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(["connect", "hpq-bi", "--print"], capsys)

@@ -153,3 +153,32 @@ def test_unknown_instance_type_exit_2(capsys):
         main(["check-quotas", "ml.p9.huge", "2"])
     assert exc.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_cli_table_says_pass_fail_unknown(monkeypatch, capsys):
+    """The table a user reads: one row per quota with its code, needed and applied values, and a count line."""
+    sq = sq_client()
+    stub = Stubber(sq)
+    plan_responses(stub, dict(GOOD, instance=1), deny={"nat"})
+    stub.activate()
+    real = aws_session.client
+    monkeypatch.setattr(aws_session, "client", lambda s, svc, region=None: sq if svc == "service-quotas"
+                        else real(s, svc, region))
+    with pytest.raises(SystemExit) as exc:
+        main(["check-quotas", "g5.16xlarge", "2"])
+    assert exc.value.code == 1
+    out = capsys.readouterr().out
+    assert "Quotas for 2 x ml.g5.16xlarge (slurm) in us-east-1" in out
+    assert "sagemaker/L-86822EDB" in out and "FAIL" in out and "UNKNOWN" in out
+    assert out.strip().splitlines()[-1].endswith("1 fail, 1 unknown")
+    stub.deactivate()
+    # Everything passing: exit 0, and 2400.5 GiB style values keep their fraction.
+    stub = Stubber(sq)
+    plan_responses(stub, dict(GOOD, ebs=2000.5))
+    stub.activate()
+    with pytest.raises(SystemExit) as exc:
+        main(["check-quotas", "g5.16xlarge", "2"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None) and "0 fail, 0 unknown" in out and "2000.5" in out

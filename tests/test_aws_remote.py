@@ -197,8 +197,16 @@ def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
     doc = json.loads(out)
     assert exc.value.code == 0 and doc["hosts"] == ["node-1", "node-2"] and doc["slow_nodes"] == []
     assert doc["remote_exit_code"] == 0 and "met only one partner" in " ".join(doc["notes"])
-    # bad usage on the controller: its one line shows, exit 2, no verdict invented
+    # bad usage is refused here, before any connection: one line, exit 2, no verdict invented
     with pytest.raises(SystemExit) as exc:
         main(["remote-nccl-test", "c", "1", "--sweep", *cli_args(sshd), "--runner", runner])
     out, err = capfd.readouterr()
-    assert exc.value.code == 2 and "needs at least 2 nodes" in err and "no sweep result came back" in out
+    assert exc.value.code == 2 and out == ""
+    assert err.splitlines() == ["hpq: error: --sweep measures pairs of nodes: NODES must be at least 2 "
+                                "(or left out: every idle node)"]
+    # bad usage only the controller can see (its own option): its one line comes back, exit 2
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-nccl-test", "c", "2", "--sweep", *cli_args(sshd), "--runner", runner,
+              "--extra", extra + " --sweep-size 0"])
+    out, err = capfd.readouterr()
+    assert exc.value.code == 2 and "run-nccl-test: error:" in err and "no sweep result came back" in out

@@ -19,6 +19,7 @@ import http.server
 import io
 import json
 import os
+import ssl
 import tarfile
 import time
 import urllib.parse
@@ -36,6 +37,7 @@ from hpq.tests.fixtures_eks import (  # noqa: F401
     moto_aws,
     moto_server,
     real_helm,
+    self_signed_cert,
 )
 
 HANDLER_FILE = Path(helm.__file__)
@@ -87,8 +89,12 @@ SUBCHARTS = {
 
 
 @pytest.fixture
-def chart_server():
-    """Serves a GitHub-style archive (.zip with a top folder) holding helm_chart/HyperPodHelmChart."""
+def chart_server(tmp_path, monkeypatch):
+    """Serves a GitHub-style archive (.zip with a top folder) holding helm_chart/HyperPodHelmChart, over HTTPS.
+
+    The server's certificate is a test CA trusted the standard way, through SSL_CERT_FILE (OpenSSL's
+    default verify path, which urllib's default context reads), as a private chart mirror would be.
+    """
     buf = io.BytesIO()
     top = "sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart/"
     with zipfile.ZipFile(buf, "w") as zf:
@@ -123,15 +129,18 @@ def chart_server():
         def log_message(self, *args):
             pass
 
-    server = _serve(Handler)
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    cert, key, _ = self_signed_cert(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server = _serve(Handler, ctx)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    yield f"https://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
     server.server_close()
 
 
 @pytest.fixture
-def cluster(moto_aws, monkeypatch):  # noqa: F811
-    monkeypatch.setenv("HPQ_HELM_ALLOW_HTTP", "1")
+def cluster(moto_aws):  # noqa: F811
     return create_eks_cluster("hp-eks")
 
 
@@ -342,8 +351,7 @@ def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses
     assert fake_helm.calls() == []
 
 
-def test_create_on_missing_cluster_fails(moto_aws, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
-    monkeypatch.setenv("HPQ_HELM_ALLOW_HTTP", "1")
+def test_create_on_missing_cluster_fails(moto_aws, fake_helm, cfn_responses, chart_server):  # noqa: F811
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0], ClusterName="nope")), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "'nope' not found" in resp["Reason"]
@@ -444,3 +452,83 @@ def test_handler_is_inline_lambda_code():
     assert imported <= allowed, imported - allowed
     assert any(isinstance(n, ast.FunctionDef) and n.name == "handler" for n in tree.body)
     assert os.path.basename(HANDLER_FILE) == "helm.py"
+
+
+def test_plain_http_chart_source_is_refused(cluster, fake_helm, cfn_responses):  # noqa: F811
+    """Only https://, oci:// and s3:// sources: a chart fetched over plain HTTP could be swapped in transit."""
+    helm.handler(event("Create", cfn_responses.url, props("http://127.0.0.1:9")), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "unsupported ChartSource" in resp["Reason"]
+    assert fake_helm.calls() == []
+
+
+def test_untrusted_https_chart_server_is_refused(cluster, fake_helm, cfn_responses, chart_server,  # noqa: F811
+                                                 monkeypatch, tmp_path):
+    """The certificate is verified: without the test CA in SSL_CERT_FILE the download fails, no install."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "empty-bundle.pem"))
+    (tmp_path / "empty-bundle.pem").write_text("")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "CERTIFICATE_VERIFY_FAILED" in resp["Reason"]
+    assert fake_helm.calls() == []
+
+
+def test_s3_chart_source(cluster, fake_helm, cfn_responses):  # noqa: F811
+    """ChartSource s3://bucket/key (the stack's own asset bucket): downloaded with the Lambda's role, unpacked."""
+    import boto3
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("chart-src/helm_chart/HyperPodHelmChart/Chart.yaml",
+                    "apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\n")
+    s3 = boto3.client("s3", region_name="us-west-2")
+    s3.create_bucket(Bucket="hpq-helm-assets", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_object(Bucket="hpq-helm-assets", Key="charts/hyperpod.zip", Body=buf.getvalue())
+    helm.handler(event("Create", cfn_responses.url, props("", ChartSource="s3://hpq-helm-assets/charts/hyperpod.zip")),
+                 Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "SUCCESS", resp["Reason"]
+    [upgrade] = [c for c in fake_helm.calls() if c["args"][0] == "upgrade"]
+    assert upgrade["args"][3].endswith("helm_chart/HyperPodHelmChart")  # upgrade --install RELEASE CHART
+    # A missing object is a FAILED answer naming the source, not a hang or a crash.
+    helm.handler(event("Create", cfn_responses.url, props("", ChartSource="s3://hpq-helm-assets/charts/nope.zip")),
+                 Context(900))
+    resp = cfn_responses.wait(2)[1]
+    assert resp["Status"] == "FAILED" and "cannot download s3://hpq-helm-assets/charts/nope.zip" in resp["Reason"]
+
+
+def test_response_put_is_retried(cluster, fake_helm, chart_server):  # noqa: F811
+    """The pre-signed ResponseURL answers 503 twice (S3 does, under load): the handler keeps trying, answers once."""
+    attempts: list[int] = []
+    bodies: list[dict] = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):  # noqa: N802
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            attempts.append(1)
+            code = 503 if len(attempts) <= 2 else 200
+            if code == 200:
+                bodies.append(json.loads(raw))
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = _serve(Flaky)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/cfn?X-Amz-Signature=abc"
+        helm.handler(event("Create", url, props(chart_server[0])), Context(900))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(attempts) == 3 and len(bodies) == 1 and bodies[0]["Status"] == "SUCCESS"
+
+
+def test_helm_errors_on_stderr_reach_the_reason(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+    """helm prints "Error: ..." on stderr, not stdout: the FAILED reason must still carry it."""
+    fake_helm.answer("upgrade", rc=1, err="Error: UPGRADE FAILED: another operation is in progress\n")
+    helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
+    [resp] = cfn_responses.wait(1)
+    assert resp["Status"] == "FAILED" and "another operation is in progress" in resp["Reason"]

@@ -92,20 +92,94 @@ def test_dropped_log_stream_waits_for_the_job(fake_kube):  # noqa: F811
     """The launcher's log connection drops mid-run: the runner waits for the job's end and judges it."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(final="Failed", break_log=3, end_at_tick=8, logs={"launcher": nccl_tests_output(3.0)})
+    lines: list[str] = []
     with pytest.raises(OperationFailed, match="no results.*Failed"):
-        run(fake_kube, "nccl-test")
+        run(fake_kube, "nccl-test", echo=lines.append)
+    # The branch this test is named for ran: the broken stream was noticed and said, then the job waited for.
+    assert [ln for ln in lines if ln.startswith("(log stream ended:")], lines
     assert fake_kube.ticks >= 8 and fake_kube.objects == {}
 
 
-def test_leftover_job_is_replaced(fake_kube):  # noqa: F811
+def test_launcher_that_fails_once_then_passes_is_judged_on_its_last_run(fake_kube):  # noqa: F811
+    """restartPolicy OnFailure: the launcher container exits 1 (workers not up yet), the kubelet restarts it in
+    the same pod, the second run prints results. The runner follows both runs and judges the second."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
-    fake_kube.objects[("mpijobs", "default", "hpq-nccl-test")] = {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "hpq-nccl-test"}, "spec": {}}
+    first = ["ssh: connect to host hpq-nccl-test-worker-1 port 22: Connection refused",
+             "ORTE was unable to reliably start one or more daemons."]
+    fake_kube.scenario.update(attempts=[first, nccl_tests_output(3.02)])
+    verdict, lines = run(fake_kube, "nccl-test")
+    assert verdict.ok, verdict.message
+    assert "--- log of hpq-nccl-test-launcher (restart 1) ---" in lines
+    assert lines.index(first[0]) < lines.index("--- log of hpq-nccl-test-launcher (restart 1) ---")
+    follows = [p for m, p, q in fake_kube.requests if p.endswith("/log") and q.get("follow") == ["true"]]
+    assert len(follows) == 2
+
+
+def test_expired_token_is_refreshed_once_and_the_run_goes_on(fake_kube):  # noqa: F811
+    """EKS tokens last 15 minutes: the API answers 401, the client asks for a new token and repeats the call."""
+    fake_kube.add_nodes("ml.g5.16xlarge", 2)
+    fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.02)}, token_ttl=4)
+    tokens = iter(f"k8s-aws-v1.refreshed-{i}" for i in range(100))
+    refreshed: list[str] = []
+
+    def refresh():
+        refreshed.append(next(tokens))
+        return ClusterAccess("test-eks", fake_kube.url, fake_kube.ca_data, refreshed[-1])
+
+    client = KubeClient(ClusterAccess("test-eks", fake_kube.url, fake_kube.ca_data, "k8s-aws-v1.first"),
+                        timeout=10, token_refresh=refresh)
+    verdict, _ = run(fake_kube, "nccl-test", client=client)
+    assert verdict.ok, verdict.message
+    assert refreshed and "k8s-aws-v1.first" in fake_kube.expired_tokens
+    assert all(fake_kube.token_uses[t] <= 5 for t in fake_kube.token_uses)  # each token used until it expired
+    # Without a way to refresh, the 401 is one explained error.
+    fake_kube.scenario.update(token_ttl=0)
+    with pytest.raises(KubeError, match="rejected the token"):
+        kube_client(fake_kube, token="k8s-aws-v1.never-refreshed").list_nodes()
+
+
+def test_deleting_a_job_without_a_policy_leaves_its_pods(fake_kube):  # noqa: F811
+    """The stand-in does what the API server does: a batch/v1 Job deleted without propagationPolicy orphans its
+    pods; hpq's delete says Background, so the pods go with the job."""
+    client = kube_client(fake_kube)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "orphans", "namespace": "default"},
+           "spec": {"completions": 2, "template": {"metadata": {"labels": {"app": "x"}}, "spec": {}}}}
+    client.create(job)
+    client.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/orphans")  # no DeleteOptions
+    fake_kube.collect_garbage(everything=True)
+    assert sorted(fake_kube.pods) == ["orphans-0", "orphans-1"]  # left behind, as on a real cluster
+    fake_kube.pods.clear()
+    client.create(job)
+    assert client.delete("batch/v1", "Job", "default", "orphans") is True
+    fake_kube.collect_garbage(everything=True)
+    assert fake_kube.pods == {} and fake_kube.delete_policies[-1] == ("jobs", "orphans", "Background")
+
+
+def test_validate_leaves_no_pods_behind(fake_kube):  # noqa: F811
+    fake_kube.add_nodes("ml.g5.48xlarge", 2)
+    fake_kube.scenario.update(logs={"pod": ["GPUS 8 OK", "EFA 1 OK"]})
+    run(fake_kube, "validate")
+    fake_kube.collect_garbage(everything=True)  # as if the garbage collector had its few seconds
+    assert fake_kube.objects == {} and fake_kube.pods == {}
+    assert ("jobs", "hpq-validate", "Background") in fake_kube.delete_policies
+
+
+def test_leftover_job_is_replaced(fake_kube):  # noqa: F811
+    """A leftover MPIJob with running pods: it is deleted in the foreground (the object stays until its pods are
+    gone) so the new job's pods, which take the same names, never meet the old ones."""
+    from hpq.manifests.render import RenderRequest, render_objects
+
+    fake_kube.add_nodes("ml.g5.16xlarge", 2)
+    leftover = [o for o in render_objects(RenderRequest("nccl-test", "ml.g5.16xlarge", 2)) if o["kind"] == "MPIJob"]
+    kube_client(fake_kube).create(leftover[0])
+    assert "hpq-nccl-test-launcher" in fake_kube.pods
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.0)})
     verdict, lines = run(fake_kube, "nccl-test")
     assert verdict.ok, verdict.message
     assert any("left over" in line for line in lines)
     assert fake_kube.deleted.count(("mpijobs", "hpq-nccl-test")) == 2  # the leftover, then ours
+    assert fake_kube.delete_policies[0] == ("mpijobs", "hpq-nccl-test", "Foreground")
+    assert fake_kube.pod_name_clashes == []
 
 
 def test_ctrl_c_still_cleans_up(fake_kube):  # noqa: F811

@@ -132,5 +132,6 @@ def test_unknown_type_is_a_usage_error():
     res = subprocess.run([sys.executable, "-m", "hpq.cli.main", "nccl-env", "p5.96xlarge"], capture_output=True,
                          text=True)
     assert res.returncode == 2
-    assert res.stderr.startswith("hpq: error: unknown instance type") and "Traceback" not in res.stderr
+    assert res.stderr.startswith("hpq: error: ") and "unknown instance type 'p5.96xlarge'" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1
     assert "ml.p5.48xlarge" in res.stderr  # the hint lists known p5 sizes

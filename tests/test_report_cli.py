@@ -57,3 +57,15 @@ def test_stdin_with_stray_bytes_is_still_read():
                          timeout=60, env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"})
     assert res.returncode == 0, res.stderr
     assert b"3.02" in res.stdout and b"Traceback" not in res.stderr
+
+
+def test_a_cut_off_log_is_never_a_pass():
+    """A run that died mid-table has good rows but no summary: FAIL (exit 1), with or without an instance type."""
+    text = (DATA / "h200x4_nccl_baseline_allreduce.txt").read_text()
+    cut = text[: text.index("Avg bus bandwidth")].rsplit("\n", 3)[0] + "\n"
+    for args in ([], ["-i", "ml.p5.48xlarge"]):
+        res = hpq("-", *args, stdin=cut)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert res.stdout.splitlines()[-1].startswith("FAIL: ") and "cut off" in res.stdout
+    whole = hpq("-", stdin=text)
+    assert whole.returncode == 0 and "PASS" in whole.stdout

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from hpq.scripts import nccl_report
+from hpq.tests.faults import python_with_corruption
 from hpq.tests.fixtures_slurm import slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -35,8 +36,9 @@ def command(cluster, name: str):
 
 def test_run_nccl_test_srun_two_nodes(slurm_cluster):  # noqa: F811
     exe, env = command(slurm_cluster, "run-nccl-test")
-    res = subprocess.run([exe, "2", "2", "--python", sys.executable, "-e", "64K", "-n", "2", "-w", "1",
-                          "--corrupt", "2048:3"], env=env, cwd=str(slurm_cluster.shared_dir),
+    faulty = python_with_corruption(sys.executable, "2048:3", slurm_cluster.shared_dir)  # tests/faults
+    res = subprocess.run([exe, "2", "2", "--python", faulty, "-e", "64K", "-n", "2", "-w", "1"],
+                         env=env, cwd=str(slurm_cluster.shared_dir),
                          capture_output=True, text=True, timeout=300)
     out = res.stdout
     assert "salloc -N 2" in out and "srun -N 2 --ntasks-per-node 2" in out, out[-3000:] + res.stderr[-3000:]

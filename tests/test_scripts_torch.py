@@ -1,8 +1,9 @@
 """The torch programs for real: gloo across 2 processes on this host (hpq's local launcher, env://).
 
 Real: torch.distributed (gloo), the built-in benchmark's data check, DDP training, checkpoint files,
-resume. Nothing is a stand-in. The corrupted-result run uses the benchmark's test-only --corrupt
-hook, which alters one element after the collective, before the check.
+resume. Nothing is a stand-in. The corrupted-result run gives the benchmark an interpreter with
+tests/faults on its PYTHONPATH, which alters one element after a real all-reduce, before the check
+(hpq itself has no test hook for it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hpq.scripts import nccl_report
+from hpq.tests.faults import python_with_corruption
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +44,8 @@ def test_builtin_benchmark_checks_every_result(tmp_path):
     assert all(r.in_place is not None for r in report.rows)
 
     # One element of the 4 KB out-of-place result altered on rank 1: exactly that shows up.
-    res = run("hpq.scripts.run_nccl_test", common + ["--corrupt", "4096:1"], tmp_path)
+    faulty = python_with_corruption(sys.executable, "4096:1", tmp_path)
+    res = run("hpq.scripts.run_nccl_test", common + ["--python", faulty], tmp_path)
     assert res.returncode == 1, res.stdout[-3000:]
     report = nccl_report.parse_text(res.stdout)
     bad = [r for r in report.rows if r.wrong]

@@ -88,7 +88,7 @@ def test_builtin_checker_sees_a_collective_that_moved_nothing(dtype_name):
     dtype = getattr(torch, dtype_name)
     info = nccl_bench.distenv.DistInfo(rank=1, world_size=4, local_rank=1, local_world_size=4, master_addr="x",
                                        master_port=1)
-    args = argparse.Namespace(op="all_reduce", no_direct_nccl=True, corrupt=None)
+    args = argparse.Namespace(op="all_reduce", no_direct_nccl=True)
     bench = nccl_bench.Bench(torch, _NoTransfer(), args, info, torch.device("cpu"), dtype, "gloo")
     for op in nccl_bench.OPS:
         for in_place in (False, True):
@@ -108,7 +108,7 @@ def test_builtin_data_sums_exactly_at_32_ranks(dtype_name):
     n = 32
     info = nccl_bench.distenv.DistInfo(rank=0, world_size=n, local_rank=0, local_world_size=8, master_addr="x",
                                        master_port=1)
-    args = argparse.Namespace(op="all_reduce", no_direct_nccl=True, corrupt=None)
+    args = argparse.Namespace(op="all_reduce", no_direct_nccl=True)
     bench = nccl_bench.Bench(torch, _NoTransfer(), args, info, torch.device("cpu"), dtype, "gloo")
     acc = torch.zeros(4096, dtype=dtype)
     for rank in range(n):

@@ -322,7 +322,7 @@ def fetch_chart(source, path, workdir):
             s3.download_file(parsed.netloc, parsed.path.lstrip("/"), local)
         except Exception as exc:  # noqa: BLE001 - reported as the reason
             raise HandlerError(f"cannot download {source}: {exc}") from None
-    elif scheme == "https" or (scheme == "http" and os.environ.get("HPQ_HELM_ALLOW_HTTP") == "1"):
+    elif scheme == "https":
         name = os.path.basename(urllib.parse.urlparse(source).path) or "chart"
         local = os.path.join(workdir, "download-" + name)
         try:

@@ -165,7 +165,10 @@ def stack_parameters(release: Release, variant: str, user: dict[str, str], stack
         if allowed and value not in [str(a) for a in allowed]:
             raise UsageError(f"--param {key}={value}: allowed values are {', '.join(map(str, allowed))}")
         params[key] = value
-    if P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user and names.valid_cluster_name(stack_name):
+    if P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user:
+        if not names.valid_cluster_name(stack_name):  # never fall back silently to the template's default name
+            raise UsageError(f"stack name {stack_name!r} is also the HyperPod cluster name, which must be 1-63 "
+                             "letters, digits and '-': shorten it or pass --param ClusterName=NAME")
         params[P_CLUSTER_NAME] = stack_name
     if P_CLUSTER_NAME in params and not names.valid_cluster_name(params[P_CLUSTER_NAME]):
         raise UsageError(f"invalid cluster name {params[P_CLUSTER_NAME]!r}: letters, digits and '-', 1-63 chars")

@@ -69,7 +69,8 @@ def make_session(region: str | None = None, profile: str | None = None) -> Any:
     import botocore.exceptions as bex
 
     try:
-        return boto3.Session(region_name=region or None, profile_name=profile or None)
+        # AWS_REGION first, as the AWS CLI v2 and SDKs read it (boto3 alone reads only AWS_DEFAULT_REGION).
+        return boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None, profile_name=profile or None)
     except bex.ProfileNotFound:
         raise CredentialsError(f"AWS profile {profile!r} not found; list them with `aws configure list-profiles`") from None
 
@@ -90,10 +91,18 @@ def client(session: Any, service: str, region: str | None = None) -> Any:
     """A client with throttling retried; AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_<SERVICE> are honoured by botocore."""
     import botocore.exceptions as bex
 
+    from hpq.cli import inputs
+
+    chosen = region or session.region_name
+    bad = inputs.region_problem(chosen, (service,)) if chosen else None
+    if bad:
+        raise UsageError(f"region {chosen!r} {bad}")
     try:
         return session.client(service, region_name=region, config=_retry_config())
     except bex.NoRegionError:
         raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION") from None
+    except ValueError as exc:  # botocore: "Invalid endpoint: ..." (config file endpoint_url), a bad setting
+        raise UsageError(f"cannot create the AWS {service} client: {exc}") from None
 
 
 def region_of(session: Any) -> str:
@@ -132,6 +141,8 @@ def translate(exc: BaseException, action: str) -> Exception | None:
         return UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
     if isinstance(exc, bex.ProfileNotFound):
         return CredentialsError(f"{exc}; list profiles with `aws configure list-profiles`")
+    if isinstance(exc, bex.ConfigParseError):
+        return UsageError(f"{exc}: fix or move it (see `aws configure`)")
     if isinstance(exc, bex.EndpointConnectionError | bex.ConnectTimeoutError | bex.ReadTimeoutError):
         return AwsFailure(f"{action}: cannot reach AWS ({exc}); check network, --region and AWS_ENDPOINT_URL")
     if isinstance(exc, bex.ParamValidationError):
@@ -168,30 +179,38 @@ def aws_errors(action: str) -> Iterator[None]:
         raise mapped from None
 
 
-def aws_options(func: F) -> F:
+def aws_options(func: F | None = None, *, services: tuple[str, ...] = ("cloudformation",)) -> Any:
     """Add ``--region`` and ``--profile`` (received as ``region``/``profile`` keyword args).
 
-    Also translates any botocore error the command lets escape (e.g. missing credentials on the
-    first call) into a one-line HpqError, so no command can end in a traceback for an AWS problem.
+    Before the command runs, everything about reaching AWS that can be checked offline is checked
+    (hpq.cli.inputs.check_aws_inputs): AWS_ENDPOINT_URL*, the profile, and that the region is one
+    botocore knows for each of ``services``. Also translates any botocore error the command lets
+    escape (e.g. missing credentials on the first call) into a one-line HpqError, so no command can
+    end in a traceback for an AWS problem. Use as ``@aws_options`` or ``@aws_options(services=(...))``.
     """
+    if func is None:
+        return lambda f: aws_options(f, services=services)
     import functools
+
+    from hpq.cli import inputs
 
     inner = func
 
     @functools.wraps(inner)
     def translated(*args: Any, **kwargs: Any) -> Any:
+        inputs.check_aws_inputs(kwargs.get("region"), kwargs.get("profile"), services)
         name = getattr(inner, "__name__", "command").replace("_", "-")
         with aws_errors(f"hpq {name}"):
             return inner(*args, **kwargs)
 
     func = translated  # type: ignore[assignment]
     func = click.option(
-        "--profile", envvar=None, default=None, metavar="NAME",
+        "--profile", envvar=None, default=None, metavar="NAME", type=inputs.Text("profile"),
         help="AWS profile (default: AWS_PROFILE or the default profile).",
     )(func)
     func = click.option(
-        "--region", default=None, metavar="REGION",
-        help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / profile).",
+        "--region", default=None, metavar="REGION", type=inputs.REGION,
+        help="AWS region, e.g. us-west-2 (default: AWS_REGION / AWS_DEFAULT_REGION / profile).",
     )(func)
     return func
 

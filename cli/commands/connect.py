@@ -10,15 +10,17 @@ import sys
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import OperationFailed
 
 
 @click.command("connect")
-@click.argument("cluster")
-@aws_options
-@click.option("--group", default=None, help="Instance group (default: the controller group on Slurm clusters).")
-@click.option("--node", default=None, metavar="INSTANCE_ID|INDEX",
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
+@aws_options(services=inputs.SERVICES_NODES)
+@click.option("--group", default=None, type=inputs.INSTANCE_GROUP,
+              help="Instance group (default: the controller group on Slurm clusters).")
+@click.option("--node", default=None, metavar="INSTANCE_ID|INDEX", type=inputs.NODE,
               help="Instance id, or 0-based index within the group (default: the first node).")
 @click.option("--print", "print_only", is_flag=True, help="Print the SSM target and the command; do not run it.")
 @output_option

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
 from hpq.lifecycle import names
 
@@ -17,14 +18,17 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
 
 
 @click.command("deploy")
-@click.argument("variant", metavar="VARIANT")
-@click.argument("bucket")
-@aws_options
-@click.option("--stack-name", default=None, help="Root stack name (default: hpq-VARIANT; also the cluster name).")
-@click.option("--size", default="small", show_default=True, help=f"Size preset: {', '.join(names.SIZES)}.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Root stack parameter (repeatable).")
+@click.argument("variant", metavar="VARIANT", type=inputs.VARIANT)
+@click.argument("bucket", type=inputs.BUCKET)
+@aws_options(services=inputs.SERVICES_DEPLOY)
+@click.option("--stack-name", default=None, type=inputs.STACK_NAME,
+              help="Root stack name (default: hpq-VARIANT; also the cluster name).")
+@click.option("--size", default="small", show_default=True, type=inputs.SIZE,
+              help=f"Size preset: {', '.join(names.SIZES)}.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
+              callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once).")
 @click.option("--no-wait", is_flag=True, help="Start the create/update and return without following it.")
-@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
 @click.option("--emulate", type=click.Choice(["moto"]), default=None,
               help="Deploy the rendition of the templates an emulator can create (moto: FSx, EKS, "
                    "SageMaker::Cluster, Lambda and custom resources become SSM parameter stand-ins). "
@@ -59,9 +63,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     aws_deploy.check_variant(variant)
     aws_deploy.check_size(size)
     validate_bucket_name(bucket)
+    inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     from hpq.cfn.synth import parse_params
 
     user_params = parse_params(params)
+    aws_deploy.synthesize(variant, size, user_params)  # every --param value checked here, before any AWS call
     if emulate == "moto" and not aws_emulator.endpoint_is_moto():
         from hpq.errors import UsageError
 
@@ -131,9 +137,9 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
 
 @click.command("publish")
-@click.argument("bucket")
-@aws_options
-@click.option("--size", default="small", show_default=True, help=f"Size preset baked into the templates: {', '.join(names.SIZES)}.")
+@click.argument("bucket", type=inputs.BUCKET)
+@aws_options(services=inputs.SERVICES_PUBLISH)
+@click.option("--size", default="small", show_default=True, type=inputs.SIZE, help=f"Size preset baked into the templates: {', '.join(names.SIZES)}.")
 @output_option
 def publish(bucket: str, region: str | None, profile: str | None, size: str, output: str) -> None:
     """Upload all four variants to BUCKET and print console Launch Stack links.

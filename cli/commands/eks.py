@@ -13,14 +13,19 @@ from typing import Any
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
+NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
+# A ConfigMap holds at most 1 MiB (manifests.render.CONFIGMAP_LIMIT); a bigger program cannot ship.
+PROGRAM_MAX_BYTES = 1000 * 1024
 
 
-@click.group("eks", context_settings={"help_option_names": ["-h", "--help"]})
-def eks() -> None:
+@click.group("eks", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.pass_context
+def eks(ctx: click.Context) -> None:
     """Run the validation tests as Kubernetes jobs on an EKS-orchestrated HyperPod cluster.
 
     \b
@@ -29,7 +34,11 @@ def eks() -> None:
       hpq eks render validate --instance-type ml.g5.16xlarge --nodes 2 > validate.yaml
       hpq eks nccl-test my-eks-cluster 2 8 --region us-west-2
       hpq eks nanogpt my-eks-cluster 2 --instance-type ml.g5.16xlarge
+
+    Run `hpq eks COMMAND --help` for a command's options and examples.
     """
+    if ctx.invoked_subcommand is None:  # bare `hpq eks`: help is the answer, not an error
+        click.echo(ctx.get_help())
 
 
 def _request(test: str, **kw: Any) -> Any:
@@ -40,26 +49,34 @@ def _request(test: str, **kw: Any) -> Any:
 
 @eks.command("render")
 @click.argument("test", type=click.Choice(RENDER_TESTS))
-@click.option("--instance-type", "-t", default=None, help="GPU or Trainium type, e.g. ml.p5.48xlarge (not for fsx).")
-@click.option("--nodes", "-n", type=int, default=2, show_default=True, help="Nodes (one worker pod per node).")
-@click.option("--gpus", "-g", type=int, default=None, help="GPUs (Neuron devices) per node; default: all.")
-@click.option("--image", default=None, help="Container image (defaults are documented in docs/eks.md).")
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--name", default=None, help="Object name (default hpq-<test>).")
-@click.option("--program", type=click.Path(dir_okay=False), default=None,
+@click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
+              help="GPU or Trainium type, e.g. ml.p5.48xlarge (not for fsx).")
+@click.option("--nodes", "-n", type=inputs.NODES, default=2, show_default=True,
+              help="Nodes (one worker pod per node).")
+@click.option("--gpus", "-g", type=inputs.GPUS, default=None, help="GPUs (Neuron devices) per node; default: all.")
+@click.option("--image", default=None, type=inputs.IMAGE,
+              help="Container image (defaults are documented in docs/eks.md).")
+@click.option("--namespace", default="default", show_default=True, type=inputs.NAMESPACE, help=NAMESPACE_HELP)
+@click.option("--name", default=None, type=inputs.JOB_NAME, help="Object name (default hpq-<test>).")
+@click.option("--program", type=inputs.InputFile(text=True, max_bytes=PROGRAM_MAX_BYTES, what="program"),
+              default=None,
               help="nanogpt: training program to ship in the ConfigMap (default: the one in hpq's scripts/).")
-@click.option("--program-args", default="", help="nanogpt: arguments for the training program.")
-@click.option("--fsx-claim", default=None, help="Mount this PersistentVolumeClaim at /fsx in the test pods "
+@click.option("--program-args", default="", type=inputs.ShellWords(),
+              help="nanogpt: arguments for the training program (split as a shell would).")
+@click.option("--fsx-claim", default=None, type=inputs.CLAIM_NAME,
+              help="Mount this PersistentVolumeClaim at /fsx in the test pods "
               "(needs the FSx for Lustre CSI driver on the cluster).")
-@click.option("--nccl-debug", default=None, metavar="LEVEL",
+@click.option("--nccl-debug", default=None, metavar="LEVEL", type=inputs.NCCL_DEBUG,
               help="NCCL_DEBUG for the pods: VERSION, WARN, INFO or TRACE, or 'off' "
                    "(default: INFO for nccl-test, so the log names the transport NCCL chose; off otherwise).")
-@click.option("--mpirun", default=None, metavar="PATH",
+@click.option("--mpirun", default=None, metavar="PATH", type=inputs.IMAGE_PATH,
               help="nccl-test: absolute path of mpirun in the image (default /opt/amazon/openmpi/bin/mpirun).")
-@click.option("--fsx-id", default=None, help="fsx: filesystem id (stack output FsxFileSystemId).")
-@click.option("--fsx-dns", default=None, help="fsx: DNS name (stack output FsxDnsName).")
-@click.option("--fsx-mount-name", default=None, help="fsx: mount name (stack output FsxMountName).")
-@click.option("--fsx-capacity", type=int, default=1200, show_default=True, help="fsx: capacity in GiB.")
+@click.option("--fsx-id", default=None, type=inputs.FSX_ID, help="fsx: filesystem id (stack output FsxFileSystemId).")
+@click.option("--fsx-dns", default=None, type=inputs.FSX_DNS, help="fsx: DNS name (stack output FsxDnsName).")
+@click.option("--fsx-mount-name", default=None, type=inputs.FSX_MOUNT_NAME,
+              help="fsx: mount name (stack output FsxMountName).")
+@click.option("--fsx-capacity", type=inputs.FSX_CAPACITY, default=1200, show_default=True,
+              help="fsx: capacity in GiB (1200, 2400 or a multiple of 2400).")
 def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | None, image: str | None,
                namespace: str, name: str | None, program: str | None, program_args: str,
                fsx_claim: str | None, nccl_debug: str | None, mpirun: str | None, fsx_id: str | None,
@@ -73,11 +90,14 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     \b
     Examples:
       hpq eks render nccl-test --instance-type ml.p5.48xlarge --nodes 2
-      hpq eks render nccl-test -t ml.g5.16xlarge -n 2 --image my.ecr/nccl-tests:2.23 --mpirun /usr/local/bin/mpirun
+      hpq eks render nccl-test -t ml.g5.16xlarge -n 2 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:2.23 --mpirun /usr/local/bin/mpirun
       hpq eks render nccl-test -t ml.trn1.32xlarge -n 2
       hpq eks render nanogpt -t ml.p5.48xlarge -n 2 --nccl-debug INFO
       hpq eks render nanogpt -t ml.g5.48xlarge -n 2 --fsx-claim hpq-fsx | kubectl apply -f -
-      hpq eks render fsx --fsx-id fs-0abc... --fsx-dns fs-0abc....fsx.us-west-2.amazonaws.com --fsx-mount-name abcdefgh
+      hpq eks render fsx --fsx-id fs-0123456789abcdef0 --fsx-dns fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com --fsx-mount-name abcdefgh
+
+    In the fsx example the filesystem id, DNS name and mount name stand for your
+    stack's outputs FsxFileSystemId, FsxDnsName and FsxMountName (`hpq status STACK`).
     """
     from hpq.manifests.render import render
 
@@ -91,20 +111,21 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
 def run_options(func: Any) -> Any:
     """Options shared by the commands that run a test on a cluster."""
     for opt in reversed([
-        click.option("--instance-type", "-t", default=None,
+        click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
                      help="Node type to test (default: the most common GPU/Trainium type among Ready nodes)."),
-        click.option("--image", default=None, help="Container image (default: see docs/eks.md)."),
-        click.option("--namespace", default="default", show_default=True),
-        click.option("--name", default=None, help="Job name (default hpq-<test>)."),
-        click.option("--timeout", "timeout_s", type=int, default=3600, show_default=True,
-                     help="Give up after this many seconds."),
+        click.option("--image", default=None, type=inputs.IMAGE, help="Container image (default: see docs/eks.md)."),
+        click.option("--namespace", default="default", show_default=True, type=inputs.NAMESPACE,
+                     help=NAMESPACE_HELP),
+        click.option("--name", default=None, type=inputs.JOB_NAME, help="Job name (default hpq-<test>)."),
+        click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=3600, show_default=True,
+                     help="Give up after this many seconds (1 to 604800)."),
         click.option("--keep", is_flag=True, help="Do not delete the job afterwards (for kubectl debugging)."),
-        click.option("--fsx-claim", default=None,
+        click.option("--fsx-claim", default=None, type=inputs.CLAIM_NAME,
                      help="Mount this PersistentVolumeClaim at /fsx (checked first: the claim and the FSx CSI driver)."),
-        click.option("--nccl-debug", default=None, metavar="LEVEL",
+        click.option("--nccl-debug", default=None, metavar="LEVEL", type=inputs.NCCL_DEBUG,
                      help="NCCL_DEBUG: VERSION, WARN, INFO, TRACE or 'off' (default: INFO for nccl-test)."),
         output_option,
-        aws_options,
+        aws_options(services=inputs.SERVICES_EKS),
     ]):
         func = opt(func)
     return func
@@ -175,16 +196,18 @@ def _finish(verdict: Any) -> None:
 
 
 @eks.command("nccl-test")
-@click.argument("cluster")
-@click.argument("nodes", type=int, default=2, required=False)
-@click.argument("gpus", type=int, default=None, required=False)
-@click.option("--mpirun", default=None, metavar="PATH",
+@click.argument("cluster", type=inputs.EKS_CLUSTER)
+@click.argument("nodes", type=inputs.NODES, default=2, required=False)
+@click.argument("gpus", type=inputs.GPUS, default=None, required=False)
+@click.option("--mpirun", default=None, metavar="PATH", type=inputs.IMAGE_PATH,
               help="Absolute path of mpirun in --image (default /opt/amazon/openmpi/bin/mpirun, AWS's images).")
 @run_options
 def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     """NCCL all-reduce (nccl-tests MPIJob; nccom-test on Trainium) on NODES nodes, judged against the catalog.
 
-    CLUSTER is the EKS cluster name (or the HyperPod cluster name). The
+    CLUSTER is the EKS cluster name (or the HyperPod cluster name). NODES is how
+    many nodes take part, one worker pod each (default 2); GPUS is how many GPUs
+    (Neuron devices on Trainium) each pod uses (default: all the node has). The
     kubeconfig is built in-process from the EKS API and an STS token; the
     identity needs an EKS access entry. The expected bus bandwidth is the
     catalog's figure for the instance type and NODES (one node: NVLink or
@@ -200,15 +223,21 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 
 
 @eks.command("nanogpt")
-@click.argument("cluster")
-@click.argument("nodes", type=int, default=2, required=False)
-@click.argument("gpus", type=int, default=None, required=False)
-@click.option("--program", type=click.Path(dir_okay=False), default=None,
+@click.argument("cluster", type=inputs.EKS_CLUSTER)
+@click.argument("nodes", type=inputs.NODES, default=2, required=False)
+@click.argument("gpus", type=inputs.GPUS, default=None, required=False)
+@click.option("--program", type=inputs.InputFile(text=True, max_bytes=PROGRAM_MAX_BYTES, what="program"), default=None,
               help="Training program to run (default: hpq's nanoGPT program from scripts/).")
-@click.option("--program-args", default="", help="Arguments for the training program.")
+@click.option("--program-args", default="", type=inputs.ShellWords(),
+              help="Arguments for the training program (split as a shell would).")
 @run_options
 def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     """Multi-node nanoGPT training (PyTorchJob + torchrun); PASS when the loss goes down.
+
+    CLUSTER is the EKS cluster name (or the HyperPod cluster name). NODES is how
+    many nodes train, one pod each (default 2); GPUS is how many GPUs (Neuron
+    devices on Trainium) each pod uses, one torchrun process per GPU (default:
+    all the node has).
 
     \b
     Examples:
@@ -223,11 +252,14 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 
 
 @eks.command("validate")
-@click.argument("cluster")
-@click.argument("nodes", type=int, default=2, required=False)
+@click.argument("cluster", type=inputs.EKS_CLUSTER)
+@click.argument("nodes", type=inputs.NODES, default=2, required=False)
 @run_options
 def validate(cluster: str, nodes: int, **kw: Any) -> None:
     """Per-node check: every GPU (nvidia-smi) or Neuron device (neuron-ls) and EFA device is visible.
+
+    CLUSTER is the EKS cluster name (or the HyperPod cluster name); NODES is how
+    many nodes to check, one pod each (default 2).
 
     \b
     Examples:

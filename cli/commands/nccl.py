@@ -6,6 +6,7 @@ import json
 
 import click
 
+from hpq.cli import inputs
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 
@@ -25,13 +26,14 @@ def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
 
 
 @click.command("nccl-env")
-@click.argument("instance_type")
+@click.argument("instance_type", type=inputs.INSTANCE_TYPE)
 @click.option("--efa/--no-efa", default=None,
               help="Pretend the node probe found (or did not find) EFA devices. Default: trust the catalog.")
 @click.option("--profile", type=click.Choice(transport.PROFILES), default="default", show_default=True,
               help="'legacy' adds NCCL_BUFFSIZE/NCCL_P2P_NET_CHUNKSIZE (AWS dropped them as neutral).")
-@click.option("--iface", default=None, help="Default-route interface for the TCP path (else ^docker,lo,veth).")
-@click.option("--format", "fmt", type=click.Choice(["sh", "json", "k8s"]), default="sh", show_default=True)
+@click.option("--iface", default=None, type=inputs.IFACE, help="Default-route interface for the TCP path (else ^docker,lo,veth).")
+@click.option("--format", "fmt", type=click.Choice(["sh", "json", "k8s"]), default="sh", show_default=True,
+              help="sh: export lines; json: an object; k8s: a container env: list.")
 def nccl_env(instance_type: str, efa: bool | None, profile: str, iface: str | None, fmt: str) -> None:
     """Print the EFA transport and NCCL environment a node of INSTANCE_TYPE gets.
 

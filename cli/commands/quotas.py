@@ -6,19 +6,22 @@ import sys
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 
 @click.command("check-quotas")
-@click.argument("instance_type")
-@click.argument("count", type=int)
-@aws_options
+@click.argument("instance_type", type=inputs.INSTANCE_TYPE)
+@click.argument("count", type=inputs.INSTANCE_COUNT)
+@aws_options(services=inputs.SERVICES_QUOTAS)
 @click.option("--orchestrator", type=click.Choice(["slurm", "eks"]), default="slurm", show_default=True,
               help="Slurm adds a controller node; EKS adds an EKS cluster.")
-@click.option("--controller-type", default="ml.m5.xlarge", show_default=True, help="Slurm controller instance type.")
-@click.option("--fsx-gib", default=1200, show_default=True, type=int, help="FSx for Lustre capacity the deploy creates.")
-@click.option("--ebs-gib", default=500, show_default=True, type=int, help="EBS volume per node.")
+@click.option("--controller-type", default="ml.m5.xlarge", show_default=True, type=inputs.CPU_TYPE,
+              help="Slurm controller instance type.")
+@click.option("--fsx-gib", default=1200, show_default=True, type=inputs.FSX_GIB,
+              help="FSx for Lustre capacity the deploy creates (0: none).")
+@click.option("--ebs-gib", default=500, show_default=True, type=inputs.EBS_GIB, help="EBS volume per node.")
 @output_option
 def check_quotas(instance_type: str, count: int, region: str | None, profile: str | None, orchestrator: str,
                  controller_type: str, fsx_gib: int, ebs_gib: int, output: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from hpq.cli import inputs
 from hpq.lifecycle import names
 
 RUN_EXAMPLES = """
@@ -75,9 +76,9 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 
 
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]")
+@click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
-@click.option("--instance-type", default=None, metavar="TYPE",
+@click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
               help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
@@ -85,9 +86,9 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.option("--node-env", "node_env", multiple=True, metavar="[NODE:]NAME=VALUE",
               help="Extra environment for OnCreate on every node (or on NODE only), e.g. an HPQ_* lifecycle "
                    "setting (repeatable).")
-@click.option("--nccl-args", default=None, metavar="ARGS",
+@click.option("--nccl-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nccl-test arguments after NODES (default: '-e 16M -n 5 -w 1', sized for 2 cores).")
-@click.option("--nanogpt-args", default=None, metavar="ARGS",
+@click.option("--nanogpt-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
                    "--ckpt-every 10 --log-every 5').")
 @click.option("--no-validate", is_flag=True,
@@ -96,17 +97,18 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
               help="Then run the pairwise sweep over SSH on the controller (run-nccl-test --sweep --output json, "
                    "pairs one at a time: the nodes share this machine's CPUs); the JSON gets a `sweep` object. "
                    "It must name exactly the --throttle'd workers (none without --throttle).")
-@click.option("--throttle", "throttles", multiple=True, metavar="INDEX=RATE",
+@click.option("--throttle", "throttles", multiple=True, metavar="INDEX=RATE", type=inputs.Text("--throttle"),
               help="With --sweep: before it runs, limit worker INDEX's link to RATE with tc (tbf) inside its "
                    "namespace. INDEX counts the workers from 0 in the order of the `nodes` list (0 is worker-1; "
                    "the controller and a login node are not counted); RATE as tc writes it, e.g. 30mbit "
                    "(repeatable, at most (workers-1)/2 of them, at least 3 workers).")
-@click.option("--sweep-args", default=None, metavar="ARGS",
+@click.option("--sweep-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nccl-test --sweep arguments after NODES (default: '--pairs-at-once 1 -n 20 -w 1 "
                    "--pair-timeout 60').")
-@click.option("--lifecycle-timeout", default=900.0, show_default=True, type=float, metavar="S",
+@click.option("--lifecycle-timeout", default=900.0, show_default=True, type=inputs.Seconds(1, 86400), metavar="S",
               help="Seconds every node's OnCreate may take.")
-@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
             nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
             sweep_args: str | None, lifecycle_timeout: float, output: str) -> None:
@@ -117,6 +119,12 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     none without --throttle); 1: a check failed (the node, step, cause and log are named);
     2: bad usage or a missing prerequisite. Everything it creates is removed at the end,
     also on failure and Ctrl-C, unless --keep.
+
+    \b
+    Examples:
+      sudo hpq rehearse run slurm-gpu --workers 3 --login
+      sudo hpq rehearse run eks-gpu --output json
+      sudo hpq rehearse run slurm-gpu --workers 4 --sweep --throttle 2=30mbit
     """
     from hpq.errors import UsageError
 
@@ -188,7 +196,8 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
 
 @rehearse.command("shell", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("node", required=False)
-@click.option("--run", "run_id", default=None, help="Which kept rehearsal (default: the only one).")
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which kept rehearsal (default: the only one).")
 def shell_cmd(node: str | None, run_id: str | None) -> None:
     """Open a root shell on NODE of a kept rehearsal (default: the controller).
 
@@ -213,7 +222,8 @@ def shell_cmd(node: str | None, run_id: str | None) -> None:
 
 
 @rehearse.command("down", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--run", "run_id", default=None, help="Which rehearsal (default: every one whose hpq has exited).")
+@click.option("--run", "run_id", default=None, type=inputs.Text("run id"),
+              help="Which rehearsal (default: every one whose hpq has exited).")
 def down_cmd(run_id: str | None) -> None:
     """Remove a kept (or abandoned) rehearsal: processes, mounts, namespaces, links, temp dirs.
 

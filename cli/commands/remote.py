@@ -7,22 +7,25 @@ from typing import Any
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
+from hpq.errors import UsageError
 
 
 def ssh_options(func: Any) -> Any:
-    func = click.option("--proxy-command", default=None, metavar="CMD",
+    func = click.option("--proxy-command", default=None, metavar="CMD", type=inputs.ShellWords("proxy command", False),
                         help="Use this ProxyCommand instead of SSM (e.g. 'ssh -W %h:%p bastion'); %h/%p expand "
                              "to --host/--port.")(func)
-    func = click.option("--host", default=None, help="Host name for --proxy-command (default: the SSM target).")(func)
-    func = click.option("--port", default=22, show_default=True, type=int, help="sshd port on the node.")(func)
+    func = click.option("--host", default=None, type=inputs.HOST, help="Host name for --proxy-command (default: the SSM target).")(func)
+    func = click.option("--port", default=22, show_default=True, type=inputs.PORT, help="sshd port on the node.")(func)
     func = click.option("--known-hosts", default="~/.ssh/hpq_known_hosts", show_default=True,
+                        type=inputs.WritableFile("known hosts"),
                         help="Host keys, pinned on first use.")(func)
-    func = click.option("--key", "key", default=None, metavar="PATH",
+    func = click.option("--key", "key", default=None, metavar="PATH", type=inputs.InputFile(what="key"),
                         help="Private key (default: ssh-agent, then ~/.ssh/id_*).")(func)
-    func = click.option("--user", default="ubuntu", show_default=True, help="Remote user.")(func)
-    func = click.option("--node", default=None, metavar="INSTANCE_ID|INDEX", help="Node in the group (default: first).")(func)
-    func = click.option("--group", default=None, help="Instance group (default: the Slurm controller group).")(func)
+    func = click.option("--user", default="ubuntu", show_default=True, type=inputs.USER, help="Remote user.")(func)
+    func = click.option("--node", default=None, metavar="INSTANCE_ID|INDEX", type=inputs.NODE, help="Node in the group (default: first).")(func)
+    func = click.option("--group", default=None, type=inputs.INSTANCE_GROUP, help="Instance group (default: the Slurm controller group).")(func)
     return func
 
 
@@ -34,6 +37,8 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
     from hpq.cli.aws import ssh as aws_ssh
     from hpq.cli.aws.session import client, make_session
 
+    if host and not proxy_command:
+        raise UsageError("--host is only used with --proxy-command (without it, hpq reaches the node through SSM)")
     cl = None
     if proxy_command and host:
         name = host
@@ -50,9 +55,9 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
 
 
 @click.command("remote", context_settings={"ignore_unknown_options": True})
-@click.argument("cluster")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@aws_options
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=inputs.non_empty_command)
+@aws_options(services=inputs.SERVICES_NODES)
 @ssh_options
 @click.option("--no-login", is_flag=True, help="Do not wrap the command in a login shell (bash -lc).")
 def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: str | None, group: str | None,
@@ -111,17 +116,20 @@ def worker_instance_type(cl: Any) -> str | None:
 
 
 @click.command("remote-nccl-test")
-@click.argument("cluster")
-@click.argument("nodes", required=False, type=int)
-@click.argument("gpus", required=False, type=int)
-@aws_options
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
+@click.argument("nodes", required=False, type=inputs.NODES)
+@click.argument("gpus", required=False, type=inputs.GPUS)
+@aws_options(services=inputs.SERVICES_NODES)
 @ssh_options
-@click.option("--instance-type", default=None, help="Judge against this type (default: the cluster's worker type).")
+@click.option("--instance-type", default=None, type=inputs.ACCELERATED_TYPE,
+              help="Judge against this type (default: the cluster's worker type).")
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
               help="Judge the bandwidth against the catalog (default), not at all (none), or your own figure in "
                    "GB/s; passed to run-nccl-test too.")
-@click.option("--extra", default="", help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
-@click.option("--runner", default="run-nccl-test", show_default=True, help="The remote command to run.")
+@click.option("--extra", default="", type=inputs.ShellWords(),
+              help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
+@click.option("--runner", default="run-nccl-test", show_default=True, type=inputs.ShellWords("runner", False),
+              help="The remote command to run.")
 @click.option("--sweep", is_flag=True,
               help="Pairwise sweep (run-nccl-test --sweep): two nodes at a time, name the slow node. NODES "
                    "defaults to every idle node.")
@@ -153,6 +161,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     from hpq.errors import UsageError
     from hpq.scripts import nccl_report
 
+    if sweep and nodes is not None and nodes < 2:
+        raise UsageError("--sweep measures pairs of nodes: NODES must be at least 2 (or left out: every idle node)")
     wanted = nccl_report.parse_expect(expect) if expect is not None else None
     if sweep and wanted is not None:
         raise UsageError("--expect judges a single run; --sweep compares the nodes with each other")

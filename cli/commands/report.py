@@ -7,43 +7,53 @@ import sys
 
 import click
 
+from hpq.cli import inputs
+from hpq.errors import UsageError
+
 
 @click.command("nccl-report")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--instance-type", "-i", default=None,
+@click.argument("file", type=inputs.InputFile(allow_dash=True))
+@click.option("--instance-type", "-i", default=None, type=inputs.INSTANCE_TYPE,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
-@click.option("--nodes", "-n", type=click.IntRange(min=1), default=None,
+@click.option("--nodes", "-n", type=inputs.NODES, default=None,
               help="Nodes the run used, when the log has no nccl-tests rank lines (they win when present).")
 @click.option("--expect", default="catalog", show_default=True, metavar="catalog|none|GBPS",
               help="What the peak is judged against: the catalog's figure for --instance-type and the node count, "
                    "none (bandwidth reported, not judged; still fails on #wrong or a cut-off log), or your own "
                    "figure in GB/s (pass at 70%, 80% on one node).")
-@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
 def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect: str, output: str) -> int:
     """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
 
     Reads nccl-tests (all_reduce_perf ...), hpq's built-in benchmark and Neuron
-    nccom-test output. The expected bus bandwidth depends on the instance type
-    and the node count: one node runs over NVLink/NeuronLink, several nodes are
-    bound by the network. The node count is read from nccl-tests' rank lines
-    ("#  Rank 0 Group 0 Pid ... on HOST device ..."), else from --nodes.
-    Exit 0: meets the expectation (or none is known); 1: below expectation or
-    any #wrong; 2: unreadable input or a bad option. --expect none reports the
-    bandwidth without judging it (then a log cut off before its summary fails);
-    --expect GBPS judges against your own baseline instead of the catalog.
+    nccom-test output; FILE must be a regular file (or '-'). The expected bus
+    bandwidth depends on the instance type and the node count: one node runs over
+    NVLink/NeuronLink, several nodes are bound by the network. The node count is
+    read from nccl-tests' rank lines ("#  Rank 0 Group 0 Pid ... on HOST device
+    ..."), else from --nodes. Exit 0: meets the expectation (or none is known);
+    1: below expectation, any #wrong, or a log cut off before its summary line;
+    2: unreadable input or a bad option. --expect none reports the bandwidth
+    without judging it; --expect GBPS judges against your own baseline instead
+    of the catalog.
 
     \b
     Examples:
-      hpq nccl-report /fsx/hpq-results/nccl-test-42.log -i ml.p5.48xlarge
+      hpq nccl-report nccl-test.log -i ml.p5.48xlarge
       hpq nccl-report nccom.log -i trn1.32xlarge --nodes 2
-      hpq nccl-report run.log --output json | jq .peak_busbw_gbps
-      hpq nccl-report run.log --expect 350          your own baseline, GB/s
-      hpq nccl-report run.log --expect none         completion and #wrong only
-      srun ... all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+      hpq nccl-report nccl-test.log --output json | jq .peak_busbw_gbps
+      hpq nccl-report nccl-test.log --expect 350          your own baseline, GB/s
+      hpq nccl-report nccl-test.log --expect none         completion and #wrong only
+      srun -N 2 --ntasks-per-node 8 all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+
+    nccl-test.log and nccom.log stand for your saved logs (run-nccl-test keeps them
+    in /fsx/hpq-results/ on the cluster).
     """
     from hpq.scripts import nccl_report as rep
 
     wanted = rep.parse_expect(expect)  # a bad value is a usage error before the file is read
+    if file == "-" and sys.stdin.isatty():
+        raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
     if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log
         report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     else:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
@@ -37,10 +38,10 @@ def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
 
 
 @click.command("status")
-@click.argument("stack")
+@click.argument("stack", type=inputs.STACK)
 @aws_options
 @click.option("--follow", is_flag=True, help="If an operation is in progress, follow it to the end.")
-@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
 @output_option
 def status(stack: str, region: str | None, profile: str | None, follow: bool, poll_seconds: float, output: str) -> None:
     """Show STACK's state, nested stacks and outputs; --follow waits for a running operation.
@@ -115,13 +116,13 @@ def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: b
 
 
 @click.command("destroy")
-@click.argument("stack")
+@click.argument("stack", type=inputs.STACK)
 @aws_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--empty-buckets", is_flag=True,
               help="Delete every object version in the stack's S3 buckets first (a versioned bucket blocks deletion).")
 @click.option("--no-wait", is_flag=True, help="Start the deletion and return.")
-@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=float)
+@click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
 @output_option
 def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empty_buckets: bool, no_wait: bool,
             poll_seconds: float, output: str) -> None:
@@ -136,11 +137,11 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
     from hpq.cli.aws import stacks as aws_stacks
     from hpq.cli.aws.session import client, make_session
 
+    if not yes and not sys.stdin.isatty():  # known before any AWS call
+        raise UsageError(f"refusing to delete {stack} without confirmation: pass --yes")
     session = make_session(region, profile)
     info = aws_stacks.describe(client(session, "cloudformation"), stack)
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to delete {info.name} without confirmation: pass --yes")
         click.confirm(f"Delete stack {info.name} ({info.status}) and everything in it?", abort=True, err=True)
     result = destroy_stack(session, stack, empty_buckets, not no_wait, poll_seconds)
     if output == "json":
@@ -152,7 +153,7 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
 
 
 @click.command("stack-errors")
-@click.argument("stack")
+@click.argument("stack", type=inputs.STACK)
 @aws_options
 @click.option("--all", "all_history", is_flag=True, help="Look at the whole history, not just the latest operation.")
 @output_option

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from hpq.cfn.lint import DEFAULT_REGIONS
+from hpq.cli import inputs
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle.names import VARIANTS
 
@@ -43,13 +44,15 @@ def _last_dir() -> Path:
 
 
 @click.command("synth")
-@click.argument("variant", required=False, metavar="[VARIANT]")
+@click.argument("variant", required=False, metavar="[VARIANT]", type=inputs.VARIANT)
 @click.option("--all", "all_", is_flag=True, help="Render all four variants.")
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False), default=DEFAULT_OUT, show_default=True,
-              help="Output folder; each variant goes to OUT/<variant>/.")
-@click.option("--size", default="small", show_default=True, help="Size preset: small, medium or large.")
-@click.option("--param", "params", multiple=True, metavar="K=V",
-              help="Set a root parameter's default (repeatable), e.g. WorkerInstanceType=ml.p5.48xlarge.")
+@click.option("-o", "--out", "out", type=inputs.OutputDir(), default=DEFAULT_OUT, show_default=True,
+              help="Output folder; each variant goes to OUT/<variant>/ (only files hpq wrote there are replaced).")
+@click.option("--size", default="small", show_default=True, type=inputs.SIZE,
+              help="Size preset: small, medium or large.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
+              callback=inputs.unique_keys,
+              help="Set a root parameter's default (repeatable, each KEY once), e.g. WorkerInstanceType=ml.p5.48xlarge.")
 def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[str, ...]) -> None:
     """Render CloudFormation for VARIANT (slurm-gpu, slurm-trn, eks-gpu, eks-trn) or --all.
 
@@ -73,6 +76,11 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
     # Render (and so validate) everything before writing anything.
     rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
     out_dir = Path(out)
+    for name, files in rendered.items():  # every target checked before the first write: all or nothing
+        for path in [out_dir / name] + [out_dir / name / f for f in (*files, cfn_synth.MANIFEST_FILE)]:
+            is_dir_target = path == out_dir / name
+            if path.exists() and not (path.is_dir() if is_dir_target else path.is_file()):
+                raise UsageError(f"{path} is in the way: it exists and is not a {'folder' if is_dir_target else 'file'}")
     total = 0
     for name, files in rendered.items():
         try:
@@ -87,8 +95,8 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
 
 
 @click.command("lint")
-@click.argument("directory", required=False, type=click.Path(file_okay=False))
-@click.option("--region", "regions", multiple=True, default=DEFAULT_REGIONS, show_default=True,
+@click.argument("directory", required=False, type=inputs.ExistingDir())
+@click.option("--region", "regions", multiple=True, default=DEFAULT_REGIONS, show_default=True, type=inputs.REGION,
               help="Region(s) whose resource schemas cfn-lint checks against (repeatable).")
 def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     """Run cfn-lint over every *.json under DIRECTORY (default: the last synth folder, else ./out).

@@ -138,7 +138,10 @@ class Runner:
                 if exc.status != 409:
                     raise
                 self.echo(f"{obj['kind']} {meta['name']} is left over from an earlier run: replacing it")
-                self.client.delete(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+                # Foreground: the old object stays until its pods are gone, so the new pods cannot meet
+                # old ones of the same name.
+                self.client.delete(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"],
+                                   propagation="Foreground")
                 self._wait_gone(obj)
                 self.client.create(obj)
             self.created.append(obj)
@@ -202,8 +205,16 @@ class Runner:
         if self.elapsed() > self.timeout_s:
             raise RunTimeout
 
-    def wait_log_pod(self) -> tuple[dict[str, Any] | None, str | None, str]:
-        """Poll until the result pod can give logs, or the job ends first: (pod, state, message)."""
+    def attempt(self, pod: dict[str, Any]) -> tuple[str, int]:
+        """(pod, restart count of the log container): a container restarted in its pod is a new attempt."""
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if self.plan.log_container in (None, cs.get("name")):
+                return _name(pod), int(cs.get("restartCount") or 0)
+        return _name(pod), 0
+
+    def wait_log_pod(self, followed: set[tuple[str, int]] | None = None
+                     ) -> tuple[dict[str, Any] | None, str | None, str]:
+        """Poll until a result pod attempt not yet followed can give logs, or the job ends: (pod, state, message)."""
         while True:
             self._deadline_check()
             state, message = job_state(self._job())
@@ -213,7 +224,8 @@ class Runner:
                 return None, state, message
             if self.plan.follow:
                 pod = _newest(_selected(pods, self.plan.log_selector))  # the log pods are job pods too
-                if pod and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                if (pod and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                        and self.attempt(pod) not in (followed or set())):
                     return pod, None, ""
             self.sleep(self.poll_s)
 
@@ -235,22 +247,33 @@ class Runner:
         pods_seen: list[str] = []
         try:
             pod, state, message = self.wait_log_pod()
-            followed = set()
-            while pod is not None and _name(pod) not in followed:
-                followed.add(_name(pod))
-                pods_seen.append(_name(pod))
-                self.echo(f"--- log of {_name(pod)} ---")
+            followed: set[tuple[str, int]] = set()
+            while pod is not None:
+                attempt, this_run = self.attempt(pod), []
+                if _name(pod) not in pods_seen:
+                    pods_seen.append(_name(pod))
+                self.echo(f"--- log of {_name(pod)}" + (f" (restart {attempt[1]})" if attempt[1] else "") + " ---")
                 try:
                     for line in self.client.follow_log(self.plan.namespace, _name(pod), self.plan.log_container):
                         self.echo(line)
-                        lines.append(line)
+                        this_run.append(line)
+                    followed.add(attempt)
                 except (OSError, http.client.HTTPException) as exc:  # quiet too long, or the stream broke
+                    followed.add(attempt)
                     self.echo(f"(log stream ended: {exc or type(exc).__name__}; waiting for the job instead)")
+                except KubeError as exc:  # 400: the container is between runs (restarting); try again
+                    if exc.status != 400:
+                        raise
+                    self.echo(f"(no log yet: {exc}; waiting)")
+                    self.sleep(self.poll_s)
+                if this_run:
+                    lines = this_run  # judge the latest run: a launcher that failed once, then passed, passed
                 state, message = job_state(self._job())
                 if state:
                     break
-                # The launcher may be retried (backoffLimit): follow the new pod, if any, once.
-                pod = _newest(self.client.list_pods(self.plan.namespace, self.plan.log_selector))
+                # The launcher container may run again (restartPolicy OnFailure, backoffLimit) in its pod or
+                # in a new pod: follow that run too.
+                pod, state, message = self.wait_log_pod(followed)
             if state is None:
                 state, message = self.wait_done()
             if self.plan.follow and not pods_seen:

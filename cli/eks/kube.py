@@ -200,11 +200,18 @@ class KubeClient:
                 return None
             raise
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
-        """Delete with background propagation (pods go with their job); False if it was already gone."""
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str,
+               propagation: str = "Background") -> bool:
+        """Delete the object and its pods; False if it was already gone.
+
+        The propagation policy is always said: without one a batch/v1 Job orphans its pods (the API's
+        default for that kind, kept for backward compatibility). Background returns at once and the
+        garbage collector removes the pods; Foreground keeps the object until its pods are gone, which
+        is what a caller that re-creates the same names must wait for.
+        """
         try:
             self.request("DELETE", self.path_for(api_version, kind, namespace, name),
-                         body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+                         body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
             return True
         except KubeError as exc:
             if exc.status == 404:
@@ -227,7 +234,18 @@ class KubeClient:
         """Lines of a running container's log as they are written, until the container ends."""
         resp = self._open("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
                           {"container": container, "follow": "true"}, timeout=idle_timeout)
+        # read1, not line iteration: iterating a chunked response ends quietly when the connection drops
+        # mid-stream (http.client's peek swallows the IncompleteRead), which would look like the end of the
+        # log. read1 raises it, so the caller knows the stream broke and the container may still run.
         with resp:
-            for raw in resp:
-                yield raw.decode(errors="replace").rstrip("\n")
+            pending = b""
+            while True:
+                data = resp.read1(65536)
+                if not data:
+                    break
+                *whole, pending = (pending + data).split(b"\n")
+                for raw in whole:
+                    yield raw.decode(errors="replace")
+            if pending:
+                yield pending.decode(errors="replace")
 

@@ -325,6 +325,10 @@ class Realizer:
             return f"arn:aws:logs:{self.region}:{plan_mod.ACCOUNT}:log-group:{phys}:*"
         if rtype == "AWS::EC2::SecurityGroup" and attr == "GroupId":
             return phys
+        if rtype == "AWS::KMS::Key" and attr in ("Arn", "KeyId"):
+            # Ref is the key id; the ARN's documented form (moto's DescribeKey cannot read a policy its own
+            # CloudFormation stored as an object, so it is built here as for S3 and Logs).
+            return f"arn:aws:kms:{self.region}:{plan_mod.ACCOUNT}:key/{phys}" if attr == "Arn" else phys
         raise cfn_eval.EvalError(f"{fname}: GetAtt {logical}.{attr} ({rtype}) is not known to the rehearsal")
 
     def realize(self, fname: str, logical: str) -> dict[str, Any]:

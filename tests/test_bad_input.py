@@ -1,0 +1,169 @@
+"""Every row of docs/bad-input.md, run through the real ``hpq`` entry point in a subprocess.
+
+The doc is the single source: each table row is one test case. A row must exit with its code
+(2), print exactly its one stderr line and nothing that looks like a traceback, leave the working
+folder and $HOME untouched, and finish within a few seconds. AWS is a closed port on 127.0.0.1,
+so a check that was skipped reaches "AWS" and fails with exit 1 instead of 2.
+``HPQ_UPDATE_GOLDEN=1`` rewrites the stderr column from what hpq prints now (review the diff).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hpq.tests.support import free_port
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
+UPDATE = os.environ.get("HPQ_UPDATE_GOLDEN") == "1"
+TIME_LIMIT_S = 8.0  # "a few seconds": a cold python + botocore import takes ~0.5 s here
+_ROW_RE = re.compile(r"^\|\s*(\d+)\s*\|")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+@dataclass
+class Row:
+    number: int
+    command: str
+    exit_code: int
+    stderr: str
+    line_index: int
+
+
+def _unspan(cell: str) -> str:
+    """The text of a markdown code span cell (`x` or `` x ``), with escaped pipes restored."""
+    cell = cell.strip()
+    for fence in ("``", "`"):
+        if cell.startswith(fence) and cell.endswith(fence) and len(cell) >= 2 * len(fence):
+            cell = cell[len(fence):-len(fence)]
+            if fence == "``":
+                cell = cell[1:-1] if cell.startswith(" ") and cell.endswith(" ") else cell
+            break
+    return cell.replace("\\|", "|")
+
+
+def _span(text: str) -> str:
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def load_rows() -> list[Row]:
+    rows = []
+    for index, line in enumerate(DOC.read_text(encoding="utf-8").splitlines()):
+        if not _ROW_RE.match(line):
+            continue
+        cells = [c.strip() for c in _CELL_SPLIT.split(line)[1:-1]]
+        number, command, code, stderr = cells
+        rows.append(Row(int(number), _unspan(command), int(code), _unspan(stderr) if stderr else "", index))
+    return rows
+
+
+ROWS = load_rows()
+
+# Files a row may name; each is created only for the rows that name it.
+FIXTURES = {
+    "binary.dat": lambda p: p.write_bytes(bytes(range(128, 256)) * 2),
+    "fifo": lambda p: os.mkfifo(p),
+    "folder": lambda p: p.mkdir(),
+    "empty.log": lambda p: p.write_bytes(b""),
+    "big.py": lambda p: p.write_text("# filler\n" * 233_017),
+    "my train.py": lambda p: p.write_text("print('training')\n"),
+    "key.pem": lambda p: p.write_text("not really a key\n"),
+    "blocked": lambda p: (p / "eks-trn" / "root.json").mkdir(parents=True),
+}
+
+
+def split_command(command: str) -> tuple[dict[str, str], list[str]]:
+    """``NAME=value ... hpq ARGS`` -> (environment additions, ARGS)."""
+    words = shlex.split(command)
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    assert words and words[0] == "hpq", f"a row's command starts with hpq: {command!r}"
+    return env, words[1:]
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under the roots with its mode, size and modification time."""
+    out = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = Path(dirpath, name)
+                st = path.lstat()
+                out[str(path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def base_env(home: Path, endpoint: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWS_") and k not in ("HPQ_STATE_DIR", "XDG_CACHE_HOME", "HPQ_DEBUG")}
+    env.update(
+        HOME=str(home),
+        AWS_ACCESS_KEY_ID="AKIAIOSFODNN7EXAMPLE",
+        AWS_SECRET_ACCESS_KEY="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        AWS_CONFIG_FILE=str(home / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(home / "no-aws-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_MAX_ATTEMPTS="1",
+        AWS_ENDPOINT_URL=endpoint,
+    )
+    return env
+
+
+def run_row(row: Row, tmp_path: Path) -> tuple[subprocess.CompletedProcess, float, dict, dict]:
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    extra, args = split_command(row.command)
+    for name, make in FIXTURES.items():
+        if name in args or name in extra.values():
+            make(work / name)
+    env = base_env(home, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    env.update(extra)
+    before = snapshot(work, home)
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "hpq", *args], cwd=work, env=env, capture_output=True,
+                         text=True, timeout=30, stdin=subprocess.DEVNULL)
+    return res, time.monotonic() - start, before, snapshot(work, home)
+
+
+def test_the_table_has_enough_rows():
+    numbers = [r.number for r in ROWS]
+    assert len(ROWS) >= 60
+    assert numbers == list(range(1, len(ROWS) + 1)), "rows are numbered 1..N in order"
+    assert len({r.command for r in ROWS}) == len(ROWS), "no two rows run the same command"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"row{r.number}" for r in ROWS])
+def test_bad_input_row(row: Row, tmp_path: Path):
+    res, elapsed, before, after = run_row(row, tmp_path)
+    lines = res.stderr.splitlines()
+    if UPDATE:
+        _record(row, lines[0] if len(lines) == 1 else res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == row.exit_code, f"exit {res.returncode}: {res.stderr}"
+    assert len(lines) == 1, f"expected one stderr line, got: {res.stderr!r}"
+    assert lines[0].startswith("hpq: error: ")
+    assert lines[0] == row.stderr, "docs/bad-input.md says something else (HPQ_UPDATE_GOLDEN=1 to rewrite)"
+    assert res.stdout == "", "nothing on stdout for bad input"
+    assert after == before, "bad input must not write, change or remove anything"
+    assert elapsed < TIME_LIMIT_S, f"took {elapsed:.1f}s"
+
+
+def _record(row: Row, message: str) -> None:
+    """Rewrite one row's stderr cell in the doc (update mode only)."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    cells = _CELL_SPLIT.split(lines[row.line_index])
+    cells[4] = f" {_span(message)} "
+    lines[row.line_index] = "|".join(cells)
+    DOC.write_text("\n".join(lines) + "\n", encoding="utf-8")
