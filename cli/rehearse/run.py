@@ -624,11 +624,10 @@ class Rehearsal:
 def default_worker_type(variant: str, workers: int = 2) -> str:
     """The variant's worker type with the lowest bus-bandwidth expectation for ``workers`` nodes.
 
-    A veth bridge on one machine says nothing about an instance's network, so by default the NCCL
-    verdict is held to the least the catalog expects (none for Trainium; ml.g5.xlarge's figure,
-    derived from its 10 Gbps network, for GPU variants), which gloo over the bridge reaches on a
-    2-core machine. With --instance-type the rehearsal takes that type's settings and its verdict
-    compares the bridge's numbers with that type's figure (docs/rehearse.md).
+    The rehearsal's NCCL run is judged with --expect none (a veth bridge says nothing about an
+    instance's network), so the type only sets what the nodes are (IMDS type, transport, NCCL
+    environment, GPU count); the least demanding one (ml.g5.xlarge for GPU variants) is the
+    default, and --instance-type picks another (docs/rehearse.md).
     """
     from hpq.cfn.variants import VARIANTS
     from hpq.lifecycle import catalog
