@@ -323,12 +323,13 @@ def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args
 
 
 def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],
-              nodes: Optional[int] = None) -> int:
+              nodes: Optional[int] = None, expect: Optional[object] = None) -> int:
     """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
 
     One ending for run-nccl-test and run-nccom-test: a run without result rows, with wrong
     elements, short of the catalog's figure for its node count (the log's rank lines, else
-    ``nodes``), or whose program exited non-zero is a failure (1).
+    ``nodes``; ``expect`` as ``nccl_report.evaluate`` takes it), or whose program exited non-zero
+    is a failure (1).
     """
     base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
     with open(log_path, errors="replace") as fh:
@@ -341,9 +342,9 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         code = 1
     else:
         try:
-            verdict = nccl_report.evaluate(report, instance_type, nodes)
+            verdict = nccl_report.evaluate(report, instance_type, nodes, expect)  # type: ignore[arg-type]
         except nccl_report.ReportError as exc:  # a type the catalog does not know: judge without expectation
-            verdict = nccl_report.evaluate(report, None, nodes)
+            verdict = nccl_report.evaluate(report, None, nodes, expect)  # type: ignore[arg-type]
             verdict.message += " (%s)" % exc
         result.update(nccl_report.report_to_dict(report, verdict))
         message, code = verdict.message, verdict.exit_code

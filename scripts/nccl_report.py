@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from hpq.errors import UsageError
 
@@ -45,6 +45,13 @@ OLD_ERROR_TOLERANCE = 1e-3
 PEAK_MIN_BYTES = 128 * 1024 * 1024
 
 NOT_CHECKED = "results were not checked (#wrong N/A): run with -c 1 to verify data"
+
+# What the bandwidth is judged against (``--expect``): the catalog's figure for the instance type and
+# node count (the default), nothing (``none``: bandwidth reported, not judged; the run must still be
+# complete, clean and free of wrong elements), or a figure of the user's own (a baseline measured on
+# a healthy cluster, GB/s of bus bandwidth), held to the same pass fraction as a catalog figure.
+EXPECT_CATALOG = "catalog"
+EXPECT_NONE = "none"
 
 _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"}
 # The value may be glued to its unit (nccom-test: "43.6901GB/s") or be "-nan" (nccl-tests' %g).
@@ -144,6 +151,8 @@ class Verdict:
     expected_nodes: Optional[int] = None  # the node count the expected figure was published for
     expected_source: Optional[str] = None
     pass_fraction: Optional[float] = None
+    expect: str = EXPECT_CATALOG  # what the bandwidth was judged against: catalog, none, or the user's GB/s
+    bandwidth_judged: bool = False  # False: no figure (none known, or --expect none); the bandwidth is reported only
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -431,6 +440,33 @@ def _shortfall_advice(entry, peak: float, expected: float, nodes: Optional[int],
             "NCCL_DEBUG=INFO for the transport chosen. " + _efa_checks(entry))
 
 
+Expect = Union[str, float]
+
+
+def parse_expect(text: Union[str, float, None]) -> Expect:
+    """``--expect``'s value: ``catalog`` (also for None), ``none``, or a positive GB/s figure."""
+    if text is None:
+        return EXPECT_CATALOG
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        word = str(text).strip().lower()
+        if word in (EXPECT_CATALOG, EXPECT_NONE):
+            return word
+        try:
+            value = float(word[:-len("gb/s")] if word.endswith("gb/s") else word)
+        except ValueError:
+            raise ReportError("--expect %r: use 'catalog', 'none' or a bus bandwidth in GB/s (e.g. 350)"
+                              % text) from None
+    if not math.isfinite(value) or value <= 0:
+        raise ReportError("--expect %r: the expected bus bandwidth must be a positive number of GB/s" % text)
+    return value
+
+
+def expect_label(expect: Expect) -> str:
+    return expect if isinstance(expect, str) else "%g" % expect
+
+
 def _run_nodes(report: NcclReport, nodes: Optional[int]) -> Tuple[Optional[int], str, List[str]]:
     """(node count, where it came from, notes): the log's rank lines win over the caller's count."""
     notes: List[str] = []
@@ -444,15 +480,21 @@ def _run_nodes(report: NcclReport, nodes: Optional[int]) -> Tuple[Optional[int],
     return None, "unknown", notes
 
 
-def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None) -> Verdict:
+def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None,
+             expect: Union[str, float, None] = None) -> Verdict:
     """Judge a result: exit 1 on any wrong element or a peak under the pass fraction of its expectation.
 
-    The expectation is the catalog's figure for ``instance_type`` and the run's node count: the
-    distinct hosts of the log's rank lines, else ``nodes`` (``--nodes``, or what the launcher
-    started). With neither, the lowest figure of any node count is used, and the message says so.
+    The expectation (``expect`` ``catalog``, the default) is the catalog's figure for
+    ``instance_type`` and the run's node count: the distinct hosts of the log's rank lines, else
+    ``nodes`` (``--nodes``, or what the launcher started). With neither, the lowest figure of any
+    node count is used, and the message says so. ``expect`` ``none`` reports the bandwidth without
+    judging it; a number is the user's own figure in GB/s, held to the same pass fraction. Only
+    an explicit ``expect`` changes the judgement: nothing is skipped because of the producer or
+    the transport (gloo on a real cluster is judged like anything else).
     """
     from hpq.lifecycle import catalog  # local: keeps parse_text importable with no catalog
 
+    expect = parse_expect(expect)
     entry = None
     if instance_type:
         try:
@@ -463,11 +505,14 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         raise ReportError("the node count must be at least 1, got %d" % nodes)
     run_nodes, nodes_from, node_notes = _run_nodes(report, nodes)
     figure = None
-    if entry is not None:
+    if entry is not None and expect == EXPECT_CATALOG:
         figure = (catalog.expected_busbw(entry.name, run_nodes) if run_nodes
                   else catalog.lowest_busbw(entry.name))
+    elif isinstance(expect, float):
+        figure = catalog.Busbw(expect, run_nodes or 0, "--expect %g: your own figure" % expect)
     expected = figure.gbps if figure else None
-    fraction_needed = (PASS_FRACTION if figure and figure.nodes == 1 else PASS_FRACTION_SEVERAL_NODES)
+    one_node = run_nodes == 1 if isinstance(expect, float) else bool(figure and figure.nodes == 1)
+    fraction_needed = PASS_FRACTION if one_node else PASS_FRACTION_SEVERAL_NODES
     parts: List[str] = []
     ok = True
     if report.wrong_total:
@@ -483,7 +528,10 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     where = ("" if run_nodes is None else " on %d node%s" % (run_nodes, "" if run_nodes == 1 else "s"))
     peak_txt = "peak bus bandwidth %.2f GB/s at %s%s" % (report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes),
                                                          where)
-    if figure is None:
+    if expect == EXPECT_NONE:
+        parts.insert(0, "%s, reported, not judged (--expect none): the run is judged on completing cleanly "
+                        "with no wrong elements." % peak_txt)
+    elif figure is None:
         if entry is None:
             why = "no instance type given"
         else:
@@ -491,14 +539,17 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         parts.insert(0, "%s; %s, so no bandwidth expectation to compare with." % (peak_txt, why))
     else:
         fraction = report.peak_busbw_gbps / expected
-        basis = "%g GB/s %s for %d x %s" % (expected, "derived" if figure.derived else "published", figure.nodes,
-                                           entry.name)
-        if run_nodes is None:
-            basis += (" (node count unknown: no rank lines in the log and no --nodes, so the lowest figure "
-                      "of any node count is used)")
-        elif run_nodes > figure.nodes and figure.nodes > 1:
-            basis += " (the largest node count published; this run had %d)" % run_nodes
-        basis += " [%s]" % figure.source
+        if entry is None or isinstance(expect, float):
+            basis = "%g GB/s you expect (--expect)" % expected
+        else:
+            basis = "%g GB/s %s for %d x %s" % (expected, "derived" if figure.derived else "published", figure.nodes,
+                                               entry.name)
+            if run_nodes is None:
+                basis += (" (node count unknown: no rank lines in the log and no --nodes, so the lowest figure "
+                          "of any node count is used)")
+            elif run_nodes > figure.nodes and figure.nodes > 1:
+                basis += " (the largest node count published; this run had %d)" % run_nodes
+            basis += " [%s]" % figure.source
         if fraction >= fraction_needed:
             parts.insert(0, "%s: %.0f%% of the %s; pass at %.0f%%." % (
                 peak_txt, fraction * 100, basis, fraction_needed * 100))
@@ -509,8 +560,9 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
             if report.max_size_bytes < PEAK_MIN_BYTES:
                 msg += ("The largest message was %s; bandwidth peaks only at 128 MB and above: rerun with "
                         "-e 16G. " % _fmt_size(report.max_size_bytes))
-            parts.insert(0, msg + _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes,
-                                                    report.network))
+            if entry is not None:
+                msg += _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes, report.network)
+            parts.insert(0, msg.rstrip())
     for note in node_notes:
         parts.append("Note: %s." % note)
     if report.truncated:  # an incomplete log is never a pass, whatever its rows show
@@ -525,12 +577,14 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
                    fraction=fraction, nodes=run_nodes, nodes_from=nodes_from,
                    expected_nodes=figure.nodes if figure else None,
                    expected_source=figure.source if figure else None,
-                   pass_fraction=fraction_needed if figure else None)
+                   pass_fraction=fraction_needed if figure else None,
+                   expect=expect_label(expect), bandwidth_judged=figure is not None)
 
 
-def judge_rows(rows: Sequence[Row], instance_type: Optional[str], nodes: Optional[int]) -> Verdict:
+def judge_rows(rows: Sequence[Row], instance_type: Optional[str], nodes: Optional[int],
+               expect: Union[str, float, None] = None) -> Verdict:
     """Verdict for one run's result rows on ``nodes`` nodes (e.g. one pair of a pairwise sweep)."""
-    return evaluate(report_from_rows(rows), instance_type, nodes)
+    return evaluate(report_from_rows(rows), instance_type, nodes, expect)
 
 
 def report_to_dict(report: NcclReport, verdict: Optional[Verdict] = None) -> Dict[str, object]:
@@ -558,7 +612,8 @@ def report_to_dict(report: NcclReport, verdict: Optional[Verdict] = None) -> Dic
             "instance_type": verdict.instance_type, "expected_busbw_gbps": verdict.expected_busbw_gbps,
             "fraction_of_expected": verdict.fraction, "pass_fraction": verdict.pass_fraction,
             "nodes": verdict.nodes, "nodes_from": verdict.nodes_from, "expected_for_nodes": verdict.expected_nodes,
-            "expected_source": verdict.expected_source,
+            "expected_source": verdict.expected_source, "expect": verdict.expect,
+            "bandwidth_judged": verdict.bandwidth_judged,
         }
     return out
 

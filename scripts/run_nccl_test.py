@@ -9,8 +9,8 @@ hpq's built-in torch.distributed benchmark with srun, one task per GPU. The outp
 parsed by the same code as ``hpq nccl-report``; the log and a JSON result land in
 /fsx/hpq-results when FSx is mounted, else ~/hpq-results.
 
-Exit 0: result meets the catalog's expectation (or none is known); 1: short, wrong
-elements, or the run failed; 2: bad arguments.
+Exit 0: result meets the catalog's expectation (or none is known; ``--expect`` names another
+figure, or none); 1: short, wrong elements, or the run failed; 2: bad arguments.
 
 ``--sweep`` measures two nodes at a time instead (hpq.scripts.sweep, hpq.scripts.nccl_sweep)
 and names the node that is slower than the rest: exit 0 none, 1 slow node(s) or failed pairs.
@@ -28,7 +28,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, TextIO, Tuple
 
-from hpq.scripts import distenv, launch, nccl_sweep, sweep
+from hpq.scripts import distenv, launch, nccl_report, nccl_sweep, sweep
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
 MODULE = "hpq.scripts.run_nccl_test"
@@ -50,6 +50,8 @@ EPILOG = """examples:
   run-nccl-test 4 8                  4 nodes x 8 GPUs
   run-nccl-test 2 8 --op all_gather -b 1M -e 1G
   run-nccl-test 2 --builtin          force hpq's torch.distributed benchmark
+  run-nccl-test 2 --expect 350       judge against your own baseline (GB/s) instead of the catalog
+  run-nccl-test 2 --expect none      report the bandwidth, judge only completion and #wrong
   run-nccl-test 1 2 --launcher local one host, no Slurm (e.g. a single GPU box)
   run-nccl-test --sweep              every idle node, two at a time: name the slow node
   run-nccl-test --sweep 8 8 --output json   8 nodes x 8 GPUs, the result as JSON on stdout
@@ -80,6 +82,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("-d", "--datatype", choices=sorted(DTYPES), default="float")
     ap.add_argument("--instance-type", default=None,
                     help="worker instance type (default: the worker's node info / IMDS)")
+    ap.add_argument("--expect", default=None, metavar="catalog|none|GBPS",
+                    help="what the peak bus bandwidth is judged against: catalog (default: the catalog's figure "
+                         "for the instance type and node count), none (reported, not judged: the run must still "
+                         "finish cleanly with no wrong elements), or your own figure in GB/s (e.g. a baseline "
+                         "from a healthy cluster; pass at 70%%, 80%% on one node)")
     ap.add_argument("--builtin", action="store_true", help="use the built-in benchmark even if nccl-tests exists")
     ap.add_argument("--binary", default=None, help="nccl-tests binary to run (default: search $NCCL_TESTS_HOME, "
                                                    "/opt/nccl-tests/build, ...)")
@@ -103,6 +110,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     sw.add_argument("--budget", type=float, default=1800.0, metavar="SECONDS",
                     help="overall limit: a round after the first starts only while a pair timeout (or 30 s) "
                          "of it is left; its pairs stop when it is spent (default 1800)")
+    sw.add_argument("--pairs-at-once", type=int, default=None, metavar="N",
+                    help="run at most N pairs of a round at the same time (default: every pair of the round); "
+                         "1 measures each pair alone, e.g. when the nodes share CPUs or a fabric link")
     sw.add_argument("--output", choices=("table", "json"), default="table",
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     args = ap.parse_args(argv)
@@ -115,7 +125,14 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         ap.error("NODES and GPUS_PER_NODE must be positive")
     if args.builtin and args.op not in OPS:
         ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
+    if args.expect is not None:
+        try:
+            args.expect = nccl_report.parse_expect(args.expect)
+        except nccl_report.ReportError as exc:
+            ap.error(str(exc))
     if args.sweep:
+        if args.expect is not None:
+            ap.error("--expect judges a single run; --sweep compares the nodes with each other")
         if args.op != "all_reduce":
             ap.error("--sweep measures all_reduce only")
         if args.launcher == "local":
@@ -124,13 +141,16 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             ap.error("--sweep needs at least 2 nodes")
         if args.pair_timeout <= 0 or args.budget <= 0:
             ap.error("--pair-timeout and --budget must be positive")
+        if args.pairs_at_once is not None and args.pairs_at_once < 1:
+            ap.error("--pairs-at-once must be at least 1")
         if args.sweep_size is not None:
             try:
                 parse_size(args.sweep_size)
             except argparse.ArgumentTypeError as exc:
                 ap.error(str(exc))
     else:
-        given = [o for o, v in (("--sweep-size", args.sweep_size), ("--output json", args.output == "json")) if v]
+        given = [o for o, v in (("--sweep-size", args.sweep_size), ("--output json", args.output == "json"),
+                                ("--pairs-at-once", args.pairs_at_once is not None)) if v]
         if given:
             ap.error("%s only goes with --sweep" % " and ".join(given))
     return args
@@ -291,7 +311,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
     return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype, nodes)
+                            result, itype, nodes, args.expect)
 
 
 def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: int, wenv: Dict,
@@ -350,7 +370,7 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
         return 0
     try:
         results = nccl_sweep.run_rounds(rounds, command, log_dir, args.pair_timeout, args.budget, sys.stdout,
-                                        cwd=launch.child_cwd())
+                                        cwd=launch.child_cwd(), at_once=args.pairs_at_once)
     except KeyboardInterrupt:
         print("run-nccl-test: interrupted; the running pairs were stopped (logs in %s)" % log_dir, file=sys.stderr)
         return 130

@@ -207,9 +207,14 @@ def evidence(node: str, pairs: Sequence[PairResult], slow: Sequence[str]) -> Lis
     return [p for p in pairs if p.measured and node in p.nodes and p.partner(node) not in slow]
 
 
+def fmt_gbps(value: float) -> str:
+    """Two decimals, as nccl-tests prints busbw; two significant digits below 0.1 (a throttled link)."""
+    return "%.2f" % value if value >= 0.1 or value == 0 else "%.2g" % value
+
+
 def drain_command(node: str, score: float, median_gbps: float) -> str:
-    return 'scontrol update NodeName=%s State=DRAIN Reason="hpq sweep: %.2f GB/s vs median %.2f"' % (
-        node, score, median_gbps)
+    return 'scontrol update NodeName=%s State=DRAIN Reason="hpq sweep: %s GB/s vs median %s"' % (
+        node, fmt_gbps(score), fmt_gbps(median_gbps))
 
 
 def exclude_command(nodes: Sequence[str]) -> str:
@@ -244,7 +249,8 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     parts = []
     if j.slow:
         parts.append("%d slow node(s): %s vs the cluster median %.2f GB/s" % (
-            len(j.slow), ", ".join("%s (%.2f GB/s)" % (n, scores[n] or 0.0) for n in j.slow), j.median_gbps or 0.0))
+            len(j.slow), ", ".join("%s (%s GB/s)" % (n, fmt_gbps(scores[n] or 0.0)) for n in j.slow),
+            j.median_gbps or 0.0))
     if bad and len(bad) == len(measured):
         parts.append("every pair failed (%d): the sweep measured nothing; see the pair logs" % len(bad))
     elif bad:
@@ -287,7 +293,7 @@ def _fmt_size(n: int) -> str:
 def _fmt_pair(p: Dict) -> str:
     a, b = p["nodes"]
     if p["status"] == OK:
-        what = "%.2f GB/s" % (p["busbw_gbps"] or 0.0)
+        what = "%s GB/s" % fmt_gbps(p["busbw_gbps"] or 0.0)
     elif p["status"] == TIMEOUT:
         what = "TIMEOUT after %.0f s" % (p.get("seconds") or 0)
     elif p["status"] == WRONG:
@@ -310,7 +316,7 @@ def format_report(doc: Dict) -> str:
     width = max([len("node")] + [len(h) for h in hosts])
     lines.append("%-*s  %12s  %8s  %s" % (width, "node", "score(GB/s)", "partners", "verdict"))
     for row in doc.get("nodes") or []:
-        score = "-" if row["score_gbps"] is None else "%.2f" % row["score_gbps"]
+        score = "-" if row["score_gbps"] is None else fmt_gbps(row["score_gbps"])
         lines.append("%-*s  %12s  %8d  %s" % (width, row["name"], score, row["partners"], row["verdict"]))
     if doc.get("threshold_gbps") is not None:
         lines.append("median %.2f GB/s: slow means below %.2f GB/s (%d%% under the median and %.1f robust "
@@ -319,7 +325,7 @@ def format_report(doc: Dict) -> str:
     scores = doc.get("scores") or {}
     for n in doc.get("slow_nodes") or []:
         lines.append("")
-        lines.append("SLOW %s: %.2f GB/s vs median %.2f GB/s" % (n, scores.get(n) or 0.0, doc["median_gbps"]))
+        lines.append("SLOW %s: %s GB/s vs median %.2f GB/s" % (n, fmt_gbps(scores.get(n) or 0.0), doc["median_gbps"]))
         ev = (doc.get("evidence") or {}).get(n) or []
         lines.append("  evidence, its pairs with healthy partners:" if ev else
                      "  evidence: none (every partner was slow too)")

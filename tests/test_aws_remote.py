@@ -8,6 +8,7 @@ the SSH side (handshake, key auth, host-key pinning, exec, stdout/stderr, exit s
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 import textwrap
@@ -136,6 +137,25 @@ def test_remote_nccl_test_verdict(sshd, tmp_path, capfd):
     out, err = capfd.readouterr()
     assert exc.value.code == 1
     assert '"ok": false' in out and "FAIL" in out
+
+
+def test_remote_nccl_test_expect_goes_to_the_runner_and_the_local_verdict(sshd, tmp_path, capfd):
+    slow = _runner(tmp_path, "nccl-slow", NCCL_OK.replace("3.02", "0.52").replace("3.01", "0.51") +
+                   "echo \"args: $*\" >&2\n")
+    for expect, code in (("none", 0), ("0.6", 0), ("0.9", 1)):
+        with pytest.raises(SystemExit) as exc:
+            main(["remote-nccl-test", "c", "2", *cli_args(sshd), "--runner", slow, "--instance-type",
+                  "ml.g5.16xlarge", "--expect", expect, "--output", "json"])
+        out, err = capfd.readouterr()
+        assert exc.value.code == code, (expect, out, err)
+        assert f"args: 2 --expect {expect}" in err
+        verdict = json.loads(out)["verdict"]
+        assert verdict["expect"] == expect and verdict["bandwidth_judged"] is (expect != "none")
+    for bad in (["--expect", "soon"], ["--sweep", "--expect", "none"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["remote-nccl-test", "c", *cli_args(sshd), "--runner", slow, *bad])
+        assert exc.value.code == 2
+        assert len(capfd.readouterr().err.strip().splitlines()) == 1
 
 
 def test_remote_nccl_test_crash_keeps_exit_code(sshd, tmp_path, capfd):

@@ -294,12 +294,33 @@ def run_hpq(*args: str) -> subprocess.CompletedProcess:
     (["rehearse", "--instance-type", "ml.p5.4xlarge"], "known p5 sizes"),
     (["rehearse", "--node-env", "NOEQUALS"], "expected [NODE:]NAME=VALUE"),
     (["rehearse", "--node-env", "worker-9:HPQ_X=1"], "no node 'worker-9'"),
+    (["rehearse", "--throttle", "2=30mbit"], "--throttle slows a worker's link for the pairwise sweep: add --sweep"),
+    (["rehearse", "--sweep-args", "-n 5"], "--sweep-args only goes with --sweep"),
+    (["rehearse", "eks-gpu", "--sweep"], "eks-gpu has no Slurm"),
+    (["rehearse", "--workers", "1", "--sweep"], "--sweep needs at least 2 workers"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "4=30mbit"], "no worker 4; with --workers 4 INDEX is 0 to 3"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "-1=30mbit"], "expected INDEX=RATE"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "worker-3=30mbit"], "expected INDEX=RATE"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2"], "expected INDEX=RATE"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=30mbits"], "not a tc rate"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=10%"], "not a tc rate"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=1e3mbit"], "not a tc rate"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=500kbit"], "below 1mbit"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=30"], "a bare number is bits per second"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "2=30mbit", "--throttle", "2=1gbit"],
+     "worker 2 is already throttled"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "0=30mbit", "--throttle", "2=30mbit"],
+     "the sweep can name at most 1 slow node(s) among 4"),
+    (["rehearse", "--workers", "2", "--sweep", "--throttle", "1=30mbit"], "--throttle needs at least 3 workers"),
+    (["rehearse", "--nccl-args", "-e 1M --expect 3"], "a rehearsal reports the bridge's bandwidth without judging"),
 ])
 def test_bad_usage_is_one_line_exit_2(args, message):
+    """Refused before anything is created: the first thing a rehearsal does is say which bridge it made."""
     res = run_hpq(*args)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpq: error:") and message in lines[0], res.stderr
+    assert res.stdout == ""
 
 
 def test_missing_prerequisites_name_the_debian_packages(monkeypatch, tmp_path):
@@ -326,3 +347,76 @@ def test_help_lists_rehearse_without_importing_it():
 
 def test_result_json_is_serializable():
     json.dumps(make_plan().to_dict())
+
+
+# ---------------------------------------------------------------------------- the sweep and --throttle
+
+
+def test_throttle_index_counts_workers_in_the_order_of_the_nodes_list():
+    """INDEX 2 is the third worker of the result's `nodes` list (worker-3), also with a login node before it."""
+    from hpq.cli.commands.rehearse import node_names
+    from hpq.cli.rehearse import throttle
+
+    assert throttle.parse(("2=30mbit", "0=1gbit"), 5) == {2: "30mbit", 0: "1gbit"}
+    p = make_plan(workers=4, login=True)
+    assert [n.name for n in p.nodes] == node_names("slurm-gpu", 4, True) == [
+        "controller", "login-1", "worker-1", "worker-2", "worker-3", "worker-4"]
+    assert p.worker_nodes[2].name == "worker-3" and p.worker_nodes[2].hostname == "ip-10-201-7-23"
+    assert throttle.rate_bits("30mbit") == 30e6 and throttle.rate_bits("30Mbit") == 30e6  # tc's own print form
+    assert throttle.rate_bits("1.5gbit") == 1.5e9 and throttle.rate_bits("4mibit") == 4 * 1024 ** 2
+    assert throttle.rate_bits("2mbps") == 16e6  # tc: mbps is megabytes per second
+
+
+def sweep_doc(scores: dict[str, float], slow: list[str], pairs: list[tuple[str, str, str]] | None = None) -> dict:
+    from hpq.scripts import sweep
+
+    med = sweep.median(scores.values())
+    return {"scores": scores, "slow_nodes": slow, "median_gbps": med, "threshold_gbps": med / 2,
+            "unmeasured_nodes": [], "message": "sweep says", "exit_code": 1 if slow else 0,
+            "pairs": [{"nodes": [a, b], "status": st} for a, b, st in pairs or []]}
+
+
+NAMES = {f"ip-10-0-0-2{i}": f"worker-{i}" for i in range(1, 5)}
+W = sorted(NAMES)
+
+
+def test_sweep_check_passes_when_exactly_the_throttled_node_is_named():
+    from hpq.cli.rehearse import throttle
+
+    scores = {W[0]: 0.41, W[1]: 0.41, W[2]: 0.0036, W[3]: 0.49}
+    c = throttle.judge(sweep_doc(scores, [W[2]], [(W[1], W[2], "timeout")]), 1, {W[2]: "30mbit"}, NAMES)
+    assert c.ok and "worker-3 (ip-10-0-0-23) at 0.0036 GB/s (throttled to 30mbit)" in c.message
+    calm = throttle.judge(sweep_doc({w: 0.4 for w in W}, []), 0, {}, NAMES)
+    assert calm.ok and "named no slow node and none was throttled" in calm.message
+
+
+def test_sweep_check_fails_a_miss_a_false_alarm_and_unexplained_failures():
+    from hpq.cli.rehearse import throttle
+
+    even = {w: 0.4 for w in W}
+    miss = throttle.judge(sweep_doc(even, []), 0, {W[2]: "30mbit"}, NAMES)
+    assert not miss.ok and miss.node == "worker-3" and "missed the throttled node(s): worker-3" in miss.message
+    fast = throttle.judge(sweep_doc(even, []), 0, {W[2]: "40gbit"}, NAMES)
+    assert not fast.ok and "slowed nothing the sweep could see" in fast.message
+    alarm = throttle.judge(sweep_doc({**even, W[1]: 0.1}, [W[1]]), 1, {}, NAMES)
+    assert not alarm.ok and alarm.node == "worker-2" and "though nothing was throttled" in alarm.message
+    other = throttle.judge(sweep_doc({**even, W[2]: 0.004, W[1]: 0.1}, [W[2], W[1]]), 1, {W[2]: "30mbit"}, NAMES)
+    assert not other.ok and "worker-2 (ip-10-0-0-22) at 0.10 GB/s though it was not throttled" in other.message
+    broken = throttle.judge(sweep_doc(even, [], [(W[0], W[1], "failed")]), 1, {}, NAMES)
+    assert not broken.ok and "1 pair(s) of unthrottled nodes failed" in broken.message
+    assert not throttle.judge(None, 255, {}, NAMES).ok
+    assert "exited 124" in throttle.judge(sweep_doc(even, []), 124, {}, NAMES).message
+
+
+def test_validation_commands_as_the_rehearsal_runs_them():
+    from hpq.cli.rehearse import validate
+    from hpq.cli.rehearse.run import DEFAULT_SWEEP_ARGS
+
+    assert validate.nccl_command(2, "ml.g5.xlarge", "-e 16M") == "run-nccl-test 2 -e 16M --expect none"
+    assert validate.nccl_command(2, "ml.g5.48xlarge", "") == "run-nccl-test 2 1 --expect none"  # 8 GPUs, no GPU here
+    assert validate.sweep_command(4, "ml.g5.xlarge", DEFAULT_SWEEP_ARGS, 840) == (
+        "run-nccl-test --sweep 4 --output json --budget 840 " + DEFAULT_SWEEP_ARGS)
+    from hpq.scripts import run_nccl_test
+
+    args = run_nccl_test.parse_args(validate.sweep_command(4, "ml.g5.xlarge", DEFAULT_SWEEP_ARGS, 840).split()[1:])
+    assert args.sweep and args.pairs_at_once == 1 and args.iters == 20 and args.output == "json"

@@ -201,3 +201,73 @@ def test_expected_busbw_picks_by_node_count():
     assert catalog.lowest_busbw(P4D).gbps == 29.6
     with pytest.raises(ValueError):
         catalog.expected_busbw(P4D, 0)
+
+
+# ---------------------------------------------------------------------------- --expect: what bandwidth is judged against
+
+
+def test_expect_none_reports_the_bandwidth_and_still_fails_wrong_data_and_a_cut_off_log():
+    tcp = rep.parse_text(p4d_log(2, 3.1))
+    assert not rep.evaluate(tcp, P4D).ok  # the catalog's figure: an EFA type at TCP speed fails
+    v = rep.evaluate(tcp, P4D, expect="none")
+    assert v.ok and v.exit_code == 0 and v.expect == "none" and v.bandwidth_judged is False
+    assert v.expected_busbw_gbps is None and v.fraction is None and v.pass_fraction is None
+    assert "3.10 GB/s" in v.message and "reported, not judged (--expect none)" in v.message
+    wrong = rep.evaluate(rep.parse_text(p4d_log(2, 57.17, wrong=4)), P4D, expect="none")
+    assert not wrong.ok and "4 wrong element(s)" in wrong.message
+    text = p4d_log(2, 57.17)
+    cut = rep.parse_text(text[:text.index("# Out of bounds")])  # every row, no summary: the run died at the end
+    dead = rep.evaluate(cut, P4D, expect="none")
+    assert not dead.ok and "cut off or crashed" in dead.message
+    d = rep.report_to_dict(tcp, v)["verdict"]
+    assert d["expect"] == "none" and d["bandwidth_judged"] is False
+
+
+def test_expect_a_number_is_the_users_own_figure_with_the_usual_pass_fraction():
+    two = rep.parse_text(p4d_log(2, 57.17))
+    ok = rep.evaluate(two, P4D, expect=80)  # 71% of 80, pass at 70% across nodes
+    assert ok.ok and ok.expected_busbw_gbps == 80 and ok.expect == "80" and ok.bandwidth_judged
+    assert ok.pass_fraction == rep.PASS_FRACTION_SEVERAL_NODES and ok.expected_source.startswith("--expect 80")
+    low = rep.evaluate(two, P4D, expect="90")
+    assert not low.ok and "only 64% of the 90 GB/s you expect (--expect)" in low.message
+    assert rep.evaluate(two, None, expect=90).ok is False  # no instance type needed for your own figure
+    one = rep.parse_text(allreduce_log(["ip-10-1-0-7"], 8, 230.77))  # one node: 80% to pass
+    assert rep.evaluate(one, P4D, expect=280).ok and not rep.evaluate(one, P4D, expect=300).ok
+
+
+def test_gloo_on_a_real_cluster_is_still_judged_against_the_catalog():
+    """Only an explicit --expect changes the judgement: a gloo run (hpq's built-in benchmark on CPUs) of a
+    g5.16xlarge pair is held to the type's 2-node figure like any other run."""
+    from hpq.tests import fake_fabric
+
+    log = fake_fabric.builtin_output(["ip-10-1-0-7", "ip-10-1-0-8"], 1, ["-b", "16M"], 0.9, 0)
+    assert "backend gloo" in log
+    v = rep.evaluate(rep.parse_text(log), "ml.g5.16xlarge")
+    assert not v.ok and v.bandwidth_judged and v.nodes == 2 and v.expected_busbw_gbps
+
+
+@pytest.mark.parametrize("value, error", [("fast", "use 'catalog', 'none' or"), ("0", "positive"), ("-2", "positive"),
+                                          ("nan", "positive"), ("inf", "positive")])
+def test_expect_refuses_what_is_not_a_figure(value, error):
+    with pytest.raises(rep.ReportError, match=error):
+        rep.parse_expect(value)
+    assert rep.parse_expect("NONE") == "none" and rep.parse_expect(None) == "catalog"
+    assert rep.parse_expect("350") == 350.0 and rep.parse_expect("12.5GB/s") == 12.5
+
+
+def test_cli_expect(tmp_path):
+    log = tmp_path / "tcp.log"
+    log.write_text(p4d_log(2, 3.1))
+
+    def report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hpq", "nccl-report", str(log), "-i", P4D, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    assert report().returncode == 1
+    res = report("--expect", "none", "--output", "json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["verdict"]["bandwidth_judged"] is False
+    assert report("--expect", "3").returncode == 0 and report("--expect", "5").returncode == 1
+    bad = report("--expect", "quick")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "hpq: error: --expect 'quick': use 'catalog', 'none' or a bus bandwidth in GB/s (e.g. 350)"]

@@ -120,6 +120,37 @@ def test_builtin_sweep_srun_pairs_with_a_hung_node(tmp_path):
     assert len(hung) == 4 and not any(Path(f"/proc/{pid}").exists() for pid in hung)
 
 
+def test_pairs_at_once_runs_each_pair_alone_and_keeps_a_throttled_figure(tmp_path):
+    """--pairs-at-once 1 (what the rehearsal passes: its nodes share CPUs): no two pairs overlap, the verdict is
+    the same. node-3's link at 30 Mbit/s (0.00375 GB/s) prints as busbw 0.00; its score comes from the time
+    column instead, so the evidence and the drain reason show the figure, not a zero."""
+    speeds = {"node-1": 0.45, "node-2": 0.5, "node-3": 0.00375, "node-4": 0.48}
+    env = fake_fabric.cluster_env(tmp_path, speeds, efa=False, seconds=0.2)
+    res = run_sweep(["--builtin", "--python", sys.executable, "--instance-type", "g5.16xlarge", "--pairs-at-once",
+                     "1", "--output", "json"], env, tmp_path)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["slow_nodes"] == ["node-3"] and len(doc["pairs"]) == 6
+    assert abs(doc["scores"]["node-3"] - 0.00375) < 0.00375 * 0.01
+    for p in doc["pairs"]:  # a pair at its slower node's speed; to 1% where the printed busbw was 0.00
+        slower = min(speeds[n] for n in p["nodes"])
+        assert abs(p["busbw_gbps"] - slower) <= slower * 0.01, p
+    assert 'Reason="hpq sweep: 0.0037 GB/s vs median 0.45"' in doc["actions"]["node-3"][0]
+    assert "node-3 + node-4: 0.0037 GB/s" in res.stderr  # live progress, two significant digits
+    starts = [c for c in fake_fabric.calls(tmp_path) if c["event"] == "start"]
+    assert len(starts) == 6 and overlapping(fake_fabric.calls(tmp_path)) == []
+
+
+def test_pairs_at_once_a_waiting_pair_respects_the_budget(tmp_path):
+    """A pair that waits for a slot starts only while the budget has a pair timeout (or 30 s) left."""
+    env = fake_fabric.cluster_env(tmp_path, {f"node-{i}": 10.0 for i in range(1, 5)}, seconds=1.5)
+    res = run_sweep(["--binary", fake_binary(tmp_path), "--instance-type", "p4d.24xlarge", "--budget", "2",
+                     "--pair-timeout", "2", "--pairs-at-once", "1", "--output", "json"], env, tmp_path)
+    doc = json.loads(res.stdout)
+    assert [p["status"] for p in doc["pairs"]] == ["ok"] + ["skipped"] * 5, doc["pairs"]
+    assert len(fake_fabric.calls(tmp_path)) == 2  # one pair, start and end
+
+
 def test_budget_stops_starting_rounds(tmp_path):
     speeds = {f"node-{i}": 10.0 for i in range(1, 5)}
     env = fake_fabric.cluster_env(tmp_path, speeds, seconds=1.5)
@@ -159,13 +190,16 @@ def test_dry_run_lists_every_pair(tmp_path):
 def test_bad_usage_is_one_line_exit_2(tmp_path):
     env = fake_fabric.cluster_env(tmp_path, {"node-1": 1.0, "node-2": 1.0})
     for args in (["1"], ["--launcher", "local"], ["--op", "all_gather"], ["--sweep-size", "lots"],
-                 ["--pair-timeout", "0"]):
+                 ["--pair-timeout", "0"], ["--pairs-at-once", "0"], ["--expect", "none"]):
         res = run_sweep(args, env, tmp_path)
         assert res.returncode == 2, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and "run-nccl-test: error:" in res.stderr, res.stderr
     res = subprocess.run([sys.executable, "-m", "hpq.scripts.run_nccl_test", "--output", "json"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "only goes with --sweep" in res.stderr
+    res = subprocess.run([sys.executable, "-m", "hpq.scripts.run_nccl_test", "--pairs-at-once", "1"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--pairs-at-once only goes with --sweep" in res.stderr
     # an allocation of one node: the sweep has nothing to pair (exit 1, one line)
     env["SLURM_JOB_NODELIST"] = "node-1"
     res = run_sweep([], env, tmp_path)

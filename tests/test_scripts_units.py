@@ -163,6 +163,34 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     assert res.returncode == 1 and "Traceback" not in res.stderr and "run-nccl-test: error:" in res.stderr
 
 
+def test_run_nccl_test_expect_decides_what_the_bandwidth_is_judged_against(tmp_path):
+    """--expect on the real command: the catalog by default, none (reported only; the run must still end
+    cleanly), or the user's own GB/s; the choice lands in the result JSON."""
+    home = tmp_path / "nccl-tests"
+    (home / "build").mkdir(parents=True)
+    recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
+    env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
+    base = ["1", "2", "--launcher", "local", "--instance-type", "p4d.24xlarge"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return run_module("hpq.scripts.run_nccl_test", base + list(extra), env, tmp_path)
+
+    assert run().returncode == 1  # 3 GB/s inside one p4d: far below its NVLink figure
+    res = run("--expect", "none")
+    assert res.returncode == 0 and "reported, not judged (--expect none)" in res.stdout, res.stdout[-2000:]
+    latest = max((tmp_path / "results").glob("nccl-test-*.json"), key=lambda p: p.stat().st_mtime_ns)
+    verdict = json.loads(latest.read_text())["verdict"]
+    assert verdict["expect"] == "none" and verdict["bandwidth_judged"] is False and verdict["ok"]
+    assert run("--expect", "3.5").returncode == 0 and run("--expect", "10").returncode == 1
+    recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\nexit 3\n')
+    res = run("--expect", "none")  # nothing about the bandwidth is judged, but a failed run is still a failure
+    assert res.returncode == 1 and "FAIL: nccl-tests exited with status 3" in res.stdout
+    for bad, error in ((["--expect", "soon"], "use 'catalog', 'none' or"), (["--expect", "0"], "positive"),
+                       (["--sweep", "--expect", "none"], "--expect judges a single run")):
+        res = run_module("hpq.scripts.run_nccl_test", bad, env, tmp_path)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and error in res.stderr, res.stderr
+
+
 @pytest.mark.parametrize("itype,rdma", [("ml.g5.48xlarge", "0"), ("ml.p4d.24xlarge", "1")])
 def test_mpirun_command_from_allocation(tmp_path, itype, rdma):
     """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (records what it

@@ -19,6 +19,7 @@ Examples:
   sudo hpq rehearse slurm-gpu --workers 3 --login    a login node too
   sudo hpq rehearse --output json > rehearsal.json   one JSON object on stdout
   sudo hpq rehearse --keep && sudo hpq rehearse shell worker-1
+  sudo hpq rehearse --workers 4 --sweep --throttle 2=30mbit   the sweep must name worker-3
   sudo hpq rehearse down                             remove a kept rehearsal
   sudo hpq rehearse eks-gpu                          EKS nodes' lifecycle + manifests (no API server)
 """
@@ -38,7 +39,8 @@ GROUP_HELP = """Rehearse a deploy on this machine, offline: AWS emulated, every 
 `hpq rehearse [VARIANT] [OPTIONS]` deploys VARIANT to an embedded moto server with hpq's own
 deploy code, boots each HyperPod node in its own network/mount/UTS namespaces with IMDSv2,
 runs the deployed lifecycle (OnCreate) on every node, waits for Slurm, and runs run-nccl-test
-and run-nanogpt over SSH on the controller (`hpq rehearse run --help` lists the options).
+and run-nanogpt over SSH on the controller, and with --sweep the pairwise sweep, optionally
+with a worker's link throttled on purpose (`hpq rehearse run --help` lists the options).
 Needs Linux, root, and the Debian packages slurmctld slurmd slurm-client munge
 openssh-server. See docs/rehearse.md.
 """ + RUN_EXAMPLES
@@ -89,17 +91,32 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.option("--nanogpt-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
                    "--ckpt-every 10 --log-every 5').")
-@click.option("--no-validate", is_flag=True, help="Stop once Slurm is up (skip run-nccl-test and run-nanogpt).")
+@click.option("--no-validate", is_flag=True,
+              help="Skip run-nccl-test and run-nanogpt (stop once Slurm is up, or go on to --sweep).")
+@click.option("--sweep", is_flag=True,
+              help="Then run the pairwise sweep over SSH on the controller (run-nccl-test --sweep --output json, "
+                   "pairs one at a time: the nodes share this machine's CPUs); the JSON gets a `sweep` object. "
+                   "It must name exactly the --throttle'd workers (none without --throttle).")
+@click.option("--throttle", "throttles", multiple=True, metavar="INDEX=RATE", type=inputs.Text("--throttle"),
+              help="With --sweep: before it runs, limit worker INDEX's link to RATE with tc (tbf) inside its "
+                   "namespace. INDEX counts the workers from 0 in the order of the `nodes` list (0 is worker-1; "
+                   "the controller and a login node are not counted); RATE as tc writes it, e.g. 30mbit "
+                   "(repeatable, at most (workers-1)/2 of them, at least 3 workers).")
+@click.option("--sweep-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
+              help="run-nccl-test --sweep arguments after NODES (default: '--pairs-at-once 1 -n 20 -w 1 "
+                   "--pair-timeout 60').")
 @click.option("--lifecycle-timeout", default=900.0, show_default=True, type=inputs.Seconds(1, 86400), metavar="S",
               help="Seconds every node's OnCreate may take.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
-            nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, lifecycle_timeout: float, output: str) -> None:
+            nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
+            sweep_args: str | None, lifecycle_timeout: float, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
     Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
-    Exit 0: every check passed; 1: a check failed (the node, step, cause and log are named);
+    Exit 0: every check passed (with --sweep: the sweep named exactly the throttled workers,
+    none without --throttle); 1: a check failed (the node, step, cause and log are named);
     2: bad usage or a missing prerequisite. Everything it creates is removed at the end,
     also on failure and Ctrl-C, unless --keep.
 
@@ -107,6 +124,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     Examples:
       sudo hpq rehearse run slurm-gpu --workers 3 --login
       sudo hpq rehearse run eks-gpu --output json
+      sudo hpq rehearse run slurm-gpu --workers 4 --sweep --throttle 2=30mbit
     """
     from hpq.errors import UsageError
 
@@ -114,6 +132,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
         raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
     if login and not variant.startswith("slurm"):
         raise UsageError("--login: EKS clusters have no login group")
+    throttle = _sweep_options(variant, workers, sweep, throttles, sweep_args, nccl_args)
     if instance_type:
         from hpq.cfn.variants import VARIANTS
         from hpq.lifecycle import catalog
@@ -127,17 +146,52 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     env = _env_pairs(node_env, node_names(variant, workers, login))
     from hpq.cli.rehearse import prereqs
 
-    prereqs.check(variant, validate=not no_validate)
+    prereqs.check(variant, validate=not no_validate or sweep)
     from hpq.cli.rehearse import report
-    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS, Options, Rehearsal
+    from hpq.cli.rehearse.run import (
+        DEFAULT_NANOGPT_ARGS,
+        DEFAULT_NCCL_ARGS,
+        DEFAULT_SWEEP_ARGS,
+        Options,
+        Rehearsal,
+    )
 
     opts = Options(variant=variant, workers=workers, instance_type=instance_type, login=login, keep=keep,
                    node_env=env, nccl_args=DEFAULT_NCCL_ARGS if nccl_args is None else nccl_args,
                    nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
-                   validate=not no_validate, lifecycle_timeout=lifecycle_timeout)
+                   validate=not no_validate, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
+                   sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)
+
+
+def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str, ...], sweep_args: str | None,
+                   nccl_args: str | None) -> dict[int, str]:
+    """Check --sweep, --throttle, --sweep-args (and --expect in --nccl-args) before anything is created."""
+    import shlex
+
+    from hpq.cli.rehearse import throttle
+    from hpq.errors import UsageError
+
+    try:
+        words = shlex.split(nccl_args or "") + shlex.split(sweep_args or "")
+    except ValueError as exc:
+        raise UsageError(f"--nccl-args/--sweep-args: {exc}") from None
+    if any(w == "--expect" or w.startswith("--expect=") for w in words):
+        raise UsageError("--expect: a rehearsal reports the bridge's bandwidth without judging it (it always "
+                         "passes --expect none to run-nccl-test)")
+    if not sweep:
+        if throttles:
+            raise UsageError("--throttle slows a worker's link for the pairwise sweep: add --sweep")
+        if sweep_args is not None:
+            raise UsageError("--sweep-args only goes with --sweep")
+        return {}
+    if not variant.startswith("slurm"):
+        raise UsageError(f"--sweep runs run-nccl-test --sweep through Slurm; {variant} has no Slurm")
+    if workers < 2:
+        raise UsageError("--sweep needs at least 2 workers (pairs of nodes)")
+    return throttle.parse(throttles, workers)
 
 
 @rehearse.command("shell", context_settings={"help_option_names": ["-h", "--help"]})

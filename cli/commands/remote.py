@@ -86,9 +86,9 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
 
 
 def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
-                 nodes: int | None = None) -> tuple[dict[str, Any], int, str]:
+                 nodes: int | None = None, expect: str | float | None = None) -> tuple[dict[str, Any], int, str]:
     """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report` (node count from
-    the output's rank lines, else NODES)."""
+    the output's rank lines, else NODES; ``expect`` as `hpq nccl-report --expect`)."""
     from hpq.errors import HpqError
     from hpq.scripts import nccl_report
 
@@ -97,7 +97,7 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
     except HpqError as exc:
         msg = f"no nccl-tests results in the output ({exc}); run-nccl-test exited {remote_code}"
         return {"ok": False, "remote_exit_code": remote_code, "message": msg}, remote_code or 1, msg
-    verdict = nccl_report.evaluate(report, instance_type, nodes)
+    verdict = nccl_report.evaluate(report, instance_type, nodes, expect)
     data = nccl_report.report_to_dict(report, verdict)
     data["remote_exit_code"] = remote_code
     code = verdict.exit_code if verdict.exit_code else (1 if remote_code else 0)
@@ -123,6 +123,9 @@ def worker_instance_type(cl: Any) -> str | None:
 @ssh_options
 @click.option("--instance-type", default=None, type=inputs.ACCELERATED_TYPE,
               help="Judge against this type (default: the cluster's worker type).")
+@click.option("--expect", default=None, metavar="catalog|none|GBPS",
+              help="Judge the bandwidth against the catalog (default), not at all (none), or your own figure in "
+                   "GB/s; passed to run-nccl-test too.")
 @click.option("--extra", default="", type=inputs.ShellWords(),
               help="More run-nccl-test arguments, e.g. '--op all_gather -e 1G'.")
 @click.option("--runner", default="run-nccl-test", show_default=True, type=inputs.ShellWords("runner", False),
@@ -133,8 +136,8 @@ def worker_instance_type(cl: Any) -> str | None:
 @output_option
 def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: str | None, profile: str | None,
                      group: str | None, node: str | None, user: str, key: str | None, known_hosts: str, port: int,
-                     host: str | None, proxy_command: str | None, instance_type: str | None, extra: str,
-                     runner: str, sweep: bool, output: str) -> None:
+                     host: str | None, proxy_command: str | None, instance_type: str | None,
+                     expect: str | None, extra: str, runner: str, sweep: bool, output: str) -> None:
     """Run run-nccl-test on CLUSTER's controller (NODES nodes x GPUS per node) and judge it here.
 
     The output streams live; the verdict uses the same parser and catalog as `hpq nccl-report`.
@@ -146,6 +149,7 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     Examples:
       hpq remote-nccl-test my-cluster 2
       hpq remote-nccl-test my-cluster 4 8 --extra '-e 1G'
+      hpq remote-nccl-test my-cluster 2 --expect 350
       hpq remote-nccl-test my-cluster --sweep
       hpq remote-nccl-test my-cluster 8 --sweep --output json
     """
@@ -154,13 +158,20 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
 
     from hpq.cli.aws import report as aws_report
     from hpq.cli.aws import ssh as aws_ssh
+    from hpq.errors import UsageError
+    from hpq.scripts import nccl_report
 
     if sweep and nodes is not None and nodes < 2:
         raise UsageError("--sweep measures pairs of nodes: NODES must be at least 2 (or left out: every idle node)")
+    wanted = nccl_report.parse_expect(expect) if expect is not None else None
+    if sweep and wanted is not None:
+        raise UsageError("--expect judges a single run; --sweep compares the nodes with each other")
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     if sweep:
         _remote_sweep(target, runner, nodes, gpus, shlex.split(extra), output)
     args = [runner] + [str(x) for x in (nodes, gpus) if x is not None] + shlex.split(extra)
+    if wanted is not None:
+        args += ["--expect", nccl_report.expect_label(wanted)]
     captured = io.BytesIO()
     stream = sys.stderr.buffer if output == "json" else sys.stdout.buffer
     try:
@@ -170,7 +181,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
         click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
         sys.exit(130)
     itype = instance_type or worker_instance_type(cl)
-    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes)
+    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes,
+                                            wanted)
     if output == "json":
         aws_report.echo_json(data)
     else:

@@ -17,9 +17,13 @@ from hpq.errors import UsageError
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
 @click.option("--nodes", "-n", type=inputs.NODES, default=None,
               help="Nodes the run used, when the log has no nccl-tests rank lines (they win when present).")
+@click.option("--expect", default="catalog", show_default=True, metavar="catalog|none|GBPS",
+              help="What the peak is judged against: the catalog's figure for --instance-type and the node count, "
+                   "none (bandwidth reported, not judged; still fails on #wrong or a cut-off log), or your own "
+                   "figure in GB/s (pass at 70%, 80% on one node).")
 @click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
-def nccl_report(file: str, instance_type: str | None, nodes: int | None, output: str) -> int:
+def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect: str, output: str) -> int:
     """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
 
     Reads nccl-tests (all_reduce_perf ...), hpq's built-in benchmark and Neuron
@@ -29,13 +33,17 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, output:
     read from nccl-tests' rank lines ("#  Rank 0 Group 0 Pid ... on HOST device
     ..."), else from --nodes. Exit 0: meets the expectation (or none is known);
     1: below expectation, any #wrong, or a log cut off before its summary line;
-    2: unreadable input.
+    2: unreadable input or a bad option. --expect none reports the bandwidth
+    without judging it; --expect GBPS judges against your own baseline instead
+    of the catalog.
 
     \b
     Examples:
       hpq nccl-report nccl-test.log -i ml.p5.48xlarge
       hpq nccl-report nccom.log -i trn1.32xlarge --nodes 2
       hpq nccl-report nccl-test.log --output json | jq .peak_busbw_gbps
+      hpq nccl-report nccl-test.log --expect 350          your own baseline, GB/s
+      hpq nccl-report nccl-test.log --expect none         completion and #wrong only
       srun -N 2 --ntasks-per-node 8 all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
 
     nccl-test.log and nccom.log stand for your saved logs (run-nccl-test keeps them
@@ -43,13 +51,14 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, output:
     """
     from hpq.scripts import nccl_report as rep
 
+    wanted = rep.parse_expect(expect)  # a bad value is a usage error before the file is read
     if file == "-" and sys.stdin.isatty():
         raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
     if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log
         report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     else:
         report = rep.parse_file(file)
-    verdict = rep.evaluate(report, instance_type, nodes)
+    verdict = rep.evaluate(report, instance_type, nodes, wanted)
     if output == "json":
         click.echo(json.dumps(rep.report_to_dict(report, verdict), indent=2))
     else:

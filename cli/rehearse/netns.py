@@ -118,6 +118,19 @@ def shape(netns: str, dev: str, rate: str) -> None:
         raise NetError(f"tc in {netns} refused rate {rate!r}: {res.stderr.strip()}")
 
 
+def egress_rate(netns: str, dev: str) -> int | None:
+    """The root tbf qdisc's rate on ``dev`` in bytes per second, as ``tc -j`` reports it (None: no tbf)."""
+    res = subprocess.run(["ip", "netns", "exec", netns, "tc", "-j", "qdisc", "show", "dev", dev],
+                         capture_output=True, text=True, timeout=30)
+    try:
+        for q in json.loads(res.stdout or "[]"):
+            if q.get("kind") == "tbf" and q.get("root"):
+                return int(q.get("options", {}).get("rate"))
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return None
+
+
 def netns_exists(name: str) -> bool:
     return os.path.exists(f"/run/netns/{name}")
 

@@ -37,6 +37,12 @@ def failure_text(f: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gbps(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v >= 0.1 or v == 0 else f"{v:.2g}"
+
+
 def _fmt(v: Any) -> str:
     return "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))
 
@@ -69,6 +75,15 @@ def table(r: dict[str, Any]) -> str:
         m = nano.get("metrics") or {}
         extra = f" (loss {m.get('first_loss')} -> {m.get('final_loss')})" if m.get("final_loss") is not None else ""
         lines.append(f"nanogpt: {'PASS' if nano.get('ok') else 'FAIL'}{extra}")
+    sweep = r.get("sweep")
+    if sweep:
+        scores = sweep.get("scores") or {}
+        if scores:
+            lines.append("sweep scores (GB/s): " + ", ".join(
+                f"{n} {_gbps(v)}{' SLOW' if n in (sweep.get('slow_nodes') or []) else ''}" for n, v in scores.items()))
+        for t in sweep.get("throttled") or []:
+            lines.append(f"sweep throttle: {t['node']} ({t['slurm_node']}) at {t['rate']}")
+        lines.append(f"sweep: {(sweep.get('check') or {}).get('message', '-')}")
     if r.get("manifests"):
         lines.append(f"manifests: {'valid' if r['manifests'].get('ok') else 'INVALID'} "
                      f"({', '.join(i['test'] for i in r['manifests'].get('manifests', []))}); no API server ran")

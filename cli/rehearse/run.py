@@ -3,7 +3,8 @@
 Stages: ``network`` (bridge, subnet) -> ``aws`` (embedded moto, the real deploy path, stand-ins
 realized) -> ``nodes`` (namespaces, image, IMDS, HyperPod's files) -> ``lifecycle`` (OnCreate on
 every node at once) -> ``slurm`` (every worker idle in ``sinfo``) -> ``nccl`` and ``nanogpt``
-(over SSH) -> any extra stages a caller adds (``Options.extra_stages``). EKS variants replace the
+(over SSH) -> ``sweep`` (with ``Options.sweep``: the throttles applied with tc, then
+``run-nccl-test --sweep`` over SSH) -> any extra stages a caller adds (``Options.extra_stages``). EKS variants replace the
 Slurm stages with ``manifests``. Teardown runs on success, failure, Ctrl-C and SIGTERM unless
 ``keep`` is set; a second signal during teardown is held back until it is done.
 """
@@ -33,6 +34,10 @@ LOG_BASE = os.environ.get("HPQ_REHEARSE_LOG_DIR", "/var/log/hpq-rehearse")
 # Sized for a 2-core machine (docs/benchmarks.md): sizes up to 16 MB, and 20 training iterations.
 DEFAULT_NCCL_ARGS = "-e 16M -n 5 -w 1"
 DEFAULT_NANOGPT_ARGS = "--iters 20 --batch-size 4 --ckpt-every 10 --log-every 5"
+# The sweep's nodes share this machine's CPUs, and gloo is CPU-bound: pairs run one at a time so no
+# pair measures another's CPU use (on a cluster each pair has its own nodes). 1 MB (the sweep's gloo
+# default) x 20 timed iterations keeps a 30mbit-throttled pair near 15 s (docs/benchmarks.md).
+DEFAULT_SWEEP_ARGS = "--pairs-at-once 1 -n 20 -w 1 --pair-timeout 60"
 TAIL_LINES = 15
 
 
@@ -51,7 +56,10 @@ class Options:
     lifecycle_timeout: float = 900.0
     slurm_timeout: float = 120.0
     validate_timeout: float = 900.0  # each validation command, bounded on the controller
-    link_rates: dict[str, str] = field(default_factory=dict)  # node name -> tc rate on its ens5
+    sweep: bool = False  # run-nccl-test --sweep after validation (Slurm variants)
+    sweep_args: str = DEFAULT_SWEEP_ARGS
+    # worker index (0-based over the workers in plan order: 0 is worker-1) -> tc rate, applied before the sweep
+    throttle: dict[int, str] = field(default_factory=dict)
     # (name, callable(rehearsal) -> (result key, data, ok, message)): run after validation, e.g. a sweep.
     extra_stages: list[tuple[str, Callable[[Rehearsal], tuple[str, Any, bool, str]]]] = field(default_factory=list)
 
@@ -180,6 +188,8 @@ class Rehearsal:
             if self.opts.validate:
                 self._stage("nccl", self.run_nccl)
                 self._stage("nanogpt", self.run_nanogpt)
+            if self.opts.sweep:
+                self._stage("sweep", self.run_sweep)
         else:
             self._stage("manifests", self.check_manifests)
         for name, func in self.opts.extra_stages:
@@ -285,10 +295,6 @@ class Rehearsal:
                 node.write(fsx.SOURCE_FILE, fsx_source + "\n")
             self._start_imds(node)
             hyperpod.write_node_files(node, rc)
-            rate = self.opts.link_rates.get(spec.name)
-            if rate:
-                netns.shape(spec.netns, plan_mod.NODE_IFACE, rate)
-                self.say(spec.name, f"link {plan_mod.NODE_IFACE} limited to {rate} (tc tbf)")
             self.say(spec.name, f"{spec.hostname} {spec.ip} {spec.instance_id} ({spec.role}, "
                                 f"{spec.instance_type}) booted: sshd, IMDSv2 at 169.254.169.254")
         if p.orchestrator == "slurm":
@@ -448,6 +454,54 @@ class Rehearsal:
             raise Failure("nanogpt", message, node="controller", log=data.get("log"),
                           last_lines=data.get("stderr_tail"))
 
+    def run_sweep(self) -> None:
+        """Throttle the chosen workers' links, run the pairwise sweep as a user does, judge what it named."""
+        from hpq.cli.rehearse import throttle
+
+        assert self.plan is not None and self.remote is not None
+        p = self.plan
+        workers = p.worker_nodes
+        injected: list[dict[str, Any]] = []
+        for index, rate in sorted(self.opts.throttle.items()):
+            spec = workers[index]
+            netns.shape(spec.netns, plan_mod.NODE_IFACE, rate)
+            shown = netns.egress_rate(spec.netns, plan_mod.NODE_IFACE)
+            injected.append({"index": index, "node": spec.name, "slurm_node": spec.hostname, "rate": rate,
+                             "tc_rate_bytes_per_s": shown})
+            self.say(spec.name, f"--throttle {index}={rate}: egress of {plan_mod.NODE_IFACE} limited with tc tbf "
+                                f"inside its namespace ({shown} bytes/s as tc reports it)")
+        cmd = validate.sweep_command(len(validate.worker_hostnames(p)), p.worker_type, self.opts.sweep_args,
+                                     budget=max(60.0, self.opts.validate_timeout - 60))
+        self.say("sweep", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
+
+        def progress(line: str) -> None:
+            if line.startswith("# round") or line.startswith("#   "):
+                self.say("sweep", line.lstrip("# "))
+
+        doc, code, err = validate.run_sweep(self.remote, cmd, self.opts.validate_timeout, progress)
+        expected = {t["slurm_node"]: t["rate"] for t in injected}
+        names = {n.hostname: n.name for n in p.nodes}
+        check = throttle.judge(doc, code, expected, names)
+        data: dict[str, Any] = dict(doc) if doc is not None else {"slow_nodes": None, "scores": None, "pairs": None}
+        data.update({"command": cmd, "remote_exit_code": code, "throttled": injected,
+                     "expected_slow_nodes": sorted(expected), "check": {"ok": check.ok, "message": check.message},
+                     "bandwidth_note": validate.BRIDGE_NOTE})
+        if not check.ok and err.strip():
+            data["stderr_tail"] = err.strip().splitlines()[-10:]
+        self.result["sweep"] = data
+        if doc is not None:
+            self.say("sweep", f"run-nccl-test --sweep: {doc.get('message', '')}")
+        self.say("sweep", f"rehearsal check: {check.message}")
+        if not check.ok:
+            raise Failure("sweep", check.message, node=check.node, log=self._kept_result_path(data.get("result")),
+                          last_lines=data.get("stderr_tail"))
+
+    def _kept_result_path(self, node_path: Any) -> str | None:
+        """Where a failed rehearsal keeps a file of the controller's /fsx/hpq-results (see _collect_logs)."""
+        if self.state is None or not isinstance(node_path, str) or not node_path.startswith("/fsx/hpq-results/"):
+            return node_path if isinstance(node_path, str) else None
+        return os.path.join(self.state.logdir, "fsx-hpq-results", node_path[len("/fsx/hpq-results/"):])
+
     def check_manifests(self) -> None:
         from hpq.cli.rehearse import eks as eks_mod
 
@@ -500,6 +554,7 @@ class Rehearsal:
             "nodes": self.node_results(),
             "slurm_nodes_idle": self.result.get("slurm_nodes_idle", 0),
             "nccl": self.result.get("nccl"), "nanogpt": self.result.get("nanogpt"),
+            "sweep": self.result.get("sweep"),
             "kept": bool(self.opts.keep), "logs": self.state.logdir if self.state else None,
         }
         if failure is not None:
@@ -515,7 +570,7 @@ class Rehearsal:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         self._stop.set()
         try:
-            self._collect_logs()
+            self._collect_logs(failed)
             if self._aws_env is not None and not self.opts.keep:
                 self._aws_env.__exit__(None, None, None)
             if self.state is None:
@@ -547,10 +602,13 @@ class Rehearsal:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
-    def _collect_logs(self) -> None:
+    def _collect_logs(self, failed: bool = True) -> None:
         if self.state is None:
             return
         logdir = Path(self.state.logdir)
+        results = Path(self.state.fsx_export) / "hpq-results" if self.state.fsx_export else None
+        if failed and results is not None and results.is_dir():  # the validation commands' logs and results
+            subprocess.run(["cp", "-r", str(results), str(logdir / "fsx-hpq-results")], capture_output=True)
         for name, node in self.nodes.items():
             dest = logdir / name
             dest.mkdir(parents=True, exist_ok=True)
@@ -566,11 +624,10 @@ class Rehearsal:
 def default_worker_type(variant: str, workers: int = 2) -> str:
     """The variant's worker type with the lowest bus-bandwidth expectation for ``workers`` nodes.
 
-    A veth bridge on one machine says nothing about an instance's network, so by default the NCCL
-    verdict is held to the least the catalog expects (none for Trainium; ml.g5.xlarge's figure,
-    derived from its 10 Gbps network, for GPU variants), which gloo over the bridge reaches on a
-    2-core machine. With --instance-type the rehearsal takes that type's settings and its verdict
-    compares the bridge's numbers with that type's figure (docs/rehearse.md).
+    The rehearsal's NCCL run is judged with --expect none (a veth bridge says nothing about an
+    instance's network), so the type only sets what the nodes are (IMDS type, transport, NCCL
+    environment, GPU count); the least demanding one (ml.g5.xlarge for GPU variants) is the
+    default, and --instance-type picks another (docs/rehearse.md).
     """
     from hpq.cfn.variants import VARIANTS
     from hpq.lifecycle import catalog

@@ -4,7 +4,9 @@ Everything goes over real SSH (paramiko, hpq's own ``cli/aws/ssh.py``) to the ss
 controller's namespace, as the node's default user; the only stand-in is the missing SSM hop
 (``hpq remote`` tunnels the same SSH through ``aws ssm start-session``). The NCCL output is judged
 by the same code as ``hpq remote-nccl-test`` (``cli/commands/remote.nccl_verdict``: the nccl-tests
-parser and the instance catalog); run-nanogpt's own result JSON is read back from the controller.
+parser, with ``--expect none``: the bridge's bandwidth is reported, not held to the catalog);
+run-nanogpt's own result JSON is read back from the controller; the pairwise sweep
+(``run-nccl-test --sweep --output json``) sends its JSON back on stdout, its progress on stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,19 +36,38 @@ class Remote:
 
         return SshTarget(self.host, None, self.user, 22, self.key, self.known_hosts, connect_timeout=20.0)
 
-    def run(self, command: str, echo: Any = None, timeout: float | None = None) -> tuple[int, str, str]:
+    def run(self, command: str, echo: Any = None, timeout: float | None = None,
+            on_stderr_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
         """(exit status, stdout, stderr) of ``command`` in a login shell on the node.
 
         ``timeout`` bounds it on the node (coreutils ``timeout``: SIGTERM, SIGKILL 10 s later; exit 124).
+        ``on_stderr_line`` sees each line of stderr as it arrives (progress).
         """
         from hpq.cli.aws import ssh as aws_ssh
 
         if timeout:
             command = f"timeout -k 10 {int(timeout)} {command}"
-        out, err = io.BytesIO(), io.BytesIO()
+        out = io.BytesIO()
+        err = _LineTap(on_stderr_line) if on_stderr_line else io.BytesIO()
         code = aws_ssh.run(self.target(), aws_ssh.remote_command([command]), stdout=out, stderr=err,
                            on_stdout=echo)
         return code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
+
+
+class _LineTap(io.BytesIO):
+    """A BytesIO that also hands every complete line to a callback as it is written."""
+
+    def __init__(self, on_line: Callable[[str], None]):
+        super().__init__()
+        self._on_line = on_line
+        self._partial = b""
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        lines = (self._partial + bytes(data)).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._on_line(line.decode("utf-8", "replace"))
+        return super().write(data)
 
 
 def slurm_states(remote: Remote) -> dict[str, str]:
@@ -68,18 +90,32 @@ def wait_idle(remote: Remote, nodes: list[str], timeout: float) -> tuple[dict[st
         time.sleep(0.5)
 
 
-def nccl_command(workers: int, worker_type: str, extra: str) -> str:
-    """``run-nccl-test N`` (one process per node on these CPU-only nodes when the type has several GPUs)."""
+# The rehearsal's nodes talk over a Linux bridge and run gloo on shared CPU cores: their bandwidth
+# says nothing about the instance type's network, so the single run is judged with --expect none
+# (complete, clean, no wrong elements) and its bandwidth is reported, not held to the catalog.
+NCCL_EXPECT = "none"
+BRIDGE_NOTE = ("bandwidth over the emulated bridge (gloo on this machine's CPUs) is reported, not judged: it says "
+               "nothing about the instance type's network")
+
+
+def _node_args(command: list[str], nodes: int, worker_type: str) -> list[str]:
+    """NODES, and GPUS_PER_NODE 1 when the type has several GPUs (the rehearsal's nodes have none)."""
     from hpq.lifecycle import catalog
 
-    args = ["run-nccl-test", str(workers)]
+    args = command + [str(nodes)]
     try:
         gpus = catalog.lookup(worker_type).accelerator_count
     except catalog.UnknownInstanceType:
         gpus = 1
     if gpus != 1:
         args.append("1")
-    return shlex.join(args) + (" " + extra if extra else "")
+    return args
+
+
+def nccl_command(workers: int, worker_type: str, extra: str) -> str:
+    """``run-nccl-test N ... --expect none`` (one process per node when the type has several GPUs)."""
+    args = _node_args(["run-nccl-test"], workers, worker_type)
+    return shlex.join(args) + (" " + extra if extra else "") + " --expect " + NCCL_EXPECT
 
 
 TIMED_OUT = 124
@@ -90,26 +126,34 @@ def run_nccl(remote: Remote, command: str, worker_type: str, nodes: int, timeout
     from hpq.cli.commands.remote import nccl_verdict
 
     code, out, err = remote.run(command, echo, timeout)
-    data, exit_code, message = nccl_verdict(out, worker_type, code, nodes)
+    data, exit_code, message = nccl_verdict(out, worker_type, code, nodes, NCCL_EXPECT)
     if code == TIMED_OUT:
         message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped); {message}"
     data["command"] = command
+    data["bandwidth_note"] = BRIDGE_NOTE
     if exit_code and err.strip():
         data["stderr_tail"] = err.strip().splitlines()[-10:]
     return data, exit_code, message
 
 
-def nanogpt_command(workers: int, worker_type: str, extra: str) -> str:
-    from hpq.lifecycle import catalog
+def sweep_command(nodes: int, worker_type: str, extra: str, budget: float) -> str:
+    """``run-nccl-test --sweep N [1] --output json --budget S`` and the rehearsal's sweep arguments."""
+    args = _node_args(["run-nccl-test", "--sweep"], nodes, worker_type)
+    args += ["--output", "json", "--budget", str(int(budget))]
+    return shlex.join(args) + (" " + extra if extra else "")
 
-    args = ["run-nanogpt", str(workers)]
-    try:
-        gpus = catalog.lookup(worker_type).accelerator_count
-    except catalog.UnknownInstanceType:
-        gpus = 1
-    if gpus != 1:
-        args.append("1")
-    args += ["--model", "tiny"]
+
+def run_sweep(remote: Remote, command: str, timeout: float | None = None,
+              on_progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any] | None, int, str]:
+    """(the sweep's JSON or None, run-nccl-test's exit status, its stderr) of a sweep run over SSH."""
+    from hpq.scripts import sweep as node_sweep
+
+    code, out, err = remote.run(command, None, timeout, on_stderr_line=on_progress)
+    return node_sweep.extract_json(out), code, err
+
+
+def nanogpt_command(workers: int, worker_type: str, extra: str) -> str:
+    args = _node_args(["run-nanogpt"], workers, worker_type) + ["--model", "tiny"]
     return shlex.join(args) + (" " + extra if extra else "")
 
 
