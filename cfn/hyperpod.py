@@ -52,6 +52,10 @@ DEEP_HEALTH_CHECKS = {
 }
 # NodeProvisioningMode: the property only takes "Continuous"; leaving it out is HyperPod's standard mode
 # (all-or-nothing creation), the default here as in AWS's console stack (hyperpod-cluster-template.yaml).
+# EKS variants only: the API reference (CreateCluster NodeProvisioningMode; CloudFormation AWS::SageMaker::Cluster
+# NodeProvisioningMode) supports Continuous "only for EKS orchestrated clusters", and AWS's console passes it only
+# when the orchestrator is not Slurm (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/
+# hyperpod-cluster-creator/lambda_function/lambda_function.py).
 PROVISIONING_MODES = ("Standard", "Continuous")
 
 
@@ -201,13 +205,14 @@ def build(cfg: HyperPodConfig) -> common.Template:
         kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
-    mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up (or "
-                        "fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster events.",
-                        Default="Standard", AllowedValues=list(PROVISIONING_MODES))
-    t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
+    if not cfg.slurm:  # Continuous is for EKS-orchestrated clusters only (see PROVISIONING_MODES)
+        mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up "
+                            "(or fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster "
+                            "events.", Default="Standard", AllowedValues=list(PROVISIONING_MODES))
+        t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
+        kwargs["NodeProvisioningMode"] = If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue"))
     cluster = t.add_resource(sm.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
-        NodeProvisioningMode=If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue")),
         VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
         Tags=common.tags(extra={names.CLUSTER_TAG_KEY: cluster_name, FSX_ID_TAG_KEY: fsx_id}),
         **kwargs,

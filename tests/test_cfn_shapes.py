@@ -8,6 +8,8 @@ guide, AWS's own console stacks (aws/sagemaker-hyperpod-cluster-setup) and sampl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hpq.cfn import helm as cfn_helm
@@ -402,17 +404,18 @@ def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
 def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
-    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and
-    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and,
+    on EKS variants, Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
     files = rendered[(variant, size)]
     params = files["root.json"]["Parameters"]
     assert params["OnStartDeepHealthChecks"]["Default"] == "None"
-    assert params["NodeProvisioningMode"]["Default"] == "Standard"
-    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
     hp = files["HyperPod.json"]
-    cluster = hp["Resources"]["Cluster"]["Properties"]
-    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
-                                                          {"Ref": "AWS::NoValue"}]}
+    if variant.startswith("eks"):  # Slurm variants have no NodeProvisioningMode (see the test below)
+        assert params["NodeProvisioningMode"]["Default"] == "Standard"
+        assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+        cluster = hp["Resources"]["Cluster"]["Properties"]
+        assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                              {"Ref": "AWS::NoValue"}]}
     _, on_demand, on_plan = _worker_branches(hp)
     value = on_demand["OnStartDeepHealthChecks"]
     assert value == on_plan["OnStartDeepHealthChecks"]
@@ -426,3 +429,68 @@ def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, 
     assert resolve(value, "None") == {"Ref": "AWS::NoValue"}
     assert resolve(value, "InstanceStress") == ["InstanceStress"]
     assert resolve(value, "InstanceStress,InstanceConnectivity") == ["InstanceStress", "InstanceConnectivity"]
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_continuous_provisioning_is_offered_on_eks_only(rendered, variant, size):  # noqa: F811
+    """NodeProvisioningMode Continuous "is only supported for EKS orchestrated clusters" (SageMaker API reference,
+    CreateCluster NodeProvisioningMode, as botocore's sagemaker model has it; CloudFormation AWS::SageMaker::Cluster
+    NodeProvisioningMode), and AWS's console passes it only when the orchestrator is not Slurm
+    (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/hyperpod-cluster-creator/lambda_function/
+    lambda_function.py, ``if orchestrator_type != 'SLURM'``). A Slurm variant neither offers the parameter nor
+    can set the property; an EKS variant offers both."""
+    files = rendered[(variant, size)]
+    root_params = files["root.json"]["Parameters"]
+    hp = files["HyperPod.json"]
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    groups = files["root.json"]["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = {p for g in groups for p in g["Parameters"]}
+    passed = files["root.json"]["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
+    if variant.startswith("slurm"):
+        assert "NodeProvisioningMode" not in root_params and "NodeProvisioningMode" not in grouped
+        assert "NodeProvisioningMode" not in hp["Parameters"] and "NodeProvisioningMode" not in passed
+        assert "NodeProvisioningMode" not in cluster
+        assert "ContinuousProvisioning" not in hp.get("Conditions", {})
+    else:
+        assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"]
+        assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
+        assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
+                                                                             "Continuous"]}
+
+
+# The three HyperPod events as the SageMaker Developer Guide shows them ("Events that Amazon SageMaker AI sends
+# to Amazon EventBridge", automating-sagemaker-with-eventbridge.html: "SageMaker HyperPod cluster event", "...
+# cluster node health", "... cluster state change"), trimmed to the envelope and the fields that carry the ARN.
+DOC_CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/sample-cluster"
+DOC_EVENTS = {
+    "SageMaker HyperPod Cluster Event": {"EventDetails": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                          "ResourceType": "Instance"}},
+    "SageMaker HyperPod Cluster Node Health Event": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                     "HealthSummary": {"HealthStatus": "Unhealthy"}},
+    "SageMaker HyperPod Cluster State Change": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                "ClusterStatus": "InService"},
+}
+
+
+def _doc_event(detail_type: str, arn: str = DOC_CLUSTER_ARN) -> dict:
+    detail = json.loads(json.dumps(DOC_EVENTS[detail_type]).replace(DOC_CLUSTER_ARN, arn))
+    return {"version": "0", "id": "0bd4a141-0a02-9d8a-f977-3924c3fb259c", "detail-type": detail_type,
+            "source": "aws.sagemaker", "account": "111122223333", "time": "2025-04-28T16:59:01Z",
+            "region": "us-west-2", "resources": [arn], "detail": detail}
+
+
+def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_only(rendered):  # noqa: F811
+    """EventBridge's pattern semantics (moto's implementation, the stand-in) on the rule as rendered, the cluster ARN
+    filled in: each documented HyperPod detail type of this cluster matches; another cluster's does not, nor does a
+    SageMaker event of another kind."""
+    from moto.events.models import EventPattern
+
+    rule = rendered[("eks-gpu", "small")]["Validation.json"]["Resources"]["ClusterEventsRule"]["Properties"]
+    pattern = json.loads(json.dumps(rule["EventPattern"]).replace('{"Ref": "ClusterArn"}', json.dumps(DOC_CLUSTER_ARN)))
+    matcher = EventPattern.load(json.dumps(pattern))
+    for detail_type in DOC_EVENTS:
+        assert matcher.matches_event(_doc_event(detail_type)), detail_type
+        other = _doc_event(detail_type, DOC_CLUSTER_ARN.replace("sample-cluster", "other-cluster"))
+        assert not matcher.matches_event(other), detail_type
+    endpoint = dict(_doc_event("SageMaker HyperPod Cluster State Change"), **{"detail-type": "SageMaker Endpoint State Change"})
+    assert not matcher.matches_event(endpoint)
