@@ -494,3 +494,21 @@ def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_o
         assert not matcher.matches_event(other), detail_type
     endpoint = dict(_doc_event("SageMaker HyperPod Cluster State Change"), **{"detail-type": "SageMaker Endpoint State Change"})
     assert not matcher.matches_event(endpoint)
+
+
+@pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
+def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, size):  # noqa: F811
+    """The release AWS installs and tells users to upgrade: ``helm upgrade dependencies helm_chart/HyperPodHelmChart
+    --namespace kube-system`` (aws/sagemaker-hyperpod-cli helm_chart/readme.md), ``HelmRelease`` default
+    ``dependencies`` in kube-system (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/helm-chart-template.yaml).
+    Under the same name, a user following AWS's upgrade command upgrades this release instead of installing a second
+    one that collides with it. The handler's own fallback is the same name."""
+    from hpq.cfn.handlers import helm as handler
+
+    helm = rendered[(variant, size)]["Helm.json"]
+    assert helm["Parameters"]["ReleaseName"]["Default"] == "dependencies"
+    assert helm["Parameters"]["Namespace"]["Default"] == "kube-system"
+    chart = helm["Resources"]["HelmChart"]["Properties"]
+    assert chart["ReleaseName"] == {"Ref": "ReleaseName"} and chart["Namespace"] == {"Ref": "Namespace"}
+    props = handler.properties({"ResourceProperties": {"ClusterName": "c", "ChartSource": "s3://b/k.tgz"}})
+    assert (props["release"], props["namespace"]) == ("dependencies", "kube-system")

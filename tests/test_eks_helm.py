@@ -271,13 +271,14 @@ def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_ser
 def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  # noqa: F811
     ev = event("Update", cfn_responses.url,
                {"ClusterName": "hp-eks", "ChartSource": "oci://public.ecr.aws/example/hyperpod", "ChartVersion": "1.4.0"},
-               physical_id="hp-eks/kube-system/hyperpod-dependencies")
+               physical_id="hp-eks/kube-system/dependencies")
     helm.handler(ev, Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS", resp["Reason"]
     [call] = fake_helm.calls()
     args = call["args"]
-    assert args[:4] == ["upgrade", "--install", "hyperpod-dependencies", "oci://public.ecr.aws/example/hyperpod"]
+    # No ReleaseName given: the handler's default, AWS's release name (test_cfn_shapes.py says where it is from).
+    assert args[:4] == ["upgrade", "--install", "dependencies", "oci://public.ecr.aws/example/hyperpod"]
     assert args[args.index("--version") + 1] == "1.4.0"
     assert args[args.index("--namespace") + 1] == "kube-system"  # default namespace, always explicit
 
