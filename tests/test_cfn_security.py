@@ -19,8 +19,8 @@ AWS managed policies attached by ARN are AWS's and not checked here.
 from __future__ import annotations
 
 import copy
-import json
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
