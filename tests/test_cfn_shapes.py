@@ -512,3 +512,41 @@ def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, siz
     assert chart["ReleaseName"] == {"Ref": "ReleaseName"} and chart["Namespace"] == {"Ref": "Namespace"}
     props = handler.properties({"ResourceProperties": {"ClusterName": "c", "ChartSource": "s3://b/k.tgz"}})
     assert (props["release"], props["namespace"]) == ("dependencies", "kube-system")
+
+
+@pytest.mark.parametrize("variant", ["slurm-gpu", "slurm-trn"])
+def test_controller_and_login_types_need_an_offer_in_the_region(rendered, variant):  # noqa: F811
+    """cfn-lint 1.58's offer data has no ml.m5.*/ml.c5.* (no controller type at all) in ap-southeast-5 and
+    eu-central-2, where GPU workers are offered: without a rule the deploy would fail only once CloudFormation
+    reached the cluster. A training plan covers the workers only (the group with TrainingPlanArn), so these rules
+    have no plan escape; the login rule holds only with EnableLoginGroup=true. Root and HyperPod stack both carry them,
+    and for every (type, region) they say what the data says."""
+    import json
+    from importlib import resources
+
+    from hpq.cfn import hyperpod, offers
+
+    raw = json.loads(resources.files(offers.DATA_PACKAGE).joinpath(offers.DATA_FILE).read_text())
+    data = {r: set(v["enum"]) for r, v in raw.items() if isinstance(v, dict)}
+    assert not any(t.startswith(("ml.m5.", "ml.c5.")) for r in ("ap-southeast-5", "eu-central-2") for t in data[r])
+    files = rendered[(variant, "small")]
+    hp, root = files["HyperPod.json"], files["root.json"]
+    ctl = hp["Rules"][hyperpod.CONTROLLER_OFFER_RULE]["Assertions"][0]["Assert"]
+    login = hp["Rules"][hyperpod.LOGIN_OFFER_RULE]["Assertions"][0]["Assert"]
+    for rule in (hyperpod.CONTROLLER_OFFER_RULE, hyperpod.LOGIN_OFFER_RULE):
+        assert root["Rules"][rule] == hp["Rules"][rule]
+        assert "TrainingPlanArn" not in json.dumps(hp["Rules"][rule])
+    types = hp["Parameters"]["ControllerInstanceType"]["AllowedValues"]
+    assert types == hp["Parameters"]["LoginInstanceType"]["AllowedValues"]
+    for instance_type in types:
+        for region in list(data) + ["eu-west-3"]:
+            offered = instance_type in data.get(region, set())
+            env = {"ControllerInstanceType": instance_type, "LoginInstanceType": instance_type,
+                   "AWS::Region": region, "EnableLoginGroup": "true"}
+            assert _eval(ctl, env) is offered, (instance_type, region)
+            assert _eval(login, env) is offered, (instance_type, region)
+            assert _eval(login, dict(env, EnableLoginGroup="false")) is True
+    default = hp["Parameters"]["ControllerInstanceType"]["Default"]
+    assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "eu-central-2"}) is False
+    assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "us-east-1"}) is True
+    assert hyperpod.CONTROLLER_OFFER_RULE not in rendered[("eks-gpu", "small")]["HyperPod.json"].get("Rules", {})
