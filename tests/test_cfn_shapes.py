@@ -550,3 +550,43 @@ def test_controller_and_login_types_need_an_offer_in_the_region(rendered, varian
     assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "eu-central-2"}) is False
     assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "us-east-1"}) is True
     assert hyperpod.CONTROLLER_OFFER_RULE not in rendered[("eks-gpu", "small")]["HyperPod.json"].get("Rules", {})
+
+
+@pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
+def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):  # noqa: F811
+    """EKS: a cluster in extended support cannot have extended support disabled ("Prevent increased cluster costs by
+    disabling EKS extended support", disable-extended-support.html: only a cluster in standard support can be set to
+    STANDARD). 1.32 and 1.33 left standard support before the calendar date hpq carries (cfn/eks.py), so a template
+    Rule refuses them with EksSupportType=STANDARD before anything is created, on the console/publish path too
+    (hpq deploy's pre-flight says the same with today's date). Root and EKS stack carry it."""
+    from hpq.cfn import eks
+
+    files = rendered[(variant, size)]
+    root, nested = files["root.json"], files["EKS.json"]
+    rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
+    assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
+    assert eks.EXTENDED_ONLY_VERSIONS == ("1.32", "1.33")
+
+    def holds(version: str, support: str) -> bool:
+        env = {"KubernetesVersion": version, "EksSupportType": support}
+        return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
+
+    for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
+        assert holds(version, "EXTENDED")
+        assert holds(version, "STANDARD") is (version not in ("1.32", "1.33")), version
+    assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+
+
+def test_kubernetes_version_docs_cite_both_sources():
+    """Stored copies of the HyperPod EKS prerequisites page list versions up to 1.34; the issue (2026-11-23) says
+    HyperPod lists up to 1.35. hpq keeps 1.35 as the default and docs/templates.md says where each claim comes from
+    and to confirm against the live page."""
+    from pathlib import Path
+
+    from hpq.cfn import eks
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `KubernetesVersion`"))
+    assert eks.DEFAULT_KUBERNETES_VERSION == "1.35" and "`1.35`" in row
+    assert "sagemaker-hyperpod-eks-prerequisites.html" in row
+    assert "1.34" in row and "confirm" in row.lower()
