@@ -94,9 +94,9 @@ def build(cfg: EksConfig) -> common.Template:
         "RuleCondition": {"Fn::Contains": [list(EXTENDED_ONLY_VERSIONS), version]},
         "Assertions": [{
             "Assert": {"Fn::Equals": [support, "EXTENDED"]},
-            "AssertDescription": "KubernetesVersion %s is out of EKS standard support: EKS creates it only with "
-                                 "EksSupportType=EXTENDED (extended-support prices); or choose %s." % (
-                                     " / ".join(EXTENDED_ONLY_VERSIONS), DEFAULT_KUBERNETES_VERSION),
+            "AssertDescription": f"KubernetesVersion {' / '.join(EXTENDED_ONLY_VERSIONS)} is out of EKS standard "
+                                 "support: EKS creates it only with EksSupportType=EXTENDED (extended-support "
+                                 f"prices); or choose {DEFAULT_KUBERNETES_VERSION}.",
         }],
     })
     public_cidrs = common.param(t, "EksPublicAccessCidrs", "CIDR blocks allowed to reach the public EKS API endpoint "
