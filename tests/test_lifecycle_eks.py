@@ -163,3 +163,28 @@ def test_old_or_missing_python_stops_with_one_line_naming_the_ami(tmp_path, pyth
                         "HyperPod's Amazon Linux 2023 AMI for EKS nodes (Amazon Linux 2 has Python 3.7) and its "
                         "Ubuntu AMI for Slurm nodes")
     assert lines[0] in (root / "var/log/hpq/on_create.log").read_text()
+
+
+@pytest.mark.parametrize("modprobe_rc", [0, 1])
+def test_fsx_on_eks_loads_lustre_modules_and_leaves_mounting_to_the_csi_driver(tmp_path, imds_factory, modprobe_rc):  # noqa: F811
+    """AWS's EKS lifecycle loads lnet and lustre (``load_lustre_modules``) and never mounts FSx on the host
+    (awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh);
+    pods mount it through the FSx for Lustre CSI driver (the aws-fsx-csi-driver add-on of the EKS stack). So
+    ``--steps identify,fsx`` on an EKS node exits 0 without any FSx API call (no AWS endpoint here: one would fail),
+    without mount and without an fstab entry, a failed modprobe only logged, and says why in the log."""
+    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    root = eks_node(tmp_path)
+    modprobe = fn.write_recorder(tmp_path / "modprobe", rc=modprobe_rc)
+    mount = fn.write_recorder(tmp_path / "mount")
+    srv = imds_factory({"": fn.imds_answers(IID, "p5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct",
+               HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"), HPQ_MOUNT_CMD=str(tmp_path / "mount"),
+               AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x")
+    res = fn.run_on_create(entry, env, "--steps", "identify,fsx")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert modprobe.read_text().split() == ["lnet", "lustre"]
+    assert not mount.exists()
+    assert not (root / "etc/fstab").exists() and not (root / "fsx").exists()
+    assert "FSx CSI driver" in res.stdout and "step fsx: done" in res.stdout
+    again = fn.run_on_create(entry, env, "--steps", "identify,fsx")
+    assert again.returncode == 0 and not mount.exists()
