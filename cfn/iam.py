@@ -95,8 +95,10 @@ def _execution_statements(eks: bool) -> list[dict]:
             ], _ec2_arns("network-interface", "instance", "security-group", "subnet")),
             # Both AWS EKS execution roles grant it (the template above; awslabs/awsome-distributed-ai
             # 1.architectures/7.sagemaker-hyperpod-eks/cfn-templates/nested-stacks/sagemaker-iam-role-stack.yaml),
-            # on "*": a read, and which alarms HyperPod reads (e.g. a rolling update's rollback alarms) is the
-            # user's choice, in this account.
+            # on "*": a read, and which alarms HyperPod reads is the user's choice. HyperPod reads them to roll back
+            # an AMI update done in batches (EKS clusters only): "To use the automatic rollback functionality, you
+            # must add the permission cloudwatch:DescribeAlarms to your IAM execution role" (SageMaker Developer
+            # Guide, "Update your AMI version in your SageMaker HyperPod cluster", sagemaker-hyperpod-ami-update).
             _statement("CloudWatchAlarmsRead", ["cloudwatch:DescribeAlarms"], "*"),
         ]
     return out
