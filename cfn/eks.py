@@ -55,6 +55,12 @@ KUBERNETES_VERSIONS = tuple(KUBERNETES_CALENDAR)
 DEFAULT_KUBERNETES_VERSION = "1.35"
 SUPPORT_TYPES = ("STANDARD", "EXTENDED")
 DEFAULT_SUPPORT_TYPE = "STANDARD"
+# Versions already out of standard support on CALENDAR_AS_OF: EKS creates them only in extended support, and a
+# cluster in extended support cannot be set to STANDARD (EKS user guide, "Prevent increased cluster costs by
+# disabling EKS extended support", disable-extended-support.html). The rule below refuses STANDARD for them in the
+# template itself (console and hpq publish path); hpq deploy's pre-flight checks the same with today's date.
+EXTENDED_ONLY_VERSIONS = tuple(v for v, (std_end, _) in KUBERNETES_CALENDAR.items() if std_end <= CALENDAR_AS_OF)
+EXTENDED_SUPPORT_RULE = "ExtendedSupportVersionNeedsExtended"
 CORE_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
@@ -84,6 +90,15 @@ def build(cfg: EksConfig) -> common.Template:
     support = common.param(t, "EksSupportType", "UpgradePolicy.SupportType: STANDARD upgrades the cluster at the end "
                            "of standard support; EXTENDED keeps the version at extended-support prices.",
                            Default=DEFAULT_SUPPORT_TYPE, AllowedValues=list(SUPPORT_TYPES))
+    t.add_rule(EXTENDED_SUPPORT_RULE, {
+        "RuleCondition": {"Fn::Contains": [list(EXTENDED_ONLY_VERSIONS), version]},
+        "Assertions": [{
+            "Assert": {"Fn::Equals": [support, "EXTENDED"]},
+            "AssertDescription": f"KubernetesVersion {' / '.join(EXTENDED_ONLY_VERSIONS)} is out of EKS standard "
+                                 "support: EKS creates it only with EksSupportType=EXTENDED (extended-support "
+                                 f"prices); or choose {DEFAULT_KUBERNETES_VERSION}.",
+        }],
+    })
     public_cidrs = common.param(t, "EksPublicAccessCidrs", "CIDR blocks allowed to reach the public EKS API endpoint "
                                 "(kubectl from your laptop and the Helm Lambda, which runs outside the VPC).",
                                 type_="CommaDelimitedList", Default="0.0.0.0/0",

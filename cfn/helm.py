@@ -31,7 +31,10 @@ from hpq.cfn import common
 HANDLER = "helm"
 RESOURCE_TYPE = "Custom::HyperPodHelmChart"
 DEFAULT_NAMESPACE = "kube-system"
-DEFAULT_RELEASE = "hyperpod-dependencies"
+# The release name AWS uses in kube-system: aws/sagemaker-hyperpod-cli helm_chart/readme.md (``helm upgrade dependencies
+# helm_chart/HyperPodHelmChart --namespace kube-system``) and the console's helm-chart-template.yaml (HelmRelease
+# default ``dependencies``). A user following AWS's upgrade command then upgrades this release.
+DEFAULT_RELEASE = "dependencies"
 # A GitHub source archive; the handler replaces {version} with ChartVersion and finds ChartPath under the
 # archive's single top folder.
 DEFAULT_CHART_SOURCE = "https://github.com/aws/sagemaker-hyperpod-cli/archive/{version}.tar.gz"

@@ -42,6 +42,10 @@ USES_TRAINING_PLAN = "WorkersUseTrainingPlan"
 ON_DEMAND_OFFER = "WorkerOnDemandOffer"
 ON_DEMAND_WORKERS = "WorkersOnDemand"
 NEEDS_PLAN_RULE = "WorkerTypeNeedsATrainingPlan"
+# Controller and login types need an on-demand offer in the region too (cfn-lint's data has no controller type in
+# e.g. ap-southeast-5 and eu-central-2, where GPU workers are offered); a training plan covers the workers only.
+CONTROLLER_OFFER_RULE = "ControllerTypeOfferedInRegion"
+LOGIN_OFFER_RULE = "LoginTypeOfferedInRegion"
 # OnStartDeepHealthChecks (ClusterInstanceGroup; DeepHealthCheckType InstanceStress | InstanceConnectivity):
 # off by default, they add a long hardware stress test to every node's start.
 DEEP_HEALTH_CHECKS = {
@@ -52,6 +56,10 @@ DEEP_HEALTH_CHECKS = {
 }
 # NodeProvisioningMode: the property only takes "Continuous"; leaving it out is HyperPod's standard mode
 # (all-or-nothing creation), the default here as in AWS's console stack (hyperpod-cluster-template.yaml).
+# EKS variants only: the API reference (CreateCluster NodeProvisioningMode; CloudFormation AWS::SageMaker::Cluster
+# NodeProvisioningMode) supports Continuous "only for EKS orchestrated clusters", and AWS's console passes it only
+# when the orchestrator is not Slurm (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/
+# hyperpod-cluster-creator/lambda_function/lambda_function.py).
 PROVISIONING_MODES = ("Standard", "Continuous")
 
 
@@ -139,6 +147,20 @@ def _worker_group(t: common.Template, cfg: HyperPodConfig, worker_type, worker_c
     return If(ON_DEMAND_WORKERS, on_demand, on_plan)
 
 
+def _add_offer_rules(t: common.Template, cfg: HyperPodConfig) -> None:
+    """Controller and (when enabled) login types must have an on-demand offer in the region (cfn/offers.py)."""
+    where = "has no on-demand SageMaker HyperPod offer in this region (hpq deploy names the regions that offer it)"
+    t.add_rule(CONTROLLER_OFFER_RULE, {"Assertions": [{
+        "Assert": offers.offer_rule_assertion("ControllerInstanceType", cfg.controller_types),
+        "AssertDescription": f"ControllerInstanceType {where}: choose another type or region.",
+    }]})
+    t.add_rule(LOGIN_OFFER_RULE, {"Assertions": [{
+        "Assert": Or(Not(Equals(Ref("EnableLoginGroup"), "true")),
+                     offers.offer_rule_assertion("LoginInstanceType", cfg.controller_types)),
+        "AssertDescription": f"LoginInstanceType {where}: choose another type or region, or EnableLoginGroup=false.",
+    }]})
+
+
 def _checks_condition(name: str) -> str:
     return "DeepHealthChecks" + name.replace(",", "")
 
@@ -182,6 +204,7 @@ def build(cfg: HyperPodConfig) -> common.Template:
         login_type = common.param(t, "LoginInstanceType", "Login node instance type.",
                                   Default=cfg.default_controller_type, AllowedValues=list(cfg.controller_types))
         t.add_condition("HasLoginGroup", {"Fn::Equals": [login_on, "true"]})
+        _add_offer_rules(t, cfg)
         groups.append(_group(cfg.controller_group, ctl_type, 1, CONTROLLER_EBS_GB, CONTROLLER_THREADS_PER_CORE,
                              role, uri, SlurmConfig=slurm_config("Controller")))
         groups.append(If("HasLoginGroup", _group(cfg.login_group, login_type, 1, CONTROLLER_EBS_GB,
@@ -201,13 +224,14 @@ def build(cfg: HyperPodConfig) -> common.Template:
         kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
-    mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up (or "
-                        "fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster events.",
-                        Default="Standard", AllowedValues=list(PROVISIONING_MODES))
-    t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
+    if not cfg.slurm:  # Continuous is for EKS-orchestrated clusters only (see PROVISIONING_MODES)
+        mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up "
+                            "(or fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster "
+                            "events.", Default="Standard", AllowedValues=list(PROVISIONING_MODES))
+        t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
+        kwargs["NodeProvisioningMode"] = If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue"))
     cluster = t.add_resource(sm.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
-        NodeProvisioningMode=If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue")),
         VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
         Tags=common.tags(extra={names.CLUSTER_TAG_KEY: cluster_name, FSX_ID_TAG_KEY: fsx_id}),
         **kwargs,

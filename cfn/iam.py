@@ -86,10 +86,20 @@ def _execution_statements(eks: bool) -> list[dict]:
             # The VPC CNI on HyperPod nodes runs with the node role.
             _statement("VpcCniDescribe", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeTags"],
                        "*"),
+            # The resource types IAM lists for these actions (cfn-lint 1.58's IAM data names subnet for
+            # ModifyNetworkInterfaceAttribute), as AWS's EKS execution role grants them on the subnets too
+            # (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/sagemaker-iam-role-template.yaml).
             _statement("VpcCni", [
                 "ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute",
                 "ec2:UnassignPrivateIpAddresses",
-            ], _ec2_arns("network-interface", "instance", "security-group")),
+            ], _ec2_arns("network-interface", "instance", "security-group", "subnet")),
+            # Both AWS EKS execution roles grant it (the template above; awslabs/awsome-distributed-ai
+            # 1.architectures/7.sagemaker-hyperpod-eks/cfn-templates/nested-stacks/sagemaker-iam-role-stack.yaml),
+            # on "*": a read, and which alarms HyperPod reads is the user's choice. HyperPod reads them to roll back
+            # an AMI update done in batches (EKS clusters only): "To use the automatic rollback functionality, you
+            # must add the permission cloudwatch:DescribeAlarms to your IAM execution role" (SageMaker Developer
+            # Guide, "Update your AMI version in your SageMaker HyperPod cluster", sagemaker-hyperpod-ami-update).
+            _statement("CloudWatchAlarmsRead", ["cloudwatch:DescribeAlarms"], "*"),
         ]
     return out
 

@@ -100,13 +100,14 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                 Description="Optional SageMaker training plan for the workers; required for a worker type without an "
                             "on-demand HyperPod offer in the region (e.g. ml.p5e.48xlarge).")
     checks = copy(HYPERPOD, "OnStartDeepHealthChecks")
-    provisioning = copy(HYPERPOD, "NodeProvisioningMode")
     threads = copy(HYPERPOD, "ThreadsPerCore")
     ebs = copy(HYPERPOD, "EbsVolumeSizeGB")
     if variant.slurm:
         ctl_type = copy(HYPERPOD, "ControllerInstanceType")
         login_on = copy(HYPERPOD, "EnableLoginGroup")
         login_type = copy(HYPERPOD, "LoginInstanceType")
+    else:  # NodeProvisioningMode Continuous exists for EKS-orchestrated clusters only (cfn/hyperpod.py)
+        provisioning = copy(HYPERPOD, "NodeProvisioningMode")
     az = copy(NETWORKING, "AvailabilityZoneId")
     vpc_cidr = copy(NETWORKING, "VpcCidr")
     fsx_capacity = copy(STORAGE, "StorageCapacityGiB", "FsxStorageCapacityGiB")
@@ -175,12 +176,13 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         "WorkerInstanceType": worker_type, "WorkerCount": worker_count, "ThreadsPerCore": threads,
         "EbsVolumeSizeGB": ebs, "TrainingPlanArn": plan,
         "TrainingPlanInstanceType": If(HAS_TRAINING_PLAN, worker_type, ""),
-        "OnStartDeepHealthChecks": checks, "NodeProvisioningMode": provisioning,
+        "OnStartDeepHealthChecks": checks,
     }
     if variant.slurm:
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
                           "LoginInstanceType": login_type})
     if variant.eks:
+        hp_params["NodeProvisioningMode"] = provisioning
         stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s, "EksSupportType": support,
                     "EksPublicAccessCidrs": Join(",", public_cidrs),
                     "FsxCsiRoleArn": _out(IAM, iam.OUT_FSX_CSI_ROLE_ARN),
@@ -224,8 +226,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
 
     groups = [
         ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
-                     "EbsVolumeSizeGB", "OnStartDeepHealthChecks", "NodeProvisioningMode"]
-         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])),
+                     "EbsVolumeSizeGB", "OnStartDeepHealthChecks"]
+         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm
+            else ["NodeProvisioningMode"])),
         ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]

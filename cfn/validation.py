@@ -4,10 +4,18 @@ Post-deploy signal without logging in: node health and cluster state events of
 SageMaker HyperPod (EventBridge, detail-type prefix "SageMaker HyperPod") reach
 an encrypted topic, optionally mailed to an address. It consumes the cluster ARN,
 so it is created only after the cluster, and the rule matches only THIS cluster's
-events: HyperPod's EventBridge events name the cluster ARN in ``resources``
-(SageMaker Developer Guide, "SageMaker HyperPod cluster events reference";
-cluster events need NodeProvisioningMode Continuous). The functional checks (NCCL,
-training) are `hpq remote-nccl-test` and `hpq eks nccl-test`.
+events: every HyperPod event names the cluster ARN in ``resources`` (SageMaker
+Developer Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge",
+the examples of "SageMaker HyperPod Cluster Event", "... Cluster Node Health Event"
+and "... Cluster State Change"; "SageMaker HyperPod cluster events reference", the
+envelope's ``resources`` field and its "Events for a specific cluster" pattern).
+The ARN is in ``detail`` too, but at different places per type (``detail.ClusterArn``,
+``detail.EventDetails.ClusterArn``), so ``resources`` is the one filter for all three.
+
+What reaches the topic: state changes and node health events on every variant;
+"SageMaker HyperPod Cluster Event" only for clusters with NodeProvisioningMode
+Continuous (cluster events reference), which only EKS variants offer (cfn/hyperpod.py).
+The functional checks (NCCL, training) are `hpq remote-nccl-test` and `hpq eks nccl-test`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ sleeps 30 s for it), so a failed mount is retried a bounded number of times (the
 each retry logged and preceded by a bounded wait for the DNS name to resolve. The fstab entry is one
 managed block, replaced on every run; the write test runs only once the mount is live. A second run
 finds the mount and changes nothing. No filesystem found: a warning, not a failure.
+
+On EKS nodes the step only loads the modules: pods mount FSx through the FSx CSI driver (eks_modules_only).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from . import files, identity, mounts, names
+from .resource_config import EKS
 
 MOUNT_OPTIONS = "relatime,flock"
 # _netdev: wait for the network; x-systemd.automount: a slow Lustre does not hold up boot. Required unit:
@@ -329,6 +332,8 @@ def region(ctx, node) -> Optional[str]:
 
 def run(ctx) -> str:
     node = identity.load_node(ctx)
+    if node.orchestrator == EKS:
+        return eks_modules_only(ctx)
     if node.fsx_dns_name and node.fsx_mountname:
         dns, mount_name, origin = node.fsx_dns_name, node.fsx_mountname, "provisioning parameters"
     else:
@@ -354,6 +359,20 @@ def run(ctx) -> str:
     shared_results_dir(ctx.path(names.FSX_RESULTS_DIR))
     return "%s from %s: %s, fstab %s, write test ok, %s ready" % (
         source, origin, state, "updated" if fstab_changed else "unchanged", names.FSX_RESULTS_DIR)
+
+
+def eks_modules_only(ctx) -> str:
+    """EKS nodes: load lnet/lustre, mount nothing on the host.
+
+    Pods mount FSx through the FSx for Lustre CSI driver (the EKS stack's aws-fsx-csi-driver add-on), which needs
+    the client modules on the host; AWS's EKS lifecycle does exactly this (awsome-distributed-ai
+    1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh, load_lustre_modules).
+    A host mount there would be unused, and its failure would fail the node for nothing.
+    """
+    load_modules(ctx)
+    ctx.log.info("EKS node: no host mount of FSx at %s; pods mount it through the FSx CSI driver "
+                 "(aws-fsx-csi-driver), for which lnet/lustre are loaded", names.FSX_MOUNT_POINT)
+    return "EKS: lnet/lustre loaded for the FSx CSI driver; no host mount"
 
 
 def shared_results_dir(path: str) -> None:

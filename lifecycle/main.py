@@ -26,7 +26,7 @@ from .resource_config import EKS, SLURM
 STEPS: List[Tuple[str, Callable, str]] = [
     ("identify", identity.run, "this node in resource_config.json, its role from its instance group"),
     ("nccl-env", node_env.run, "EFA transport and NCCL environment"),
-    ("fsx", fsx.run, "FSx for Lustre mounted at /fsx"),
+    ("fsx", fsx.run, "FSx for Lustre mounted at /fsx (EKS: Lustre modules for the CSI driver)"),
     ("eks-storage", eks_storage.run, "containerd and kubelet data on /opt/sagemaker (EKS)"),
     ("install", install.run, "node commands onto PATH"),
     ("munge", munge.run, "one MUNGE key, munged running"),

@@ -11,11 +11,12 @@ log_dir="${root%/}/var/log/hpq"
 mkdir -p "$log_dir"
 log="$(cd "$log_dir" && pwd)/on_create.log"  # absolute: the script moves into the bundle below
 py="${HPQ_PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' >/dev/null 2>&1; then
-    # Amazon Linux 2 ships Python 3.7: the lifecycle cannot run there, and says which AMI it needs.
+# Python 3.7 is enough: Amazon Linux 2's python3 is 3.7, and HyperPod's EKS AMIs were AL2 up to Kubernetes 1.32
+# (tests/test_lifecycle_python37.py keeps every lifecycle module to 3.7). Older or none: one line naming the AMIs.
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 7))' >/dev/null 2>&1; then
     have="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
     os="$( (. "${root%/}/etc/os-release" && echo "${PRETTY_NAME:-$ID $VERSION_ID}") 2>/dev/null || echo 'unknown OS')"
-    echo "hpq on_create: needs python3 3.8 or newer but $py is ${have} on ${os}: use HyperPod's Amazon Linux 2023 AMI for EKS nodes (Amazon Linux 2 has Python 3.7) and its Ubuntu AMI for Slurm nodes" | tee -a "$log" >&2
+    echo "hpq on_create: needs python3 3.7 or newer but $py is ${have} on ${os}: use HyperPod's own AMIs (Amazon Linux 2023 or Amazon Linux 2 for EKS nodes, Ubuntu for Slurm nodes)" | tee -a "$log" >&2
     exit 1
 fi
 export HPQ_START_DIR="${HPQ_START_DIR:-$PWD}"

@@ -6,7 +6,8 @@ in tests too: the direct manager reads the vendor unit and its ``<unit>.d/*.conf
 drop-ins under the node root, applies ``ExecStart=`` resets, ``Environment=``,
 ``EnvironmentFile=``, ``ConditionPathExists=``, ``User=``/``Group=`` and ``RuntimeDirectory=``
 the way systemd does, and runs the command in a new session, keeping its PID under
-``<root>/run/hpq``.
+``<root>/run/hpq``. Both mask a unit the same way (a /dev/null link in /etc/systemd/system), and
+neither starts a masked one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from . import files
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 DROPIN_DIR = "/etc/systemd/system"
+# systemd.unit(5): a unit file linked to /dev/null (or empty) is masked: systemd never starts it.
+MASK_TARGET = "/dev/null"
 
 
 class ServiceError(Exception):
@@ -76,6 +79,48 @@ class _Base:
         for p in paths:
             _parse_unit(files.read_text(p) or "", sections)
         return sections
+
+    def is_masked(self, unit: str) -> bool:
+        """The first unit file systemd would load is a link to /dev/null or empty (systemd.unit(5))."""
+        for d in UNIT_DIRS:
+            p = self.ctx.path("%s/%s" % (d, unit))
+            if os.path.islink(p) and os.readlink(p) == MASK_TARGET:
+                return True
+            if os.path.isfile(p):
+                return os.path.getsize(p) == 0
+        return False
+
+    def _set_aside(self, unit: str, aside: str) -> bool:
+        """Move a unit file in /etc/systemd/system to ``aside`` (``systemctl mask`` refuses to replace one)."""
+        path = self.ctx.path("%s/%s" % (DROPIN_DIR, unit))
+        if os.path.islink(path) or not os.path.isfile(path):
+            return False
+        target = self.ctx.path("%s/%s" % (DROPIN_DIR, aside))
+        if os.path.exists(target):  # set aside before: keep that copy, drop this one
+            os.unlink(path)
+        else:
+            os.rename(path, target)
+        return True
+
+    def mask(self, unit: str, aside: str) -> str:
+        """Stop, disable and mask ``unit``; its file in /etc/systemd/system, if any, is kept as ``aside``."""
+        if self.is_masked(unit):
+            self.stop(unit)  # masked but left running (by hand): stopped, nothing else changes
+            return "%s already masked" % unit
+        self.stop(unit)
+        self._disable(unit)
+        moved = self._set_aside(unit, aside)
+        self._mask_file(unit)
+        return "%s stopped, disabled and masked%s" % (unit, " (unit file kept as %s)" % aside if moved else "")
+
+    def _disable(self, unit: str) -> None:
+        raise NotImplementedError
+
+    def _mask_file(self, unit: str) -> None:
+        raise NotImplementedError
+
+    def stop(self, unit: str) -> None:
+        raise NotImplementedError
 
     def write_dropin(self, unit: str, name: str, text: str) -> bool:
         changed = files.write_file(self.dropin_path(unit, name), text)
@@ -150,6 +195,13 @@ class SystemdManager(_Base):
     def stop(self, unit: str) -> None:
         self._systemctl("stop", unit, check=False)
 
+    def _disable(self, unit: str) -> None:
+        self._systemctl("disable", unit, check=False)  # a unit that does not exist has nothing to disable
+
+    def _mask_file(self, unit: str) -> None:
+        self._systemctl("mask", unit)
+        self.reload()
+
     def reload_config(self, unit: str) -> str:
         """Make a running daemon re-read its configuration (systemctl reload); a stopped one is left alone."""
         if not self.is_active(unit):
@@ -215,6 +267,8 @@ class DirectManager(_Base):
         return argv, env, (service.get("Type") or ["simple"])[-1]
 
     def ensure_running(self, unit: str, restart: bool = False) -> str:
+        if self.is_masked(unit):  # as systemctl start refuses: "Unit ... is masked."
+            raise ServiceError("%s is masked: not started" % unit)
         if self.is_active(unit):
             if not restart:
                 return "already running"
@@ -223,6 +277,18 @@ class DirectManager(_Base):
             return "restarted"
         self._start(unit)
         return "started"
+
+    def _disable(self, unit: str) -> None:
+        """What ``systemctl disable`` removes: the unit's links in the *.wants/*.requires folders of /etc."""
+        for link in glob.glob(self.ctx.path("%s/*.wants/%s" % (DROPIN_DIR, unit))) + glob.glob(
+                self.ctx.path("%s/*.requires/%s" % (DROPIN_DIR, unit))):
+            if os.path.islink(link):
+                os.unlink(link)
+
+    def _mask_file(self, unit: str) -> None:
+        path = self.ctx.path("%s/%s" % (DROPIN_DIR, unit))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(MASK_TARGET, path)
 
     def _credentials(self, unit: str):
         """(uid, gid, user) from the unit's User=/Group= (systemd.exec), None when it runs as root."""

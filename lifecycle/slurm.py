@@ -6,6 +6,8 @@ start slurmctld and wait until it answers. Workers and login nodes: DNS SRV reco
 for the controller are often missing in a VPC, so slurmd gets ``--conf-server <ip:port>``
 through a systemd drop-in next to the vendor unit (the unit itself is never edited),
 then it starts and must have fetched its config before the step counts as done.
+First, on every node, the daemon it must not run is stopped, disabled and masked (slurmd on the
+controller, slurmctld elsewhere), as AWS's start_slurm.sh sets their unit files aside.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from . import files, identity, services
 
 SLURMCTLD = "slurmctld.service"
 SLURMD = "slurmd.service"
+# AWS's start_slurm.sh renames /etc/systemd/system/slurmd.service to slurmd_DO_NOT_START_ON_CONTROLLER.service on the
+# controller, and slurmctld.service to slurmctld_DO_NOT_START_ON_CONTROLLER.service on compute and login nodes
+# (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/start_slurm.sh): the
+# same names here, so a node looks as AWS's own tooling expects.
+ASIDE_SUFFIX = "_DO_NOT_START_ON_CONTROLLER"
 DROPIN = "hpq-conf-server"
 CONFIGLESS = "enable_configless"
 # Where slurmd leaves the config it fetched: the /run/slurm/conf link (22.05+), else the default spool dirs.
@@ -164,9 +171,18 @@ def setup_node(ctx, node: identity.NodeInfo) -> str:
         server, "written" if changed else "unchanged", state)
 
 
+def keep_other_daemon_off(ctx, node: identity.NodeInfo) -> str:
+    """Stop, disable and mask the daemon this node must not run: slurmd on the controller (the AMI's slurmd unit
+    deletes /opt/slurm/etc/slurm.conf in ExecStartPre, so one start at boot would delete the conf the controller
+    serves), slurmctld everywhere else. Idempotent."""
+    unit = SLURMD if node.role == identity.CONTROLLER else SLURMCTLD
+    return ctx.services.mask(unit, unit.replace(".service", ASIDE_SUFFIX + ".service"))
+
+
 def run(ctx) -> str:
     node = identity.load_node(ctx)
+    off = keep_other_daemon_off(ctx, node)
     if node.role == identity.CONTROLLER:
-        return setup_controller(ctx)
-    return setup_node(ctx, node)
+        return "%s; %s" % (setup_controller(ctx), off)
+    return "%s; %s" % (setup_node(ctx, node), off)
 

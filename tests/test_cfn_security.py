@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -503,3 +504,36 @@ def test_every_root_output_reference_exists_in_its_nested_template(rendered, var
         weak = copy.deepcopy(files)
         weaken(weak)
         assert output_reference_problems(weak), "a dangling output reference is not flagged"
+
+
+def _cfn_lint_iam() -> dict:
+    """cfn-lint's IAM data (cfnlint/data/AdditionalSpecs/Policies.json): per service, each action's resource types
+    and each resource type's ARN formats (regular expressions)."""
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files("cfnlint.data.AdditionalSpecs").joinpath("Policies.json").read_text())
+
+
+@EKS
+def test_eks_node_role_covers_what_awss_eks_execution_role_grants(rendered, variant, size):  # noqa: F811
+    """The VPC CNI runs with the node role on HyperPod EKS nodes. AWS's EKS execution role grants the CNI's ENI
+    actions on ``subnet/<id>`` too and grants ``cloudwatch:DescribeAlarms`` (aws/sagemaker-hyperpod-cluster-setup
+    eks/cloudformation/sagemaker-iam-role-template.yaml; awslabs/awsome-distributed-ai
+    1.architectures/7.sagemaker-hyperpod-eks/cfn-templates/nested-stacks/sagemaker-iam-role-stack.yaml). Every resource
+    type cfn-lint's IAM data lists for a VpcCni action (ModifyNetworkInterfaceAttribute: instance, network-interface,
+    security-group, subnet) must be named by the statement, in this region and account; DescribeAlarms, a read,
+    keeps Resource "*" as both AWS templates have it."""
+    role = rendered[(variant, size)]["IAM.json"]
+    data = _cfn_lint_iam()["ec2"]
+    cni = _statement(role, "ExecutionRole", "VpcCni")
+    patterns = [arn_pattern(r, role) for r in _as_list(cni["Resource"])]
+    for action in _as_list(cni["Action"]):
+        for rtype in data["Actions"][action.split(":")[1].lower()]["Resources"]:
+            arns = [example_arn(f).replace(".*", EXAMPLE) for f in data["Resources"][rtype]["ARNFormats"]]
+            assert any(fnmatch.fnmatchcase(a, p) for a in arns for p in patterns), (action, rtype, patterns)
+    assert "arn:aws:ec2:us-east-1:123456789012:subnet/*" in patterns  # this account's subnets, this region
+    alarms = [st for _, st in identity_statements(role) if "cloudwatch:DescribeAlarms" in _as_list(st["Action"])]
+    assert len(alarms) == 1 and alarms[0]["Resource"] == "*"
+    assert [r for r in role["Resources"] if "cloudwatch:DescribeAlarms" in json.dumps(role["Resources"][r])] == [
+        "ExecutionRole"]

@@ -8,6 +8,8 @@ guide, AWS's own console stacks (aws/sagemaker-hyperpod-cluster-setup) and sampl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hpq.cfn import helm as cfn_helm
@@ -402,17 +404,18 @@ def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
 def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
-    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and
-    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and,
+    on EKS variants, Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
     files = rendered[(variant, size)]
     params = files["root.json"]["Parameters"]
     assert params["OnStartDeepHealthChecks"]["Default"] == "None"
-    assert params["NodeProvisioningMode"]["Default"] == "Standard"
-    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
     hp = files["HyperPod.json"]
-    cluster = hp["Resources"]["Cluster"]["Properties"]
-    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
-                                                          {"Ref": "AWS::NoValue"}]}
+    if variant.startswith("eks"):  # Slurm variants have no NodeProvisioningMode (see the test below)
+        assert params["NodeProvisioningMode"]["Default"] == "Standard"
+        assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+        cluster = hp["Resources"]["Cluster"]["Properties"]
+        assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                              {"Ref": "AWS::NoValue"}]}
     _, on_demand, on_plan = _worker_branches(hp)
     value = on_demand["OnStartDeepHealthChecks"]
     assert value == on_plan["OnStartDeepHealthChecks"]
@@ -426,3 +429,164 @@ def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, 
     assert resolve(value, "None") == {"Ref": "AWS::NoValue"}
     assert resolve(value, "InstanceStress") == ["InstanceStress"]
     assert resolve(value, "InstanceStress,InstanceConnectivity") == ["InstanceStress", "InstanceConnectivity"]
+
+
+@pytest.mark.parametrize(("variant", "size"), COMBOS)
+def test_continuous_provisioning_is_offered_on_eks_only(rendered, variant, size):  # noqa: F811
+    """NodeProvisioningMode Continuous "is only supported for EKS orchestrated clusters" (SageMaker API reference,
+    CreateCluster NodeProvisioningMode, as botocore's sagemaker model has it; CloudFormation AWS::SageMaker::Cluster
+    NodeProvisioningMode), and AWS's console passes it only when the orchestrator is not Slurm
+    (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/hyperpod-cluster-creator/lambda_function/
+    lambda_function.py, ``if orchestrator_type != 'SLURM'``). A Slurm variant neither offers the parameter nor
+    can set the property; an EKS variant offers both."""
+    files = rendered[(variant, size)]
+    root_params = files["root.json"]["Parameters"]
+    hp = files["HyperPod.json"]
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    groups = files["root.json"]["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = {p for g in groups for p in g["Parameters"]}
+    passed = files["root.json"]["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
+    if variant.startswith("slurm"):
+        assert "NodeProvisioningMode" not in root_params and "NodeProvisioningMode" not in grouped
+        assert "NodeProvisioningMode" not in hp["Parameters"] and "NodeProvisioningMode" not in passed
+        assert "NodeProvisioningMode" not in cluster
+        assert "ContinuousProvisioning" not in hp.get("Conditions", {})
+    else:
+        assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"]
+        assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
+        assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
+                                                                             "Continuous"]}
+
+
+# The three HyperPod events as the SageMaker Developer Guide shows them ("Events that Amazon SageMaker AI sends
+# to Amazon EventBridge", automating-sagemaker-with-eventbridge.html: "SageMaker HyperPod cluster event", "...
+# cluster node health", "... cluster state change"), trimmed to the envelope and the fields that carry the ARN.
+DOC_CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/sample-cluster"
+DOC_EVENTS = {
+    "SageMaker HyperPod Cluster Event": {"EventDetails": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                          "ResourceType": "Instance"}},
+    "SageMaker HyperPod Cluster Node Health Event": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                     "HealthSummary": {"HealthStatus": "Unhealthy"}},
+    "SageMaker HyperPod Cluster State Change": {"ClusterArn": DOC_CLUSTER_ARN, "ClusterName": "sample-cluster",
+                                                "ClusterStatus": "InService"},
+}
+
+
+def _doc_event(detail_type: str, arn: str = DOC_CLUSTER_ARN) -> dict:
+    detail = json.loads(json.dumps(DOC_EVENTS[detail_type]).replace(DOC_CLUSTER_ARN, arn))
+    return {"version": "0", "id": "0bd4a141-0a02-9d8a-f977-3924c3fb259c", "detail-type": detail_type,
+            "source": "aws.sagemaker", "account": "111122223333", "time": "2025-04-28T16:59:01Z",
+            "region": "us-west-2", "resources": [arn], "detail": detail}
+
+
+def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_only(rendered):  # noqa: F811
+    """EventBridge's pattern semantics (moto's implementation, the stand-in) on the rule as rendered, the cluster ARN
+    filled in: each documented HyperPod detail type of this cluster matches; another cluster's does not, nor does a
+    SageMaker event of another kind."""
+    from moto.events.models import EventPattern
+
+    rule = rendered[("eks-gpu", "small")]["Validation.json"]["Resources"]["ClusterEventsRule"]["Properties"]
+    pattern = json.loads(json.dumps(rule["EventPattern"]).replace('{"Ref": "ClusterArn"}', json.dumps(DOC_CLUSTER_ARN)))
+    matcher = EventPattern.load(json.dumps(pattern))
+    for detail_type in DOC_EVENTS:
+        assert matcher.matches_event(_doc_event(detail_type)), detail_type
+        other = _doc_event(detail_type, DOC_CLUSTER_ARN.replace("sample-cluster", "other-cluster"))
+        assert not matcher.matches_event(other), detail_type
+    endpoint = dict(_doc_event("SageMaker HyperPod Cluster State Change"), **{"detail-type": "SageMaker Endpoint State Change"})
+    assert not matcher.matches_event(endpoint)
+
+
+@pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
+def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, size):  # noqa: F811
+    """The release AWS installs and tells users to upgrade: ``helm upgrade dependencies helm_chart/HyperPodHelmChart
+    --namespace kube-system`` (aws/sagemaker-hyperpod-cli helm_chart/readme.md), ``HelmRelease`` default
+    ``dependencies`` in kube-system (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/helm-chart-template.yaml).
+    Under the same name, a user following AWS's upgrade command upgrades this release instead of installing a second
+    one that collides with it. The handler's own fallback is the same name."""
+    from hpq.cfn.handlers import helm as handler
+
+    helm = rendered[(variant, size)]["Helm.json"]
+    assert helm["Parameters"]["ReleaseName"]["Default"] == "dependencies"
+    assert helm["Parameters"]["Namespace"]["Default"] == "kube-system"
+    chart = helm["Resources"]["HelmChart"]["Properties"]
+    assert chart["ReleaseName"] == {"Ref": "ReleaseName"} and chart["Namespace"] == {"Ref": "Namespace"}
+    props = handler.properties({"ResourceProperties": {"ClusterName": "c", "ChartSource": "s3://b/k.tgz"}})
+    assert (props["release"], props["namespace"]) == ("dependencies", "kube-system")
+
+
+@pytest.mark.parametrize("variant", ["slurm-gpu", "slurm-trn"])
+def test_controller_and_login_types_need_an_offer_in_the_region(rendered, variant):  # noqa: F811
+    """cfn-lint 1.58's offer data has no ml.m5.*/ml.c5.* (no controller type at all) in ap-southeast-5 and
+    eu-central-2, where GPU workers are offered: without a rule the deploy would fail only once CloudFormation
+    reached the cluster. A training plan covers the workers only (the group with TrainingPlanArn), so these rules
+    have no plan escape; the login rule holds only with EnableLoginGroup=true. Root and HyperPod stack both carry them,
+    and for every (type, region) they say what the data says."""
+    import json
+    from importlib import resources
+
+    from hpq.cfn import hyperpod, offers
+
+    raw = json.loads(resources.files(offers.DATA_PACKAGE).joinpath(offers.DATA_FILE).read_text())
+    data = {r: set(v["enum"]) for r, v in raw.items() if isinstance(v, dict)}
+    assert not any(t.startswith(("ml.m5.", "ml.c5.")) for r in ("ap-southeast-5", "eu-central-2") for t in data[r])
+    files = rendered[(variant, "small")]
+    hp, root = files["HyperPod.json"], files["root.json"]
+    ctl = hp["Rules"][hyperpod.CONTROLLER_OFFER_RULE]["Assertions"][0]["Assert"]
+    login = hp["Rules"][hyperpod.LOGIN_OFFER_RULE]["Assertions"][0]["Assert"]
+    for rule in (hyperpod.CONTROLLER_OFFER_RULE, hyperpod.LOGIN_OFFER_RULE):
+        assert root["Rules"][rule] == hp["Rules"][rule]
+        assert "TrainingPlanArn" not in json.dumps(hp["Rules"][rule])
+    types = hp["Parameters"]["ControllerInstanceType"]["AllowedValues"]
+    assert types == hp["Parameters"]["LoginInstanceType"]["AllowedValues"]
+    for instance_type in types:
+        for region in list(data) + ["eu-west-3"]:
+            offered = instance_type in data.get(region, set())
+            env = {"ControllerInstanceType": instance_type, "LoginInstanceType": instance_type,
+                   "AWS::Region": region, "EnableLoginGroup": "true"}
+            assert _eval(ctl, env) is offered, (instance_type, region)
+            assert _eval(login, env) is offered, (instance_type, region)
+            assert _eval(login, dict(env, EnableLoginGroup="false")) is True
+    default = hp["Parameters"]["ControllerInstanceType"]["Default"]
+    assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "eu-central-2"}) is False
+    assert _eval(ctl, {"ControllerInstanceType": default, "AWS::Region": "us-east-1"}) is True
+    assert hyperpod.CONTROLLER_OFFER_RULE not in rendered[("eks-gpu", "small")]["HyperPod.json"].get("Rules", {})
+
+
+@pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
+def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):  # noqa: F811
+    """EKS: a cluster in extended support cannot have extended support disabled ("Prevent increased cluster costs by
+    disabling EKS extended support", disable-extended-support.html: only a cluster in standard support can be set to
+    STANDARD). 1.32 and 1.33 left standard support before the calendar date hpq carries (cfn/eks.py), so a template
+    Rule refuses them with EksSupportType=STANDARD before anything is created, on the console/publish path too
+    (hpq deploy's pre-flight says the same with today's date). Root and EKS stack carry it."""
+    from hpq.cfn import eks
+
+    files = rendered[(variant, size)]
+    root, nested = files["root.json"], files["EKS.json"]
+    rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
+    assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
+    assert eks.EXTENDED_ONLY_VERSIONS == ("1.32", "1.33")
+
+    def holds(version: str, support: str) -> bool:
+        env = {"KubernetesVersion": version, "EksSupportType": support}
+        return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
+
+    for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
+        assert holds(version, "EXTENDED")
+        assert holds(version, "STANDARD") is (version not in ("1.32", "1.33")), version
+    assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+
+
+def test_kubernetes_version_docs_cite_both_sources():
+    """Stored copies of the HyperPod EKS prerequisites page list versions up to 1.34; the issue (2026-11-23) says
+    HyperPod lists up to 1.35. hpq keeps 1.35 as the default and docs/templates.md says where each claim comes from
+    and to confirm against the live page."""
+    from pathlib import Path
+
+    from hpq.cfn import eks
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `KubernetesVersion`"))
+    assert eks.DEFAULT_KUBERNETES_VERSION == "1.35" and "`1.35`" in row
+    assert "sagemaker-hyperpod-eks-prerequisites.html" in row
+    assert "1.34" in row and "confirm" in row.lower()

@@ -145,7 +145,7 @@ def cluster(moto_aws):  # noqa: F811
 
 
 def props(base_url: str, **over) -> dict:
-    p = {"ClusterName": "hp-eks", "Namespace": "kube-system", "ReleaseName": "hyperpod-dependencies",
+    p = {"ClusterName": "hp-eks", "Namespace": "kube-system", "ReleaseName": "dependencies",
          "ChartSource": base_url + "/aws/sagemaker-hyperpod-cli/archive/refs/tags/{version}.zip",
          "ChartPath": "helm_chart/HyperPodHelmChart", "ChartVersion": "v1.2.3",
          "Values": json.dumps({"health-monitoring-agent": {"region": "us-west-2"}})}
@@ -159,7 +159,7 @@ def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, 
     helm.handler(event("Create", cfn_responses.url, props(base)), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS", resp["Reason"]
-    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/dependencies"
     assert resp["RequestId"] == "req-1234" and resp["LogicalResourceId"] == "HelmChart"
     assert resp["Data"]["ChartVersion"] == "v1.2.3"
     assert cfn_responses.headers[0].get("content-type", "") == ""  # pre-signed S3 URL: no content type
@@ -170,7 +170,7 @@ def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, 
     chart_dir = calls[0]["args"][2]
     assert chart_dir.endswith("sagemaker-hyperpod-cli-v1.2.3/helm_chart/HyperPodHelmChart")
     up = calls[1]["args"]
-    assert up[2:4] == ["hyperpod-dependencies", chart_dir]
+    assert up[2:4] == ["dependencies", chart_dir]
     assert up[up.index("--namespace") + 1] == "kube-system" and "--create-namespace" in up
     assert not any(a.startswith("--wait") for a in up)  # no wait for workloads: no node exists yet
     assert "kubernetes cluster unreachable" in calls[1]["real_helm"]  # the real helm parsed this argv
@@ -271,13 +271,14 @@ def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_ser
 def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  # noqa: F811
     ev = event("Update", cfn_responses.url,
                {"ClusterName": "hp-eks", "ChartSource": "oci://public.ecr.aws/example/hyperpod", "ChartVersion": "1.4.0"},
-               physical_id="hp-eks/kube-system/hyperpod-dependencies")
+               physical_id="hp-eks/kube-system/dependencies")
     helm.handler(ev, Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS", resp["Reason"]
     [call] = fake_helm.calls()
     args = call["args"]
-    assert args[:4] == ["upgrade", "--install", "hyperpod-dependencies", "oci://public.ecr.aws/example/hyperpod"]
+    # No ReleaseName given: the handler's default, AWS's release name (test_cfn_shapes.py says where it is from).
+    assert args[:4] == ["upgrade", "--install", "dependencies", "oci://public.ecr.aws/example/hyperpod"]
     assert args[args.index("--version") + 1] == "1.4.0"
     assert args[args.index("--namespace") + 1] == "kube-system"  # default namespace, always explicit
 
@@ -289,7 +290,7 @@ def test_failed_install_reports_helm_error(cluster, fake_helm, cfn_responses, ch
     assert resp["Status"] == "FAILED"
     assert "context deadline exceeded" in resp["Reason"]
     # helm may have half-installed the release: the id names it so that the rollback Delete looks for it
-    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/dependencies"
 
 
 def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
@@ -320,18 +321,18 @@ def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):  # n
 
 def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):  # noqa: F811
     fake_helm.answer("uninstall", rc=1, out="Error: uninstallation completed with 1 error(s): timed out waiting\n")
-    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/hyperpod-dependencies"),
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/dependencies"),
                  Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED"
     assert "timed out waiting" in resp["Reason"]
-    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/hyperpod-dependencies"
+    assert resp["PhysicalResourceId"] == "hp-eks/kube-system/dependencies"
 
 
 def test_delete_of_missing_release_succeeds(cluster, fake_helm, cfn_responses):  # noqa: F811
     fake_helm.answer("uninstall", rc=1,
-                     out="Error: uninstall: Release not loaded: hyperpod-dependencies: release: not found\n")
-    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/hyperpod-dependencies"),
+                     out="Error: uninstall: Release not loaded: dependencies: release: not found\n")
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/dependencies"),
                  Context(900))
     assert cfn_responses.wait(1)[0]["Status"] == "SUCCESS"
 
@@ -344,7 +345,7 @@ def test_delete_after_failed_create_never_calls_helm(cluster, fake_helm, cfn_res
 
 
 def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses):  # noqa: F811
-    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="deleted-eks/kube-system/hyperpod-dependencies"),
+    helm.handler(event("Delete", cfn_responses.url, {}, physical_id="deleted-eks/kube-system/dependencies"),
                  Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS" and "not found" in resp["Reason"]

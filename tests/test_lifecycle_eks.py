@@ -1,5 +1,5 @@
 """EKS nodes: identity from HyperPod's EKS resource_config.json, containerd and kubelet data moved onto
-/opt/sagemaker, no Slurm parts; a node whose python3 is too old (Amazon Linux 2) stops with one line.
+/opt/sagemaker, no Slurm parts; a node whose python3 is older than 3.7 stops with one line.
 
 Samples and unit files: tests/fixtures_node.py (EKS resource_config.json without InstanceId; AL2023's
 containerd.service and kubelet.service). systemd is the lifecycle's ``direct`` manager, which reads the
@@ -143,23 +143,24 @@ AL2_OS_RELEASE = ('NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nID_LIKE="centos 
                   'PRETTY_NAME="Amazon Linux 2"\n')  # /etc/os-release of Amazon Linux 2 (os-release(5) fields)
 
 
-@pytest.mark.parametrize("python", ["3.7", "missing"])
-def test_old_or_missing_python_stops_with_one_line_naming_the_ami(tmp_path, python):
-    """Amazon Linux 2's python3 is 3.7; the stand-in answers the version checks on_create.sh makes as 3.7 does."""
+@pytest.mark.parametrize("python", ["3.6", "missing"])
+def test_too_old_or_missing_python_stops_with_one_line_naming_the_amis(tmp_path, python):
+    """Python 3.7 (Amazon Linux 2's python3) is enough (tests/test_lifecycle_python37.py); older or none stops with
+    one line. The stand-in answers the version checks on_create.sh makes as a 3.6 does."""
     entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
     root = tmp_path / "node"
     (root / "etc").mkdir(parents=True)
     (root / "etc/os-release").write_text(AL2_OS_RELEASE)
     py = tmp_path / "python3"
-    if python == "3.7":
-        py.write_text('#!/bin/sh\ncase "$2" in *version_info\\ \\<*) exit 1;; *print*) echo 3.7;; esac\n')
+    if python == "3.6":
+        py.write_text('#!/bin/sh\ncase "$2" in *version_info\\ \\<*) exit 1;; *print*) echo 3.6;; esac\n')
         py.chmod(0o755)
     res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
     assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.splitlines()
     assert len(lines) == 1, res.stderr
-    have = "3.7" if python == "3.7" else "none"
-    assert lines[0] == (f"hpq on_create: needs python3 3.8 or newer but {py} is {have} on Amazon Linux 2: use "
-                        "HyperPod's Amazon Linux 2023 AMI for EKS nodes (Amazon Linux 2 has Python 3.7) and its "
-                        "Ubuntu AMI for Slurm nodes")
+    have = "3.6" if python == "3.6" else "none"
+    assert lines[0] == (f"hpq on_create: needs python3 3.7 or newer but {py} is {have} on Amazon Linux 2: use "
+                        "HyperPod's own AMIs (Amazon Linux 2023 or Amazon Linux 2 for EKS nodes, Ubuntu for Slurm "
+                        "nodes)")
     assert lines[0] in (root / "var/log/hpq/on_create.log").read_text()

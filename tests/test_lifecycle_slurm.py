@@ -67,6 +67,19 @@ def test_workers_are_configless(slurm_cluster):  # noqa: F811
         assert b"--conf-server" in cmdline and node.encode() in cmdline
 
 
+def test_each_node_masks_the_daemon_it_must_not_run(slurm_cluster):  # noqa: F811
+    """slurmd masked on the controller, slurmctld on the workers (AWS's start_slurm.sh sets them aside; details and
+    why in tests/test_lifecycle_slurm_daemon_roles.py), while each node's own daemon runs."""
+    ctl = slurm_cluster.roots["controller"]
+    assert os.readlink(ctl / "etc/systemd/system/slurmd.service") == "/dev/null"
+    assert not (ctl / "run/hpq/services/slurmd.service.pid").exists()
+    assert (ctl / "run/hpq/services/slurmctld.service.pid").exists()
+    for node in NODES:
+        root = slurm_cluster.roots[node]
+        assert os.readlink(root / "etc/systemd/system/slurmctld.service") == "/dev/null"
+        assert (root / "etc/systemd/system/slurmd.service").is_file()
+
+
 def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):  # noqa: F811
     """The controller and node-1 booted with the same key (kept); node-2 with another (replaced). The jobs
     that ran on both workers prove munged on every node accepts the others' credentials."""

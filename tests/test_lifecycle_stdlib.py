@@ -1,4 +1,4 @@
-"""Node-side code runs on the node's system python3 (>= 3.8) with the standard library only.
+"""Node-side code runs on the node's system python3 (>= 3.8; lifecycle/ even on 3.7: test_lifecycle_python37.py) with the standard library only.
 
 Parsed with ``ast`` at ``feature_version=(3, 8)`` (so 3.9+ syntax fails here), every import
 checked: third-party packages only inside ``try/except ImportError`` or lazily inside a

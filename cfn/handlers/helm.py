@@ -51,7 +51,7 @@ import zipfile
 SUCCESS = "SUCCESS"
 FAILED = "FAILED"
 DEFAULT_NAMESPACE = "kube-system"
-DEFAULT_RELEASE = "hyperpod-dependencies"
+DEFAULT_RELEASE = "dependencies"  # AWS's name for this release in kube-system (cfn/helm.py says where)
 # Where kubectl/helm layers put helm: the CDK kubectl layer (/opt/helm/helm, /opt/kubectl/kubectl), the
 # SageMaker HyperPod cluster-setup layer (/opt/python/bin), a plain layer (/opt/bin), then PATH.
 HELM_CANDIDATES = ("/opt/helm/helm", "/opt/python/bin/helm", "/opt/bin/helm", "/opt/kubectl/helm")

@@ -199,8 +199,16 @@ def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> 
 
 
 def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, str],
-                  on_note: Callable[[str], None] | None = None) -> dict[str, str]:
-    """Pick AZ ids the user left out (the first ones of the region, distinct); anything else missing is an error."""
+                  on_note: Callable[[str], None] | None = None,
+                  preferred: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    """Pick AZ ids the user left out: ``preferred`` ones first (key -> (zone id, why)), else the first ones of the
+    region, distinct; anything else missing is an error."""
+    missing = missing_parameters(release, variant, params)
+    for key, (zone, why) in (preferred or {}).items():
+        if key in missing:
+            params[key] = zone
+            if on_note:
+                on_note(f"{key} not given: using {zone}, {why}")
     missing = missing_parameters(release, variant, params)
     azs = [k for k in AZ_PARAMS if k in missing]
     if azs:
@@ -262,14 +270,24 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     release = build_release(bucket, region, [variant], size, transform, user_params)
     params = stack_parameters(release, variant, user_params or {}, name)
     existing = aws_stacks.exists(cfn, name)
-    if existing is None:
-        params = fill_defaults(client(session, "ec2"), release, variant, params, on_note)
-    # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
     from hpq.cli.aws import preflight
 
     root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
     previous = existing.parameters if existing is not None else {}
-    preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note)
+    plan = None
+    values = preflight.effective_parameters(root, previous, params)
+    if preflight.plan_arn_given(values):  # the workers' capacity is in the plan's AZ: the node subnet goes there
+        from hpq.cli.aws import training_plan
+
+        plan = training_plan.describe(client(session, "sagemaker"), client(session, "ec2"),
+                                      values["TrainingPlanArn"].strip(), region)
+    if existing is None:
+        zone = plan.default_zone(values.get("WorkerInstanceType", "")) if plan else None
+        preferred = {"AvailabilityZoneId": (zone, f"where training plan {plan.name or plan.arn} reserves the "
+                                                  "workers")} if plan and zone else None
+        params = fill_defaults(client(session, "ec2"), release, variant, params, on_note, preferred)
+    # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
+    preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note, plan=plan)
     upload_release(s3, release, on_progress)
     # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}

@@ -122,6 +122,41 @@ class NodeSubnetCapacityValidator(Validator):
                               f"{orchestrator} ({networking.IPS_PER_NODE[orchestrator]} per node)", FailureLevel.ERROR)
 
 
+class TrainingPlanValidator(Validator):
+    """The workers' training plan must be usable by this cluster: a HyperPod plan, not expired, reserving the worker
+    type, in the node subnet's AZ (a plan's Reserved Capacity is in one AZ: SageMaker API reference,
+    CreateTrainingPlan / ReservedCapacitySummary; cli/aws/training_plan.py). A plan not yet started is only a
+    warning: HyperPod provisions the workers once it is Active."""
+
+    def _validate(self, *, plan: Any, worker_type: str, zone_id: str) -> None:
+        from hpq.cli.aws.training_plan import HYPERPOD_TARGET
+
+        name = plan.name or plan.arn
+        if plan.target_resources and HYPERPOD_TARGET not in plan.target_resources:
+            self._add_failure(f"training plan {name} is for {', '.join(plan.target_resources)}, not HyperPod "
+                              f"clusters ({HYPERPOD_TARGET}): use a plan made for HyperPod", FailureLevel.ERROR)
+            return
+        if plan.status in ("Expired", "Failed"):
+            self._add_failure(f"training plan {name} is {plan.status}: use another TrainingPlanArn",
+                              FailureLevel.ERROR)
+            return
+        zones = plan.zone_ids(worker_type)
+        if not any(r.instance_type == worker_type for r in plan.reservations):
+            self._add_failure(f"training plan {name} reserves {', '.join(plan.instance_types()) or 'nothing'}, "
+                              f"not WorkerInstanceType {worker_type}: pass --param WorkerInstanceType="
+                              f"{(plan.instance_types() or [worker_type])[0]}", FailureLevel.ERROR)
+            return
+        if zones and zone_id not in zones:
+            choice = zones[0] if len(zones) == 1 else "<one of " + ", ".join(zones) + ">"
+            self._add_failure(f"AvailabilityZoneId={zone_id}, but training plan {name} reserves {worker_type} in "
+                              f"{', '.join(zones)} and every worker is in the node subnet's AZ: pass --param "
+                              f"AvailabilityZoneId={choice} (or leave it out)", FailureLevel.ERROR)
+        if plan.status in ("Scheduled", "Pending"):
+            self._add_failure(f"training plan {name} is {plan.status}: HyperPod provisions the workers only once it "
+                              f"is Active, from {plan.start()}; until then the cluster waits for them",
+                              FailureLevel.WARNING)
+
+
 class PublicEndpointValidator(Validator):
     """The Helm Lambda reaches the EKS API from outside the VPC, through the public endpoint."""
 
@@ -143,15 +178,20 @@ def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[s
     return values
 
 
-def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None) -> list[Failure]:
-    """Every check that applies to the variant, on the stack's parameter values."""
+def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None,
+        plan: Any = None) -> list[Failure]:
+    """Every check that applies to the variant, on the stack's parameter values (``plan``: the described
+    TrainingPlanArn, cli/aws/training_plan.py, when one is given)."""
     from hpq.cfn.variants import VARIANTS
 
     v = VARIANTS[variant]
     today = today or datetime.date.today()
-    plan = values.get("TrainingPlanArn", "")
+    plan_arn = values.get("TrainingPlanArn", "")
     failures = InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
-        "WorkerInstanceType", ""), region=region, training_plan=plan)
+        "WorkerInstanceType", ""), region=region, training_plan=plan_arn)
+    if plan is not None and plan_arn_given(values):
+        failures += TrainingPlanValidator()(plan=plan, worker_type=values.get("WorkerInstanceType", ""),
+                                            zone_id=values.get("AvailabilityZoneId", ""))
     nodes = int(float(values.get("WorkerCount", "0") or 0))
     if v.slurm:
         for param in ("ControllerInstanceType", "LoginInstanceType"):
@@ -170,10 +210,14 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
     return failures
 
 
+def plan_arn_given(values: dict[str, str]) -> bool:
+    return bool(values.get("TrainingPlanArn", "").strip())
+
+
 def check(variant: str, region: str, values: dict[str, str], on_note: Any = None,
-          today: datetime.date | None = None) -> list[Failure]:
+          today: datetime.date | None = None, plan: Any = None) -> list[Failure]:
     """Run the checks; warnings go to on_note, errors become one UsageError line (exit 2)."""
-    failures = run(variant, region, values, today)
+    failures = run(variant, region, values, today, plan)
     for f in failures:
         if f.level == FailureLevel.WARNING and on_note:
             on_note(f"warning: {f.message}")
