@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 # 1. Templates: every variant x size, linted.
-$PY -c "import hpq.cli.main, moto, kubernetes_validate" 2>/dev/null \
+$PY -c "import hpq.cli.main, moto, kubernetes_validate, awscli, numpy" 2>/dev/null \
     || $PY -m pip install -q -c dev/constraints.txt -e ".[rehearse]"
 rm -rf "$OUT"
 for size in small medium large; do

@@ -338,6 +338,23 @@ def test_missing_prerequisites_name_the_debian_packages(monkeypatch, tmp_path):
     assert "slurmd" not in str(exc.value)  # EKS nodes run no Slurm
 
 
+@pytest.mark.parametrize("absent", ["awscli", "numpy", "moto"])
+def test_missing_python_packages_are_named_before_anything_starts(monkeypatch, absent):
+    """A fresh machine with only `pip install hyperpod-quickstart` (no [rehearse] extra): the nodes would find no
+    aws CLI for the FSx lookup and torch's object collectives would fail without numpy (seen on a fresh venv)."""
+    import importlib.util
+
+    from hpq.cli.rehearse import prereqs
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(prereqs.importlib.util, "find_spec", lambda name, *a: None if name == absent else real(name, *a))
+    monkeypatch.setattr(prereqs.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(prereqs, "missing_binaries", lambda slurm: {})
+    with pytest.raises(UsageError) as exc:
+        prereqs.check("slurm-gpu")
+    assert "hyperpod-quickstart[rehearse]" in str(exc.value) and "pip install" in str(exc.value)
+
+
 def test_help_lists_rehearse_without_importing_it():
     res = run_hpq("--help")
     assert res.returncode == 0 and "rehearse" in res.stdout

@@ -48,9 +48,11 @@ def check(variant: str, validate: bool = True) -> None:
     with open("/proc/filesystems") as fh:
         if not any(line.split()[-1] == "overlay" for line in fh if line.strip()):
             raise UsageError("the kernel has no overlay filesystem (modprobe overlay), which every node's root needs")
-    wanted_py = {"moto": "hyperpod-quickstart[rehearse]"}
+    # awscli: the nodes find FSx by tag through this environment's aws CLI (their python3 has no boto3).
+    wanted_py = {"moto": "hyperpod-quickstart[rehearse]", "awscli": "hyperpod-quickstart[rehearse]"}
     if slurm and validate:
         wanted_py["torch"] = "torch (the CPU wheel: pip install torch==2.13.0)"
+        wanted_py["numpy"] = "hyperpod-quickstart[rehearse]"  # torch's object collectives need it
     if not slurm:
         wanted_py["kubernetes_validate"] = "hyperpod-quickstart[rehearse]"
     missing_py = [why for mod, why in wanted_py.items() if importlib.util.find_spec(mod) is None]
