@@ -222,28 +222,30 @@ def stage_prefix(s3: Any, node: Node, bucket: str, prefix: str) -> tuple[str, in
 class StepRecord:
     name: str
     seconds: float | None = None
-    status: str = "running"  # running | done | failed | skipped
+    status: str = "running"  # running | done | warning | failed | skipped
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "seconds": self.seconds, "status": self.status}
+        return {"name": self.name, "seconds": self.seconds, "status": self.status, "detail": self.detail}
 
 
 def parse_step_line(line: str) -> tuple[str, str, float | None, str] | None:
-    """The lifecycle's own log lines (lifecycle/main.py run_steps): step X: start | done in Ns | FAILED after Ns | skipped."""
+    """The lifecycle's own log lines (lifecycle/main.py run_steps): step X: start | done in Ns | done in Ns, with a
+    warning (a ``Degraded`` result: status ``warning``) | FAILED after Ns | skipped."""
     import re
 
-    m = re.search(r"step (\S+): (start|done in ([0-9.]+)s|FAILED after ([0-9.]+)s|skipped)(?:[: ]\s*(.*))?$", line)
+    m = re.search(r"step (\S+): (start|done in ([0-9.]+)s(, with a warning)?|FAILED after ([0-9.]+)s|skipped)"
+                  r"(?:[: ]\s*(.*))?$", line)
     if not m:
         return None
     name, what = m.group(1), m.group(2)
-    detail = (m.group(5) or "").strip()
+    detail = (m.group(6) or "").strip()
     if what == "start":
         return name, "running", None, detail
     if what.startswith("done"):
-        return name, "done", float(m.group(3)), detail
+        return name, "warning" if m.group(4) else "done", float(m.group(3)), detail
     if what.startswith("FAILED"):
-        return name, "failed", float(m.group(4)), detail
+        return name, "failed", float(m.group(5)), detail
     return name, "skipped", 0.0, detail
 
 
