@@ -135,47 +135,59 @@ def agent_ip(n: plan_mod.NodeSpec) -> str:
     return f"172.16.0.{last}"
 
 
+# What the cluster agent stand-in writes into every controller's slurm.conf besides the cluster's own names,
+# nodes and partitions, in its order. Slurm 22.05 from Debian, not HyperPod's build: proctrack/linuxproc and no
+# cgroup plugins, since the nodes share this host's cgroups (see the module docstring).
+AGENT_SETTINGS: dict[str, str] = {
+    "SlurmctldPort": str(SLURMCTLD_PORT),
+    "SlurmdPort": "6818",
+    "SlurmUser": "root",
+    "AuthType": "auth/munge",
+    "CredType": "cred/munge",
+    "StateSaveLocation": "/var/spool/slurmctld",
+    "SlurmdSpoolDir": "/var/spool/slurmd",
+    "SlurmctldPidFile": "/run/slurmctld.pid",
+    "SlurmdPidFile": "/run/slurmd.pid",
+    "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+    "SlurmdLogFile": "/var/log/slurm/slurmd.log",
+    "ProctrackType": "proctrack/linuxproc",
+    "TaskPlugin": "task/none",
+    "JobAcctGatherType": "jobacct_gather/none",
+    "MpiDefault": "none",
+    "ReturnToService": "2",
+    "SchedulerType": "sched/backfill",
+    "SelectType": "select/cons_tres",
+    "SelectTypeParameters": "CR_Core",
+    "SlurmdTimeout": "120",
+    "InactiveLimit": "0",
+    "KillWait": "5",
+}
+
+
+def agent_slurm_conf(cluster_name: str, controller_host: str, node_lines: list[str], partition_lines: list[str],
+                     settings: dict[str, str | None] | None = None, source: str = "hpq rehearse") -> str:
+    """slurm.conf as the cluster agent writes it (before the lifecycle adds configless): ClusterName,
+    SlurmctldHost, ``AGENT_SETTINGS`` with ``settings`` replacing or adding values (None drops one), then the
+    ``NodeName=`` and ``PartitionName=`` lines. Also tests/fixtures_slurm.py's one-host cluster."""
+    values: dict[str, str | None] = {**AGENT_SETTINGS, **(settings or {})}
+    lines = [f"# slurm.conf written by the HyperPod cluster agent stand-in ({source})",
+             f"ClusterName={cluster_name}", f"SlurmctldHost={controller_host}"]
+    lines += [f"{key}={value}" for key, value in values.items() if value is not None]
+    return "\n".join(lines + node_lines + partition_lines) + "\n"
+
+
 def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[str, list[str]]) -> str:
     """The controller's slurm.conf as the cluster agent writes it (before the lifecycle adds configless)."""
     ctl = plan.controller
     assert ctl is not None
-    lines = [
-        "# slurm.conf written by the HyperPod cluster agent stand-in (hpq rehearse)",
-        f"ClusterName={plan.cluster_name}",
-        f"SlurmctldHost={ctl.hostname}",
-        f"SlurmctldPort={SLURMCTLD_PORT}",
-        "SlurmdPort=6818",
-        "SlurmUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        "StateSaveLocation=/var/spool/slurmctld",
-        "SlurmdSpoolDir=/var/spool/slurmd",
-        "SlurmctldPidFile=/run/slurmctld.pid",
-        "SlurmdPidFile=/run/slurmd.pid",
-        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
-        "SlurmdLogFile=/var/log/slurm/slurmd.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "MpiDefault=none",
-        "ReturnToService=2",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmdTimeout=120",
-        "InactiveLimit=0",
-        "KillWait=5",
-    ]
-    for n in plan.nodes:
-        if n.role != plan_mod.CONTROLLER:
-            lines.append(f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN")
+    nodes = [f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
+             for n in plan.nodes if n.role != plan_mod.CONTROLLER]
     if partitions:
-        for i, (name, members) in enumerate(partitions.items()):
-            lines.append(f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
-                         "MaxTime=INFINITE State=UP")
+        parts = [f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
+                 "MaxTime=INFINITE State=UP" for i, (name, members) in enumerate(partitions.items())]
     else:
-        lines.append(f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
+        parts = [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+    return agent_slurm_conf(plan.cluster_name, ctl.hostname, nodes, parts)
 
 
 def partitions_of(plan: plan_mod.Plan, groups: list[GroupRequest]) -> dict[str, list[str]]:
