@@ -267,3 +267,26 @@ def test_eks_variant_runs_the_eks_lifecycle_and_checks_its_manifests(env):
     assert all(i["objects"] > 0 and i["status"] == "valid" for i in m["manifests"])
     assert r["nccl"] is None and r["slurm_nodes_idle"] == 0
     assert leftovers(r["run_id"], before) == []
+
+
+def test_interpreter_under_tmp_stays_visible_on_the_nodes(env):
+    """A virtualenv under /tmp (the README's fresh-machine path: `python3 -m venv /tmp/v`) runs the rehearsal:
+    the nodes' private /tmp must not hide the interpreter the rehearsal runs on them (it did: `env:
+    '/tmp/v/bin/python': No such file or directory` at the first node command)."""
+    import shutil
+    import tempfile
+
+    venv = Path(tempfile.mkdtemp(prefix="hpq-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                       check=True, timeout=120)
+        py = venv / "bin" / "python"
+        before = daemons_outside_host_netns()
+        res = subprocess.run([str(py), "-m", "hpq", "rehearse", "--workers", "1", "--no-validate", "--output",
+                              "json"], capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0, res.stderr[-3000:]
+        r = json.loads(res.stdout)
+        assert r["result"] == "pass" and r["slurm_nodes_idle"] == 1
+        assert leftovers(r["run_id"], before) == []
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)

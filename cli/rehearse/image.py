@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 
 from hpq.cli.rehearse.node import Node
@@ -81,8 +82,9 @@ def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public
     node.write(f"/home/{DEFAULT_USER}/.ssh/authorized_keys", user_public_key.strip() + "\n", 0o600,
                f"{DEFAULT_USER}:{DEFAULT_USER}")
     node.sh(f"chmod 700 /home/{DEFAULT_USER}/.ssh && chown {DEFAULT_USER}: /home/{DEFAULT_USER}/.ssh")
-    aws = os.path.join(os.path.dirname(sys.executable), "aws")
-    if os.path.exists(aws):
+    aws = os.path.join(os.path.dirname(sys.executable), "aws")  # hpq's environment, else the host's PATH
+    aws = aws if os.path.exists(aws) else shutil.which("aws")
+    if aws:
         node.write("/usr/local/bin/aws", wrapper(aws), 0o755)
     if torch_python:
         node.write(f"{TORCH_ENV}/bin/python3", wrapper(torch_python), 0o755)

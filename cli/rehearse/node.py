@@ -30,10 +30,12 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared FSx tmpfs, bound before pivot_root
 
 # $1 node dir, $2 hostname, $3 FSx export on the host ("" for none), $4 "1" for a data volume at
-# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume). Runs in fresh mount+UTS
-# namespaces inside the node's network namespace; prints "ready" once the node's root is in place.
+# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume), then host directories under
+# /tmp that stay visible (see host_tmp_dirs), each through an overlay of its own. Runs in fresh mount+UTS namespaces inside the
+# node's network namespace; prints "ready" once the node's root is in place.
 NODE_INIT = r"""set -eu
 d=$1; host=$2; fsx=$3; ebs=$4; r=$d/root
+shift 4
 mount -t overlay hpq-node -o "lowerdir=/,upperdir=$d/upper,workdir=$d/work" "$r"
 mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
@@ -42,6 +44,12 @@ mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777,nosuid,nodev shm "$r/dev/shm"
 mount -t tmpfs -o mode=755,nosuid,nodev run "$r/run"
 mount --bind "$d/tmp" "$r/tmp"
+i=0
+for keep in "$@"; do  # an overlay like /'s: the node may chmod its copy, the host's directory never changes
+    i=$((i + 1))
+    mkdir -p "$r$keep" "$d/keep/$i/upper" "$d/keep/$i/work"
+    mount -t overlay hpq-keep -o "lowerdir=$keep,upperdir=$d/keep/$i/upper,workdir=$d/keep/$i/work" "$r$keep"
+done
 if [ -n "$fsx" ]; then
     mkdir -p "$r/run/hpq-rehearse/fsx-export"
     mount --bind "$fsx" "$r/run/hpq-rehearse/fsx-export"
@@ -62,6 +70,30 @@ exec sleep infinity
 
 class NodeError(OperationFailed):
     pass
+
+
+def host_tmp_dirs(paths: list[str] | None = None) -> list[str]:
+    """Host directories under /tmp that the node must still see through its private /tmp.
+
+    The rehearsal runs host Python on the node (the service manager, the validation), so the
+    interpreter's environment and hpq's own source must stay reachable: a virtualenv or a checkout
+    under /tmp (``python3 -m venv /tmp/v``, ``git clone . /tmp/c``) would otherwise vanish behind the
+    node's /tmp. Each is kept as its top directory under /tmp.
+    """
+    if paths is None:
+        import sys
+
+        import hpq
+
+        paths = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable),
+                 os.path.dirname(os.path.dirname(os.path.realpath(hpq.__file__)))]
+        paths += [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)]
+    tops = set()
+    for path in paths:
+        parts = Path(os.path.abspath(path)).parts
+        if len(parts) >= 3 and parts[:2] == ("/", "tmp"):
+            tops.add(str(Path(*parts[:3])))
+    return sorted(tops)
 
 
 @dataclass
@@ -92,7 +124,7 @@ class Node:
         # which slurmd needs to see (its cgroup plugin initializes even with proctrack/linuxproc).
         argv = ["unshare", "--mount", "--uts", "--propagation", "private",
                 "nsenter", f"--net=/run/netns/{self.spec.netns}", "/bin/sh", "-c", NODE_INIT, "node-init", str(self.dir), self.spec.hostname, fsx_export or "",
-                "1" if data_volume else "0"]
+                "1" if data_volume else "0", *host_tmp_dirs()]
         log = open(self.log_dir / "node-init.log", "wb")  # noqa: SIM115 - the holder keeps it open
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
