@@ -19,7 +19,7 @@ import sys
 import time
 
 REFERENCE_SLEEP_S = 30.0
-STAGE_ORDER = ("network", "aws", "nodes", "lifecycle", "slurm", "nccl", "nanogpt")
+STAGE_ORDER = ("network", "aws", "nodes", "lifecycle", "slurm", "ssh", "nccl", "nanogpt")
 
 
 def run_once(extra: list[str]) -> tuple[float, dict]:

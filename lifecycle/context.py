@@ -150,6 +150,15 @@ def _default_bundle_root() -> str:
     return os.path.dirname(os.path.dirname(here))
 
 
+class Degraded(str):
+    """A step's result when it logged a warning and went on without doing its part (no FSx, no host CA...).
+
+    The node still works, with less; run_steps logs the step's end as a WARNING
+    (``step X: done in Ns, with a warning: ...``) so the CloudWatch stream and the rehearsal tell it apart
+    from a step that did everything. A plain ``str`` everywhere else.
+    """
+
+
 class Context:
     """Settings plus what earlier steps learned (node identity), passed to every step."""
 

@@ -31,6 +31,7 @@ import subprocess
 import time
 
 from . import files, mounts, services
+from .context import Degraded
 
 CONTAINERD = "containerd.service"
 KUBELET = "kubelet.service"
@@ -136,12 +137,12 @@ def run(ctx) -> str:
     if not wait_for_disk(ctx, disk):
         ctx.log.warning("%s is not mounted after %.0fs: containerd and kubelet stay on the root volume",
                         disk, ctx.s.eks_disk_wait_s)
-        return "skipped (%s not mounted)" % disk
+        return Degraded("skipped (%s not mounted)" % disk)
     mgr = ctx.services
     missing = [u for u in (CONTAINERD, KUBELET) if mgr.unit_path(u) is None]
     if missing:
         ctx.log.warning("no %s unit on this node: containerd and kubelet left as they are", " or ".join(missing))
-        return "skipped (no %s)" % ", ".join(missing)
+        return Degraded("skipped (no %s)" % ", ".join(missing))
     # Paths the daemons read are the node's paths resolved under HPQ_ROOT (the same on a node).
     disk_path = ctx.path(disk)
     data_root = os.path.join(disk_path, "containerd", "data-root")

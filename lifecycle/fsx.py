@@ -13,7 +13,8 @@ nothing). HyperPod's host agent restarts systemd-resolved while lifecycle script
 sleeps 30 s for it), so a failed mount is retried a bounded number of times (the reference: five),
 each retry logged and preceded by a bounded wait for the DNS name to resolve. The fstab entry is one
 managed block, replaced on every run; the write test runs only once the mount is live. A second run
-finds the mount and changes nothing. No filesystem found: a warning, not a failure.
+finds the mount and changes nothing. No filesystem found: a warning, not a failure (the step's result is
+``Degraded``, so its end is logged as a warning).
 
 On EKS nodes the step only loads the modules: pods mount FSx through the FSx CSI driver (eks_modules_only).
 """
@@ -30,6 +31,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from . import files, identity, mounts, names
+from .context import Degraded
 from .resource_config import EKS
 
 MOUNT_OPTIONS = "relatime,flock"
@@ -340,14 +342,15 @@ def run(ctx) -> str:
         if not node.cluster_name:
             ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
                             names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
-            return "no cluster name: FSx not looked up (warning logged)"
+            return Degraded("no cluster name: FSx not looked up, continuing without %s" % names.FSX_MOUNT_POINT)
         reg = region(ctx, node)
         fs = find_cluster_filesystem(node.cluster_name, reg)
         if fs is None:
             ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s: continuing without %s "
                             "(the cluster works; nothing is shared between nodes)",
                             names.CLUSTER_TAG_KEY, node.cluster_name, reg, names.FSX_MOUNT_POINT)
-            return "no FSx filesystem found (warning logged)"
+            return Degraded("no FSx filesystem found (tag %s=%s): continuing without %s" % (
+                names.CLUSTER_TAG_KEY, node.cluster_name, names.FSX_MOUNT_POINT))
         fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log)
         dns, mount_name = fs["DNSName"], fs["LustreConfiguration"]["MountName"]
         origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)

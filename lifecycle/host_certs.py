@@ -33,6 +33,7 @@ import tempfile
 from typing import List, Optional, Tuple
 
 from . import files, fsx, identity
+from .context import Degraded
 from .resource_config import slurm_node_name
 
 CA_DIR = ".hpq/ssh-ca"
@@ -214,12 +215,12 @@ def run(ctx) -> str:
     if not shared:
         ctx.log.warning("no shared filesystem: no cluster host CA; a replaced node's new host key will not be "
                         "trusted by clients that knew the old one")
-        return "skipped (no shared filesystem for the host CA)"
+        return Degraded("skipped (no shared filesystem for the host CA)")
     keys = [ctx.path("/etc/ssh/ssh_host_%s_key" % t) for t in KEY_TYPES]
     keys = [k for k in keys if os.path.exists(k) and os.path.exists(k + ".pub")]
     if not keys:
         ctx.log.warning("no SSH host keys under %s: nothing to certify", ctx.path("/etc/ssh"))
-        return "skipped (no host keys)"
+        return Degraded("skipped (no host keys)")
     ca_key, ca_line, created = ensure_ca(shared, node.cluster_name or "?")
     ca_pub = os.path.join(shared, CA_DIR, "ca.pub")
     names = principals(node)

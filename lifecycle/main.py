@@ -95,7 +95,10 @@ def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
         except Exception as exc:  # every failure becomes one line naming the step
             ctx.log.error("step %s: FAILED after %.1fs: %s: %s", name, time.time() - t0, type(exc).__name__, exc)
             raise StepFailed("step %s failed: %s" % (name, exc)) from exc
-        ctx.log.info("step %s: done in %.1fs: %s", name, time.time() - t0, result)
+        if isinstance(result, context.Degraded):
+            ctx.log.warning("step %s: done in %.1fs, with a warning: %s", name, time.time() - t0, result)
+        else:
+            ctx.log.info("step %s: done in %.1fs: %s", name, time.time() - t0, result)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

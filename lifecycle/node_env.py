@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from . import catalog, files, identity, transport
+from .context import Degraded
 
 PROFILE = "/etc/profile.d/hpq-nccl.sh"
 ENVIRONMENT = "/etc/environment"
@@ -31,7 +32,7 @@ def run(ctx) -> str:
         catalog.lookup(node.instance_type or "")
     except catalog.UnknownInstanceType:
         ctx.log.warning("instance type %r is not in the catalog: no NCCL environment written", node.instance_type)
-        return "skipped (unknown instance type %s)" % node.instance_type
+        return Degraded("skipped (unknown instance type %s)" % node.instance_type)
     probe = transport.probe_node(ctx.s.root)
     env = transport.node_environment(node.instance_type, probe, ctx.s.nccl_profile)
     for note in env.notes:

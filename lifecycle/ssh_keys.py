@@ -22,8 +22,10 @@ import time
 from typing import List, Optional
 
 from . import files, fsx, identity, slurm
+from .context import Degraded
 
 KEY_NAME = "id_ed25519_hpq"
+JOB_NAME = "hpq-ssh-keys"  # the Slurm job that hands the pair to the workers (no shared filesystem)
 SHARED = ".hpq/ssh"
 MARKER = "/etc/hpq/ssh-keys-distributed"
 
@@ -152,7 +154,7 @@ def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
         return "no workers to hand the key to"
     script = slurm_job_script(user, private, public, ctx.s.slurm_node_root, cluster_hosts(node))
     res = subprocess.run(
-        [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=hpq-ssh-keys", "--nodes=%d" % node.worker_count,
+        [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=%s" % JOB_NAME, "--nodes=%d" % node.worker_count,
          "--output=/dev/null"],
         input=script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60,
         env=dict(os.environ, SLURM_CONF=os.environ.get("SLURM_CONF") or slurm.conf_path(ctx)))
@@ -174,7 +176,7 @@ def run(ctx) -> str:
         pw = pwd.getpwnam(user)
     except KeyError:
         ctx.log.warning("user %r does not exist on this node: no cluster SSH key installed", user)
-        return "skipped (no user %s)" % user
+        return Degraded("skipped (no user %s)" % user)
     home = ctx.path(pw.pw_dir)
     shared = fsx.shared_dir(ctx)
     if shared:

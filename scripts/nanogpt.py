@@ -8,10 +8,11 @@ generated offline corpus, AdamW (fused on CUDA), bf16 autocast and TF32 on GPUs,
 says TCP-only nodes should train with gloo).
 
 It proves a cluster trains: rank 0 checkpoints to the shared filesystem every
-``--ckpt-every`` iterations and every rank resumes from the newest checkpoint; it logs loss,
-iteration time, tokens/s and MFU (against the bf16 matmul rate it measures on the GPU at
-start, or ``--peak-tflops``); it exits 1 when the loss did not fall or the ranks' parameters
-disagree at the end (a float64 checksum compared across ranks).
+``--ckpt-every`` iterations and every rank resumes from the newest checkpoint (rank 0's, sent to
+the others when the directory is not shared); it logs loss, iteration time, tokens/s and MFU
+(against the bf16 matmul rate it measures on the GPU at start, or ``--peak-tflops``); it exits 1
+when the loss did not fall or the ranks' parameters disagree at the end (a float64 checksum
+compared across ranks).
 
 Launch with ``run-nanogpt`` (srun or the local launcher); by hand:
 ``srun -N2 --ntasks-per-node=8 python3 -m hpq.scripts.nanogpt --model gpt2-124m --compile``.
@@ -468,6 +469,9 @@ def main(argv=None) -> int:
         first_loss or float("nan"), last_loss or float("nan"), "falls" if fell else "DID NOT FALL",
         "agree" if agree else "DISAGREE", total[0].item(), spread))
     if rank0 and args.json:
+        # run-nanogpt names a file in its results directory on the node it runs on; without a shared filesystem
+        # rank 0's node may not have that directory yet (its home is its own).
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)
     ok = fell and agree

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import pytest
 
+from hpq.cli.rehearse import hyperpod
 from hpq.lifecycle import names
 from hpq.lifecycle.services import pid_alive
 from hpq.tests import fixtures_node
@@ -86,39 +87,27 @@ exec unshare -m --propagation private /bin/sh -c \
 """
 
 def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
-    """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it)."""
-    lines = [
-        "# slurm.conf as the cluster agent writes it (test stand-in)",
-        f"ClusterName={CLUSTER}",
-        f"SlurmctldHost={socket.gethostname()}(127.0.0.1)",
-        f"SlurmctldPort={ctl_port}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"StateSaveLocation={ctl_root}/var/spool/slurmctld",
-        f"SlurmctldPidFile={ctl_root}/run/slurmctld.pid",
-        f"SlurmctldLogFile={ctl_root}/var/log/slurmctld.log",
-        f"SlurmdSpoolDir={base}/%n/var/spool/slurmd",
-        f"SlurmdPidFile={base}/%n/run/slurmd.pid",
-        f"SlurmdLogFile={base}/%n/var/log/slurmd.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "MpiDefault=none",
-        "ReturnToService=2",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmctldParameters=idle_on_node_suspend",
-        "SlurmdTimeout=60",
-        "InactiveLimit=0",
-        "KillWait=5",
-    ]
-    for node, port in node_ports.items():
-        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs={NODE_CPUS} RealMemory=500 State=UNKNOWN")
-    lines.append("PartitionName=dev Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES")
-    return "\n".join(lines) + "\n"
+    """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it): the
+    rehearsal's agent stand-in (cli/rehearse/hyperpod.py), with this one host's ports and per-node paths
+    (%n: the Slurm node name) and an agent value the lifecycle must keep when it merges configless in."""
+    settings: dict[str, str | None] = {
+        "SlurmctldPort": str(ctl_port),
+        "SlurmdPort": None,  # every node has its own Port= below
+        "SlurmdUser": "root",
+        "StateSaveLocation": f"{ctl_root}/var/spool/slurmctld",
+        "SlurmctldPidFile": f"{ctl_root}/run/slurmctld.pid",
+        "SlurmctldLogFile": f"{ctl_root}/var/log/slurmctld.log",
+        "SlurmdSpoolDir": f"{base}/%n/var/spool/slurmd",
+        "SlurmdPidFile": f"{base}/%n/run/slurmd.pid",
+        "SlurmdLogFile": f"{base}/%n/var/log/slurmd.log",
+        "SlurmctldParameters": "idle_on_node_suspend",
+        "SlurmdTimeout": "60",
+    }
+    nodes = [f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs={NODE_CPUS} RealMemory=500 State=UNKNOWN"
+             for node, port in node_ports.items()]
+    partition = ["PartitionName=dev Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"]
+    return hyperpod.agent_slurm_conf(CLUSTER, f"{socket.gethostname()}(127.0.0.1)", nodes, partition, settings,
+                                     source="tests/fixtures_slurm.py")
 
 
 def resource_config() -> dict:

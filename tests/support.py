@@ -1,4 +1,4 @@
-"""Small helpers every fixture that starts a local server needs."""
+"""Small helpers the tests share: free ports and readiness waits for local servers, hpq's CLI in-process."""
 
 from __future__ import annotations
 
@@ -52,3 +52,15 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=timeout)
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """``hpq ARGS`` in this process through its real entry point: (exit code, stdout, stderr)."""
+    import pytest
+
+    from hpq.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err

@@ -15,9 +15,9 @@ import boto3
 import pytest
 
 from hpq.cli.aws import hyperpod as aws_hyperpod
-from hpq.cli.main import main
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, aws_env_paging, moto_server, moto_server_paging  # noqa: F401
+from hpq.tests.support import run_cli
 
 REGION = "us-east-1"
 WORKERS = 150
@@ -37,13 +37,6 @@ def make_cluster(name: str) -> str:
     arn = sm.create_cluster(ClusterName=name, InstanceGroups=[
         group(names.CONTROLLER_GROUP, "ml.m5.xlarge", 1), group(names.WORKER_GROUP, "ml.g5.16xlarge", WORKERS)])
     return arn["ClusterArn"]
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def all_worker_ids() -> list[str]:

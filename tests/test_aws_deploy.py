@@ -23,19 +23,12 @@ from hpq.cli.aws import deploy as aws_deploy
 from hpq.cli.aws import s3 as aws_s3
 from hpq.cli.aws import stacks as aws_stacks
 from hpq.cli.aws.emulator import RENDITION_NOTE
-from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
+from hpq.tests.support import run_cli
 
 REGION = "us-east-1"
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 EMULATE = ["--emulate", "moto"]

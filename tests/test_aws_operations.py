@@ -28,15 +28,9 @@ from hpq.errors import OperationFailed
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, aws_env_paging, moto_server, moto_server_paging  # noqa: F401
 from hpq.tests.fixtures_sshd import sshd_fixture  # noqa: F401
+from hpq.tests.support import run_cli
 
 REGION = "us-east-1"
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def _no_calls_cfn():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import host_certs, identity
+from hpq.lifecycle.context import Degraded
 from hpq.tests import fixtures_node as fn
 from hpq.tests.fixtures_slurm import make_context
 from hpq.tests.support import free_port
@@ -195,7 +196,8 @@ def test_hosts_outside_the_cluster_and_impostors_are_still_checked(cluster, tmp_
 def test_without_shared_filesystem_nothing_changes(tmp_path):
     ctx = make_context(tmp_path / "node")
     ctx.node = identity.NodeInfo("c", "i-1", "n", "g", "worker", "10.0.0.2", "ml.m5.xlarge", ["10.0.0.1"])
-    assert host_certs.run(ctx) == "skipped (no shared filesystem for the host CA)"
+    result = host_certs.run(ctx)
+    assert result == "skipped (no shared filesystem for the host CA)" and isinstance(result, Degraded)
     assert not (tmp_path / "node/etc").exists()
 
 

@@ -392,3 +392,4 @@ def test_slurm_job_keeps_the_private_key_out_of_command_lines():
     assert b64 not in srun and private.decode().split("\n")[1] not in srun
     inner = shlex.split(srun)[-1]
     assert inner.splitlines()[:2] == ["set -e", "umask 077"] and "$HPQ_SSH_PRIVATE_B64" in inner
+

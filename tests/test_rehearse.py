@@ -99,10 +99,86 @@ def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
     assert nccl["verdict"]["ok"] is True and nccl["remote_exit_code"] == 0
     assert nccl["row_count"] > 0 and nccl["wrong_total"] == 0 and nccl["peak_busbw_gbps"] > 0
     assert r["nanogpt"]["ok"] is True and r["nanogpt"]["exit_status"] == 0 and r["nanogpt"]["nodes"] == 2
+    assert r["without_fsx"] is False and r["nanogpt"]["log"].startswith("/fsx/hpq-results/")
+    # With /fsx the key pair is shared there (no Slurm job) and host keys are vouched for by the cluster CA.
+    assert r["ssh"]["key_jobs"] == []
+    assert [(h["to"], h["hostname"], h["ok"]) for h in r["ssh"]["hops"]] == [
+        (n["hostname"], n["hostname"], True) for n in nodes if n["role"] == "worker"]
     out = r["aws"]["outputs"]
     assert out["FsxDnsName"].startswith(out["FsxFileSystemId"]) and out["LifecycleS3Uri"].startswith("s3://sagemaker-")
     assert r["logs"] is None and not list(Path(env["HPQ_REHEARSE_LOG_DIR"]).glob(f"{r['run_id']}/*"))
     assert leftovers(r["run_id"], before) == []
+
+
+def on_node(env: dict, run_id: str, node: str, script: str) -> str:
+    """``script`` in a login shell on a kept rehearsal's node (``hpq rehearse shell``); its output."""
+    res = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "shell", node, "--run", run_id],
+                         input=script + "\nexit 0\n", capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
+    """--without-fsx: the deployed filesystem is deleted before the nodes boot (as when a user deleted it), so no
+    filesystem carries the cluster's tag. Every node's fsx step warns and the run goes on; each node keeps the
+    MUNGE key HyperPod gave it; the controller hands the SSH key to the workers through one Slurm job, which
+    the rehearsal waits for before it hops from the controller to each worker as ubuntu; the validation keeps
+    its results in the user's home. On the kept cluster: an ssh hop of our own, and a second training run
+    that resumes from the checkpoint only rank 0's node holds (sent to the other rank)."""
+    before = daemons_outside_host_netns()
+    res = rehearse(env, "--without-fsx", "--keep", "--output", "json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    r = json.loads(res.stdout)
+    run_id = r["run_id"]
+    try:
+        assert r["result"] == "pass" and r["without_fsx"] is True and r["slurm_nodes_idle"] == 2
+        fs_id = r["aws"]["outputs"]["FsxFileSystemId"]
+        assert any(f"{fs_id} deleted after the deploy (--without-fsx)" in n for n in r["aws"]["notes"])
+        keys, steps = set(), {}
+        for n in r["nodes"]:
+            steps[n["name"]] = {s["name"]: s for s in n["steps"]}
+            fsx, munge = steps[n["name"]]["fsx"], steps[n["name"]]["munge"]
+            assert fsx["status"] == "warning", fsx
+            assert fsx["detail"].startswith(f"no FSx filesystem found (tag hpq:cluster-name={r['cluster']['name']})")
+            assert steps[n["name"]]["host-certs"]["status"] == "warning"  # no place for the cluster host CA
+            assert munge["status"] == "done" and "(no shared filesystem to compare keys through)" in munge["detail"]
+            keys.add(re.search(r"kept this node's key (sha256:[0-9a-f]+)", munge["detail"]).group(1))
+            assert steps[n["name"]]["slurm"]["status"] == steps[n["name"]]["ssh-keys"]["status"] == "done"
+        assert len(keys) == 1  # HyperPod's one key, kept on every node: Slurm's MUNGE credentials verify
+        queued = re.search(r"queued Slurm job (\d+) to install it on 2 worker", steps["controller"]["ssh-keys"]["detail"])
+        assert queued, steps["controller"]["ssh-keys"]
+        assert [(j["id"], j["state"]) for j in r["ssh"]["key_jobs"]] == [(queued.group(1), "COMPLETED")]
+        workers = [n for n in r["nodes"] if n["role"] == "worker"]
+        assert [(h["to"], h["hostname"], h["key"], h["ok"]) for h in r["ssh"]["hops"]] == [
+            (w["hostname"], w["hostname"], "/home/ubuntu/.ssh/id_ed25519_hpq", True) for w in workers]
+        assert r["nccl"]["verdict"]["ok"] is True and r["nccl"]["wrong_total"] == 0
+        nano = r["nanogpt"]
+        assert nano["ok"] is True and nano["nodes"] == 2
+        assert nano["log"].startswith("/home/ubuntu/hpq-results/") and nano["ckpt_dir"] == "/home/ubuntu/hpq-results/nanogpt/tiny"
+
+        target = workers[-1]["hostname"]
+        hop = on_node(env, run_id, "controller", "su - ubuntu -c 'ssh-keygen -lf ~/.ssh/id_ed25519_hpq.pub; "
+                      f"ssh -n -o BatchMode=yes {target} \"hostname; ssh-keygen -lf ~/.ssh/id_ed25519_hpq.pub; "
+                      "mountpoint /fsx 2>&1\"'")
+        prints = re.findall(r"SHA256:\S+", hop)
+        assert f"\n{target}\n" in hop and len(prints) == 2 and prints[0] == prints[1], hop
+        assert "/fsx is not a mountpoint" in hop or "No such file or directory" in hop
+
+        train = on_node(env, run_id, "controller", "su - ubuntu -c 'run-nanogpt 2 --model tiny --iters 30 "
+                        "--batch-size 4 --ckpt-every 10 --log-every 5'")
+        rank0 = re.search(r"ranks on: 0=(\S+), 1=(\S+)", train)
+        assert rank0 and "# PASS (exit status 0)" in train, train[-3000:]
+        assert "resumed from /home/ubuntu/hpq-results/nanogpt/tiny/ckpt-00000020.pt at iteration 20" in train
+        by_host = {n["hostname"]: n["name"] for n in workers}
+        held = {h: on_node(env, run_id, by_host[h], "ls /home/ubuntu/hpq-results/nanogpt/tiny 2>&1")
+                for h in rank0.groups()}
+        assert "ckpt-00000030.pt" in held[rank0.group(1)]
+        assert "No such file or directory" in held[rank0.group(2)]  # not shared: rank 1 got rank 0's checkpoint
+    finally:
+        down = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "down", "--run", run_id],
+                              capture_output=True, text=True, timeout=120, env=env)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(run_id, before) == []
 
 
 def test_broken_lifecycle_step_names_node_step_cause_and_log(env):

@@ -18,22 +18,9 @@ import pytest
 
 from hpq.cli.rehearse import netns, throttle
 from hpq.errors import UsageError
-from hpq.tests.test_rehearse import daemons_outside_host_netns, leftovers, rehearse
+from hpq.tests.test_rehearse import _root, daemons_outside_host_netns, env, leftovers, rehearse  # noqa: F401
 
 GBPS_30MBIT = 30e6 / 8 / 1e9  # 0.00375 GB/s
-
-
-@pytest.fixture(autouse=True)
-def _root():
-    if os.geteuid() != 0:
-        pytest.fail("the throttle and the rehearsal need root (namespaces, tc); CI runs the suite as root")
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HPQ_", "SLURM_"))}
-    e["HPQ_REHEARSE_LOG_DIR"] = str(tmp_path / "logs")
-    return e
 
 
 @pytest.fixture
@@ -61,7 +48,7 @@ def test_rates_are_read_as_tc_reads_them(scratch_netns):
 
 
 @pytest.mark.slow
-def test_sweep_names_exactly_the_throttled_worker(env):
+def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
     before = daemons_outside_host_netns()
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
                    "--output", "json")
@@ -88,7 +75,7 @@ def test_sweep_names_exactly_the_throttled_worker(env):
 
 
 @pytest.mark.slow
-def test_unthrottled_sweep_names_none(env):
+def test_unthrottled_sweep_names_none(env):  # noqa: F811
     before = daemons_outside_host_netns()
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]

@@ -230,14 +230,17 @@ def test_step_parser_reads_the_lifecycles_own_log_lines(tmp_path):
     def broken(ctx):
         raise RuntimeError("disk on fire")
 
+    def degraded(ctx):
+        return context.Degraded("no FSx filesystem found: continuing without /fsx")
+
     log = main.setup_logging(str(tmp_path / "lifecycle.log"))
     ctx = context.Context(context.Settings.from_env({"HPQ_ROOT": str(tmp_path)}), log)
-    steps = [("identify", ok, "x"), ("fsx", broken, "y")]
+    steps = [("identify", ok, "x"), ("nccl-env", degraded, "z"), ("fsx", broken, "y")]
     orig = main.STEPS
     main.STEPS = steps
     try:
         with pytest.raises(main.StepFailed):
-            main.run_steps(ctx, ["identify", "fsx"])
+            main.run_steps(ctx, ["identify", "nccl-env", "fsx"])
     finally:
         main.STEPS = orig
         for h in log.handlers:
@@ -245,9 +248,14 @@ def test_step_parser_reads_the_lifecycles_own_log_lines(tmp_path):
         logging.getLogger("hpq.lifecycle").handlers[:] = []
     parsed = [hyperpod.parse_step_line(ln) for ln in (tmp_path / "lifecycle.log").read_text().splitlines()]
     parsed = [p for p in parsed if p]
-    assert [(n, s) for n, s, _, _ in parsed] == [("identify", "running"), ("identify", "done"), ("fsx", "running"),
-                                                  ("fsx", "failed")]
+    assert [(n, s) for n, s, _, _ in parsed] == [("identify", "running"), ("identify", "done"),
+                                                  ("nccl-env", "running"), ("nccl-env", "warning"),
+                                                  ("fsx", "running"), ("fsx", "failed")]
     assert parsed[-1][3] == "RuntimeError: disk on fire" and isinstance(parsed[1][2], float)
+    assert parsed[3][3] == "no FSx filesystem found: continuing without /fsx" and isinstance(parsed[3][2], float)
+    assert parsed[1][3] == "fine"
+    text = (tmp_path / "lifecycle.log").read_text()
+    assert " WARNING step nccl-env: done in " in text and " INFO step identify: done in " in text
 
 
 # ---------------------------------------------------------------------------- report, state, CLI

@@ -95,3 +95,13 @@ def test_nanogpt_on_trainium_is_not_a_pass(tmp_path):
     doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
     assert doc["verdict"] == "INCONCLUSIVE" and doc["ok"] is False
     assert doc["metrics"]["neuron_devices_unused"] and doc["metrics"]["loss_fell"]
+
+
+def test_nanogpt_writes_its_metrics_where_no_directory_was_made_yet(tmp_path):
+    """Without a shared filesystem run-nanogpt names a results file in its own node's home, and rank 0 may run
+    on a node where that directory does not exist yet (found by ``hpq rehearse --without-fsx --nanogpt-args
+    '--ckpt-every 0'``: FileNotFoundError at the very end of a trained run)."""
+    target = tmp_path / "elsewhere" / "hpq-results" / "nanogpt-x.metrics.json"
+    res = run("hpq.scripts.nanogpt", ["--iters", "10", "--log-every", "5", "--json", str(target)], tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert json.loads(target.read_text())["loss_fell"] is True

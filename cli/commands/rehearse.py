@@ -20,6 +20,7 @@ Examples:
   sudo hpq rehearse --output json > rehearsal.json   one JSON object on stdout
   sudo hpq rehearse --keep && sudo hpq rehearse shell worker-1
   sudo hpq rehearse --workers 4 --sweep --throttle 2=30mbit   the sweep must name worker-3
+  sudo hpq rehearse --without-fsx                    a cluster whose FSx is gone: the no-FSx path
   sudo hpq rehearse down                             remove a kept rehearsal
   sudo hpq rehearse eks-gpu                          EKS nodes' lifecycle + manifests (no API server)
 """
@@ -91,8 +92,11 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.option("--nanogpt-args", default=None, metavar="ARGS", type=inputs.ShellWords(),
               help="run-nanogpt arguments after NODES --model tiny (default: '--iters 20 --batch-size 4 "
                    "--ckpt-every 10 --log-every 5').")
+@click.option("--without-fsx", is_flag=True,
+              help="Delete the deployed FSx filesystem before the nodes boot, as if it had been deleted outside "
+                   "CloudFormation: every node runs the lifecycle's no-FSx path (Slurm variants).")
 @click.option("--no-validate", is_flag=True,
-              help="Skip run-nccl-test and run-nanogpt (stop once Slurm is up, or go on to --sweep).")
+              help="Skip the SSH check, run-nccl-test and run-nanogpt (stop once Slurm is up, or go on to --sweep).")
 @click.option("--sweep", is_flag=True,
               help="Then run the pairwise sweep over SSH on the controller (run-nccl-test --sweep --output json, "
                    "pairs one at a time: the nodes share this machine's CPUs); the JSON gets a `sweep` object. "
@@ -110,7 +114,7 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
-            nccl_args: str | None, nanogpt_args: str | None, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
+            nccl_args: str | None, nanogpt_args: str | None, without_fsx: bool, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
             sweep_args: str | None, lifecycle_timeout: float, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
@@ -132,6 +136,9 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
         raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
     if login and not variant.startswith("slurm"):
         raise UsageError("--login: EKS clusters have no login group")
+    if without_fsx and not variant.startswith("slurm"):
+        raise UsageError("--without-fsx rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
+                         "driver, which no rehearsal runs")
     throttle = _sweep_options(variant, workers, sweep, throttles, sweep_args, nccl_args)
     if instance_type:
         from hpq.cfn.variants import VARIANTS
@@ -159,7 +166,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     opts = Options(variant=variant, workers=workers, instance_type=instance_type, login=login, keep=keep,
                    node_env=env, nccl_args=DEFAULT_NCCL_ARGS if nccl_args is None else nccl_args,
                    nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
-                   validate=not no_validate, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
+                   validate=not no_validate, without_fsx=without_fsx, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
                    sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)

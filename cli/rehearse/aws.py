@@ -161,6 +161,7 @@ class Deployed:
     cluster_arn: str = ""
     eks: dict[str, Any] = field(default_factory=dict)
     release_version: str = ""
+    fsx_deleted: list[str] = field(default_factory=list)  # filesystems deleted after the deploy (--without-fsx)
 
 
 def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[str, str],
@@ -193,6 +194,27 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
                    release_version=dep.release.version)
     Realizer(sess, out).run()
     return out
+
+
+def delete_filesystems(sess: Any, deployed: Deployed) -> list[str]:
+    """Delete the deployed FSx filesystem(s) through the FSx API, as a user who removes one in the console does.
+
+    What a cluster meets when its filesystem was deleted out of band (``--without-fsx``): the stack and its
+    outputs still name it, HyperPod still runs OnCreate on every node, and the lifecycle's lookup by the
+    exact ``hpq:cluster-name`` tag finds nothing (FSx API Reference, DeleteFileSystem: the filesystem goes
+    to DELETING, then leaves DescribeFileSystems; the lifecycle skips DELETING ones either way).
+    """
+    from hpq.cli.aws.session import client
+
+    fsx = client(sess, "fsx")
+    for (fname, logical), attrs in deployed.realized.items():
+        if deployed.templates[fname]["Resources"][logical]["Type"] == "AWS::FSx::FileSystem":
+            fsx.delete_file_system(FileSystemId=attrs["Ref"])
+            deployed.fsx_deleted.append(attrs["Ref"])
+            deployed.notes.append(f"AWS::FSx::FileSystem {logical}: {attrs['Ref']} deleted after the deploy "
+                                  "(--without-fsx): no filesystem carries the cluster's tag; the stack's outputs "
+                                  "still name it, as on AWS after a delete outside CloudFormation")
+    return deployed.fsx_deleted
 
 
 # ---------------------------------------------------------------------------- realization

@@ -135,47 +135,59 @@ def agent_ip(n: plan_mod.NodeSpec) -> str:
     return f"172.16.0.{last}"
 
 
+# What the cluster agent stand-in writes into every controller's slurm.conf besides the cluster's own names,
+# nodes and partitions, in its order. Slurm 22.05 from Debian, not HyperPod's build: proctrack/linuxproc and no
+# cgroup plugins, since the nodes share this host's cgroups (see the module docstring).
+AGENT_SETTINGS: dict[str, str] = {
+    "SlurmctldPort": str(SLURMCTLD_PORT),
+    "SlurmdPort": "6818",
+    "SlurmUser": "root",
+    "AuthType": "auth/munge",
+    "CredType": "cred/munge",
+    "StateSaveLocation": "/var/spool/slurmctld",
+    "SlurmdSpoolDir": "/var/spool/slurmd",
+    "SlurmctldPidFile": "/run/slurmctld.pid",
+    "SlurmdPidFile": "/run/slurmd.pid",
+    "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+    "SlurmdLogFile": "/var/log/slurm/slurmd.log",
+    "ProctrackType": "proctrack/linuxproc",
+    "TaskPlugin": "task/none",
+    "JobAcctGatherType": "jobacct_gather/none",
+    "MpiDefault": "none",
+    "ReturnToService": "2",
+    "SchedulerType": "sched/backfill",
+    "SelectType": "select/cons_tres",
+    "SelectTypeParameters": "CR_Core",
+    "SlurmdTimeout": "120",
+    "InactiveLimit": "0",
+    "KillWait": "5",
+}
+
+
+def agent_slurm_conf(cluster_name: str, controller_host: str, node_lines: list[str], partition_lines: list[str],
+                     settings: dict[str, str | None] | None = None, source: str = "hpq rehearse") -> str:
+    """slurm.conf as the cluster agent writes it (before the lifecycle adds configless): ClusterName,
+    SlurmctldHost, ``AGENT_SETTINGS`` with ``settings`` replacing or adding values (None drops one), then the
+    ``NodeName=`` and ``PartitionName=`` lines. Also tests/fixtures_slurm.py's one-host cluster."""
+    values: dict[str, str | None] = {**AGENT_SETTINGS, **(settings or {})}
+    lines = [f"# slurm.conf written by the HyperPod cluster agent stand-in ({source})",
+             f"ClusterName={cluster_name}", f"SlurmctldHost={controller_host}"]
+    lines += [f"{key}={value}" for key, value in values.items() if value is not None]
+    return "\n".join(lines + node_lines + partition_lines) + "\n"
+
+
 def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[str, list[str]]) -> str:
     """The controller's slurm.conf as the cluster agent writes it (before the lifecycle adds configless)."""
     ctl = plan.controller
     assert ctl is not None
-    lines = [
-        "# slurm.conf written by the HyperPod cluster agent stand-in (hpq rehearse)",
-        f"ClusterName={plan.cluster_name}",
-        f"SlurmctldHost={ctl.hostname}",
-        f"SlurmctldPort={SLURMCTLD_PORT}",
-        "SlurmdPort=6818",
-        "SlurmUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        "StateSaveLocation=/var/spool/slurmctld",
-        "SlurmdSpoolDir=/var/spool/slurmd",
-        "SlurmctldPidFile=/run/slurmctld.pid",
-        "SlurmdPidFile=/run/slurmd.pid",
-        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
-        "SlurmdLogFile=/var/log/slurm/slurmd.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "MpiDefault=none",
-        "ReturnToService=2",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmdTimeout=120",
-        "InactiveLimit=0",
-        "KillWait=5",
-    ]
-    for n in plan.nodes:
-        if n.role != plan_mod.CONTROLLER:
-            lines.append(f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN")
+    nodes = [f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
+             for n in plan.nodes if n.role != plan_mod.CONTROLLER]
     if partitions:
-        for i, (name, members) in enumerate(partitions.items()):
-            lines.append(f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
-                         "MaxTime=INFINITE State=UP")
+        parts = [f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
+                 "MaxTime=INFINITE State=UP" for i, (name, members) in enumerate(partitions.items())]
     else:
-        lines.append(f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
+        parts = [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+    return agent_slurm_conf(plan.cluster_name, ctl.hostname, nodes, parts)
 
 
 def partitions_of(plan: plan_mod.Plan, groups: list[GroupRequest]) -> dict[str, list[str]]:
@@ -222,28 +234,30 @@ def stage_prefix(s3: Any, node: Node, bucket: str, prefix: str) -> tuple[str, in
 class StepRecord:
     name: str
     seconds: float | None = None
-    status: str = "running"  # running | done | failed | skipped
+    status: str = "running"  # running | done | warning | failed | skipped
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "seconds": self.seconds, "status": self.status}
+        return {"name": self.name, "seconds": self.seconds, "status": self.status, "detail": self.detail}
 
 
 def parse_step_line(line: str) -> tuple[str, str, float | None, str] | None:
-    """The lifecycle's own log lines (lifecycle/main.py run_steps): step X: start | done in Ns | FAILED after Ns | skipped."""
+    """The lifecycle's own log lines (lifecycle/main.py run_steps): step X: start | done in Ns | done in Ns, with a
+    warning (a ``Degraded`` result: status ``warning``) | FAILED after Ns | skipped."""
     import re
 
-    m = re.search(r"step (\S+): (start|done in ([0-9.]+)s|FAILED after ([0-9.]+)s|skipped)(?:[: ]\s*(.*))?$", line)
+    m = re.search(r"step (\S+): (start|done in ([0-9.]+)s(, with a warning)?|FAILED after ([0-9.]+)s|skipped)"
+                  r"(?:[: ]\s*(.*))?$", line)
     if not m:
         return None
     name, what = m.group(1), m.group(2)
-    detail = (m.group(5) or "").strip()
+    detail = (m.group(6) or "").strip()
     if what == "start":
         return name, "running", None, detail
     if what.startswith("done"):
-        return name, "done", float(m.group(3)), detail
+        return name, "warning" if m.group(4) else "done", float(m.group(3)), detail
     if what.startswith("FAILED"):
-        return name, "failed", float(m.group(4)), detail
+        return name, "failed", float(m.group(5)), detail
     return name, "skipped", 0.0, detail
 
 

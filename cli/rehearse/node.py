@@ -200,15 +200,16 @@ def stop_namespace_processes(netns_name: str, grace: float = 5.0) -> int:
                 pass
         deadline = time.time() + wait
         while time.time() < deadline:
-            pids = [p for p in pids if _alive(p)]
+            pids = [p for p in pids if process_alive(p)]
             if not pids:
                 return 0
             time.sleep(0.05)
         pids = netns.netns_pids(netns_name) or pids
-    return len([p for p in pids if _alive(p)])
+    return len([p for p in pids if process_alive(p)])
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, or one whose /proc entry is gone, is not)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"

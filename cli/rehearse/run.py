@@ -53,6 +53,8 @@ class Options:
     nccl_args: str = DEFAULT_NCCL_ARGS
     nanogpt_args: str = DEFAULT_NANOGPT_ARGS
     validate: bool = True
+    # Delete the deployed FSx filesystem before the nodes boot: every node runs the lifecycle's no-FSx path.
+    without_fsx: bool = False
     lifecycle_timeout: float = 900.0
     slurm_timeout: float = 120.0
     validate_timeout: float = 900.0  # each validation command, bounded on the controller
@@ -186,6 +188,7 @@ class Rehearsal:
         if self.plan.orchestrator == "slurm":
             self._stage("slurm", self.wait_slurm)
             if self.opts.validate:
+                self._stage("ssh", self.check_ssh)
                 self._stage("nccl", self.run_nccl)
                 self._stage("nanogpt", self.run_nanogpt)
             if self.opts.sweep:
@@ -238,6 +241,8 @@ class Rehearsal:
         self.say("aws", f"stack {d.stack_name} CREATE_COMPLETE (release {d.release_version}); FSx "
                         f"{out.get('FsxFileSystemId')} {out.get('FsxDnsName')} mount name {out.get('FsxMountName')}; "
                         f"lifecycle {out.get('LifecycleS3Uri')}")
+        if self.opts.without_fsx:
+            aws.delete_filesystems(aws.session(), d)
         for note in d.notes:
             self.say("aws", note)
 
@@ -260,14 +265,15 @@ class Rehearsal:
             self.state.nodes.append(state_mod.NodeState(n.name, n.netns, n.host_iface, None, n.ip, n.hostname, n.role))
         self.state.save()
         fsx_source = ""
-        if d.outputs.get("FsxMountName"):
+        live_fsx = bool(d.outputs.get("FsxMountName")) and not d.fsx_deleted
+        if live_fsx:
             export = Path(self.state.workdir) / "fsx"
             fsx_source = fsx.nid_source(p.fsx_ip, str(d.outputs["FsxMountName"]))
             self.state.fsx_export = str(export)
             self.state.save()
             fsx.mount_export(export, fsx_source)
         hosts = [(n.ip, n.hostname) for n in p.nodes]
-        if d.outputs.get("FsxDnsName"):
+        if live_fsx and d.outputs.get("FsxDnsName"):  # a deleted filesystem's name no longer resolves
             hosts.append((p.fsx_ip, str(d.outputs["FsxDnsName"])))
         munge_key = os.urandom(1024)
         keyfile = Path(self.state.workdir) / "ssh" / "id_ed25519"
@@ -383,6 +389,8 @@ class Rehearsal:
             self.say(run.node.spec.name, f"step {rec.name} ...")
         elif rec.status == "failed":
             self.say(run.node.spec.name, f"step {rec.name} FAILED after {rec.seconds}s: {rec.detail}")
+        elif rec.status == "warning":
+            self.say(run.node.spec.name, f"step {rec.name} done with a warning ({rec.seconds}s): {rec.detail}")
         else:
             self.say(run.node.spec.name, f"step {rec.name} {rec.status} ({rec.seconds}s)")
 
@@ -431,6 +439,26 @@ class Rehearsal:
                           node="controller", log=str(log), last_lines=_tail(log))
         self.say("slurm", f"sinfo over SSH on the controller: {len(idle)}/{len(want)} nodes idle "
                           f"({', '.join(idle)})")
+
+    def check_ssh(self) -> None:
+        """Node to node as the default user, the way mpirun reaches the other nodes: from the controller to each
+        worker with the cluster key of the ssh-keys step (without /fsx: once its Slurm job has finished)."""
+        assert self.plan is not None and self.remote is not None
+        jobs = validate.wait_key_jobs(self.remote, self.opts.slurm_timeout)
+        data: dict[str, Any] = {"key_jobs": jobs, "hops": []}
+        self.result["ssh"] = data
+        for job in jobs:
+            self.say("ssh", f"the ssh-keys step's Slurm job {job['id']}: {job['state']} on {job['nodes']}")
+            if job["state"] != "COMPLETED":
+                raise Failure("ssh", f"the ssh-keys step's Slurm job {job['id']} is {job['state']}", node="controller")
+        for spec in self.plan.worker_nodes:
+            hop = validate.ssh_hop(self.remote, spec.hostname)
+            data["hops"].append(hop)
+            if not hop["ok"]:
+                raise Failure("ssh", f"ssh {spec.hostname} hostname as {self.remote.user} on the controller exited "
+                                     f"{hop['exit_code']}, answered {hop['hostname']!r} with key {hop['key']}",
+                              node=spec.name, last_lines=hop.get("stderr_tail"))
+            self.say("ssh", f"{self.remote.user}@controller -> {spec.hostname}: answered, key {hop['key']}")
 
     def run_nccl(self) -> None:
         assert self.plan is not None and self.remote is not None
@@ -553,6 +581,7 @@ class Rehearsal:
             "cluster": {"name": p.cluster_name if p else None, "arn": d.cluster_arn if d else None},
             "nodes": self.node_results(),
             "slurm_nodes_idle": self.result.get("slurm_nodes_idle", 0),
+            "without_fsx": bool(self.opts.without_fsx), "ssh": self.result.get("ssh"),
             "nccl": self.result.get("nccl"), "nanogpt": self.result.get("nanogpt"),
             "sweep": self.result.get("sweep"),
             "kept": bool(self.opts.keep), "logs": self.state.logdir if self.state else None,

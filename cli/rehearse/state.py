@@ -101,7 +101,7 @@ def teardown(st: RunState, keep_logs: bool = True) -> list[str]:
     problems: list[str] = []
     for n in st.nodes:
         left = node_mod.stop_namespace_processes(n.netns) if netns.netns_exists(n.netns) else 0
-        if n.holder_pid and _alive(n.holder_pid):
+        if n.holder_pid and node_mod.process_alive(n.holder_pid):
             try:
                 os.kill(n.holder_pid, 9)
             except ProcessLookupError:
@@ -145,10 +145,3 @@ def _rmtree(path: Path) -> None:
                     pass
         time.sleep(0.1 * (attempt + 1))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

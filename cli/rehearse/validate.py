@@ -90,6 +90,53 @@ def wait_idle(remote: Remote, nodes: list[str], timeout: float) -> tuple[dict[st
         time.sleep(0.5)
 
 
+# Slurm's terminal job states (slurm 22.05 squeue(1), JOB STATE CODES): a key job in one of them is over.
+JOB_DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                   "DEADLINE", "PREEMPTED")
+
+
+def key_jobs(remote: Remote) -> list[dict[str, str]]:
+    """The lifecycle's SSH key jobs (lifecycle/ssh_keys.JOB_NAME) as ``scontrol -o show job`` lists them: a finished
+    job stays listed for MinJobAge (300 s by default, slurm.conf(5))."""
+    from hpq.lifecycle.ssh_keys import JOB_NAME
+
+    code, out, _ = remote.run("scontrol -o show job")
+    jobs = []
+    for line in out.splitlines() if code == 0 else []:
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("JobName") == JOB_NAME:
+            jobs.append({"id": fields.get("JobId", ""), "state": fields.get("JobState", ""),
+                         "nodes": fields.get("NodeList", "")})
+    return jobs
+
+
+def wait_key_jobs(remote: Remote, timeout: float) -> list[dict[str, str]]:
+    """Poll until every key job is in a terminal state (or ``timeout``); the jobs as last seen."""
+    deadline = time.time() + timeout
+    while True:
+        jobs = key_jobs(remote)
+        if all(j["state"] in JOB_DONE_STATES for j in jobs) or time.time() > deadline:
+            return jobs
+        time.sleep(0.5)
+
+
+def ssh_hop(remote: Remote, host: str, timeout: float = 60.0) -> dict[str, Any]:
+    """``ssh HOST hostname`` on the controller as the default user, as mpirun reaches a node: which host answered
+    and which key it accepted (``ssh -v`` prints ``Server accepts key: PATH ...``, OpenSSH sshconnect2.c)."""
+    from hpq.lifecycle.ssh_keys import KEY_NAME
+
+    code, out, err = remote.run(f"ssh -n -v -o BatchMode=yes -o ConnectTimeout=10 {shlex.quote(host)} hostname",
+                                timeout=timeout)
+    accepted = re.search(r"Server accepts key: (\S+)", err)
+    answered = out.strip()
+    key = accepted.group(1) if accepted else None
+    ok = code == 0 and answered == host and bool(key) and key.endswith("/" + KEY_NAME)
+    hop = {"to": host, "exit_code": code, "hostname": answered, "key": key, "ok": ok}
+    if not ok:
+        hop["stderr_tail"] = [ln for ln in err.strip().splitlines() if not ln.startswith("debug")][-10:]
+    return hop
+
+
 # The rehearsal's nodes talk over a Linux bridge and run gloo on shared CPU cores: their bandwidth
 # says nothing about the instance type's network, so the single run is judged with --expect none
 # (complete, clean, no wrong elements) and its bandwidth is reported, not held to the catalog.

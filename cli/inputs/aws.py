@@ -1,0 +1,197 @@
+"""Reaching AWS, checked offline: regions and endpoints from botocore's own data, the AWS_*
+environment, profiles and config files.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import stat
+from collections.abc import Iterable
+
+from hpq.cli.inputs.files import file_kind
+from hpq.cli.inputs.text import Text, show, unprintable, unusable
+from hpq.errors import UsageError
+
+# Commands that talk to AWS name the services they need; a region must be one botocore knows for each.
+SERVICES_STACKS = ("cloudformation",)
+SERVICES_DEPLOY = ("cloudformation", "s3", "ec2", "sagemaker")
+SERVICES_PUBLISH = ("cloudformation", "s3")
+SERVICES_NODES = ("sagemaker", "ssm")
+SERVICES_EKS = ("eks", "sts")
+SERVICES_QUOTAS = ("service-quotas", "sagemaker")
+
+
+@functools.lru_cache(maxsize=1)
+def known_regions() -> frozenset[str]:
+    """Every region in botocore's endpoint data, all partitions (read from disk, no network)."""
+    import botocore.loaders
+
+    data = botocore.loaders.create_loader().load_data("endpoints")
+    return frozenset(r for part in data.get("partitions", []) for r in part.get("regions", {}))
+
+
+@functools.lru_cache(maxsize=32)
+def service_regions(service: str) -> frozenset[str]:
+    """Regions botocore knows an endpoint for ``service`` in, all partitions (empty: a global service)."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    out: set[str] = set()
+    for partition in session.get_available_partitions():
+        out.update(session.get_available_regions(service, partition_name=partition))
+    return frozenset(out)
+
+
+class Region(Text):
+    """A region botocore knows (e.g. us-west-2); which services it has is checked per command."""
+
+    name = "region"
+
+    def __init__(self) -> None:
+        super().__init__("region")
+
+    def check(self, value: str) -> str | None:
+        return region_problem(value, ())
+
+
+REGION = Region()
+
+
+def region_problem(region: str, services: Iterable[str]) -> str | None:
+    """Why ``region`` cannot serve ``services`` according to botocore's endpoint data, or None."""
+    if not re.fullmatch(r"[a-z]{2}(-[a-z0-9]+)+-[0-9]+", region):
+        return "is not an AWS region name (like us-west-2)"
+    if region not in known_regions():
+        return "is not a region this botocore knows (upgrade botocore if the region is new)"
+    for service in services:
+        regions = service_regions(service)
+        if regions and region not in regions:
+            return f"has no {service} endpoint in botocore's endpoint data"
+    return None
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why an endpoint URL cannot work, or None (botocore itself raises ValueError at client creation)."""
+    from urllib.parse import urlsplit
+
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    if unprintable(url) or not url.strip():
+        return "is empty or not printable UTF-8"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:5000"
+    if not (is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)):
+        return "is not a URL botocore accepts"
+    return None
+
+
+def check_endpoint_environment(environ: dict[str, str] | None = None) -> None:
+    """AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> must be URLs botocore can use."""
+    env = os.environ if environ is None else environ
+    for key in sorted(env):
+        if key == "AWS_ENDPOINT_URL" or key.startswith("AWS_ENDPOINT_URL_"):
+            bad = endpoint_problem(env[key])
+            if bad:
+                raise UsageError(f"{key}={show(env[key])} {bad}")
+
+
+# Settings botocore reads from the environment, with the values it accepts (botocore/configprovider.py,
+# https://docs.aws.amazon.com/sdkref/latest/guide/settings-reference.html). A bad one would otherwise
+# surface as a confusing error at the first client or request.
+_ENV_CHOICES = {
+    "AWS_RETRY_MODE": ("legacy", "standard", "adaptive"),
+    "AWS_STS_REGIONAL_ENDPOINTS": ("legacy", "regional"),
+    "AWS_USE_FIPS_ENDPOINT": ("true", "false"),
+    "AWS_USE_DUALSTACK_ENDPOINT": ("true", "false"),
+}
+
+
+def check_aws_environment(environ: dict[str, str] | None = None) -> None:
+    """Endpoints, retry settings and the files botocore will read, checked before any client exists."""
+    env = os.environ if environ is None else environ
+    check_endpoint_environment(env)
+    if env.get("AWS_MAX_ATTEMPTS", "").strip():
+        value = env["AWS_MAX_ATTEMPTS"]
+        if not re.fullmatch(r"\s*[0-9]{1,4}\s*", value) or int(value) < 1:
+            raise UsageError(f"AWS_MAX_ATTEMPTS={show(value)} must be a whole number of attempts, at least 1")
+    for key, allowed in _ENV_CHOICES.items():
+        value = env.get(key)
+        if value and value.strip().lower() not in allowed:
+            raise UsageError(f"{key}={show(value)} must be one of: {', '.join(allowed)}")
+    for key in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        value = env.get(key)
+        if not value:
+            continue
+        path = os.path.expanduser(value)
+        must_exist = key == "AWS_CA_BUNDLE"  # a missing config file is just an empty one
+        if not os.path.lexists(path):
+            if must_exist:
+                raise UsageError(f"{key}={show(value)} does not exist")
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise UsageError(f"{key}={show(value)}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{key}={show(value)} is {file_kind(mode)}, not a regular file")
+
+
+def resolve_region(region: str | None, profile: str | None) -> str | None:
+    """The region a command will use: --region, AWS_REGION, AWS_DEFAULT_REGION, then the profile's config.
+
+    AWS_REGION is what the AWS SDKs and CLI v2 read first; boto3 alone reads only AWS_DEFAULT_REGION.
+    """
+    if region:
+        return region
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if os.environ.get(key):
+            return os.environ[key]
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        return botocore.session.Session(profile=profile or None).get_config_variable("region") or None
+    except botocore.exceptions.ProfileNotFound:
+        name = profile or os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+        raise UsageError(f"AWS profile {show(name)} not found; list them with `aws configure list-profiles`") from None
+
+
+def check_profile(profile: str | None) -> None:
+    """The AWS config files must parse; --profile (or AWS_PROFILE) must name a profile in them."""
+    import botocore.exceptions
+    import botocore.session
+
+    name = profile if profile is not None else (os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"))
+    if name is not None:
+        bad = unusable(name)
+        if bad:
+            raise UsageError(f"AWS profile {show(name)} {bad}")
+    try:
+        profiles = botocore.session.Session(profile=None).available_profiles
+    except botocore.exceptions.ConfigParseError as exc:
+        raise UsageError(f"{exc}: fix or move it (see `aws configure`)") from None
+    # botocore treats a missing "default" profile as empty, any other missing profile as an error.
+    if name is not None and name != "default" and name not in profiles:
+        raise UsageError(f"AWS profile {show(name)} not found; list them with `aws configure list-profiles`")
+
+
+def check_aws_inputs(region: str | None, profile: str | None, services: Iterable[str]) -> str | None:
+    """Everything about reaching AWS that can be checked offline; returns the region to use, if any."""
+    check_aws_environment()
+    check_profile(profile)
+    chosen = resolve_region(region, profile)
+    if not chosen:  # some paths need no AWS at all (hpq remote --proxy-command); client() insists later
+        return None
+    source = "--region" if region else next((k for k in ("AWS_REGION", "AWS_DEFAULT_REGION")
+                                             if os.environ.get(k) == chosen), "the profile's region")
+    bad = region_problem(chosen, services)
+    if bad:
+        raise UsageError(f"{source} {show(chosen)} {bad}")
+    return chosen
