@@ -53,6 +53,8 @@ class NodeInfo:
     fsx_mountname: Optional[str] = None
     cluster_ips: List[str] = field(default_factory=list)  # every CustomerIpAddress in resource_config.json
     cluster_hostnames: List[str] = field(default_factory=list)  # InstanceNames and ip-a-b-c-d names
+    worker_nodes: List[str] = field(default_factory=list)  # Slurm NodeNames (ip-a-b-c-d) of the workers
+    login_nodes: List[str] = field(default_factory=list)  # ... and of the login nodes
     matched_by: str = ""
     role_source: str = ""
 
@@ -185,6 +187,11 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
         fsx_mountname=fsx.fsx_mountname if fsx else None,
         cluster_ips=sorted({i.customer_ip for i in rc.instances if i.customer_ip}),
         cluster_hostnames=hostnames,
+        worker_nodes=[slurm_node_name(i.customer_ip) for i in workers if i.customer_ip] if orchestrator == SLURM
+        else [],
+        login_nodes=[slurm_node_name(i.customer_ip) for i in rc.instances if i.customer_ip and role_file
+                     and role_file.login_group and i.group == role_file.login_group] if orchestrator == SLURM
+        else [],
         matched_by=how,
         role_source=role_file.label if role_file else (
             "resource_config.json ClusterType Kubernetes" if orchestrator == EKS

@@ -19,13 +19,14 @@ import shlex
 import subprocess
 import tempfile
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from . import files, fsx, identity, slurm
 from .context import Degraded
 
 KEY_NAME = "id_ed25519_hpq"
 JOB_NAME = "hpq-ssh-keys"  # the Slurm job that hands the pair to the workers (no shared filesystem)
+LOGIN_JOB_NAME = "hpq-ssh-keys-login"  # ... and to the login nodes, best effort (they may be in no partition)
 SHARED = ".hpq/ssh"
 MARKER = "/etc/hpq/ssh-keys-distributed"
 
@@ -146,6 +147,13 @@ def slurm_job_script(user: str, private: bytes, public: bytes, node_root: str = 
 
 
 def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
+    """Queue the key job on exactly the workers (and, in a job of its own, the login nodes).
+
+    Named nodes, not a node count: HyperPod may put login nodes in the default partition too (its ``dev``
+    partition is ``Nodes=ALL`` in the legacy model), where ``--nodes=<workers>`` could land on a login node
+    and leave a worker without the key. A login node outside every partition cannot run the job: then it
+    gets the key only through a shared filesystem, and the step says so.
+    """
     node = ctx.node
     marker = ctx.path(MARKER)
     if (files.read_text(marker) or "").strip() == public.decode().strip():
@@ -153,15 +161,36 @@ def distribute_over_slurm(ctx, user: str, private: bytes, public: bytes) -> str:
     if node.worker_count < 1:
         return "no workers to hand the key to"
     script = slurm_job_script(user, private, public, ctx.s.slurm_node_root, cluster_hosts(node))
+    workers = list(node.worker_nodes)
+    job, error = submit_key_job(ctx, script, workers, node.worker_count)
+    if job is None:
+        raise SshKeyError("sbatch of the key distribution job failed: %s" % error)
+    files.write_file(marker, public.decode().strip() + "\n", 0o600)
+    how = "queued Slurm job %s to install it on %d worker(s)" % (job, node.worker_count)
+    if node.login_nodes:
+        login_job, error = submit_key_job(ctx, script, list(node.login_nodes), len(node.login_nodes),
+                                          LOGIN_JOB_NAME)
+        if login_job is None:
+            ctx.log.warning("the login node(s) %s cannot run the key job (%s): they get the cluster key only "
+                            "through a shared filesystem", ",".join(node.login_nodes), error)
+            return Degraded(how + "; login node(s) %s not reached" % ",".join(node.login_nodes))
+        how += "; job %s for the login node(s) %s" % (login_job, ",".join(node.login_nodes))
+    return how
+
+
+def submit_key_job(ctx, script: str, nodelist: List[str], count: int,
+                   job_name: str = JOB_NAME) -> Tuple[Optional[str], str]:
+    """sbatch the key job on ``nodelist`` (all of them; by count when no names are known): (job id, "") or
+    (None, sbatch's message)."""
+    where = ["--nodelist=%s" % ",".join(nodelist), "--nodes=%d" % len(nodelist)] if nodelist else [
+        "--nodes=%d" % count]
     res = subprocess.run(
-        [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=%s" % JOB_NAME, "--nodes=%d" % node.worker_count,
-         "--output=/dev/null"],
+        [slurm._bin(ctx, "sbatch"), "--parsable", "--job-name=%s" % job_name, "--output=/dev/null"] + where,
         input=script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60,
         env=dict(os.environ, SLURM_CONF=os.environ.get("SLURM_CONF") or slurm.conf_path(ctx)))
     if res.returncode != 0:
-        raise SshKeyError("sbatch of the key distribution job failed: %s" % res.stdout.strip())
-    files.write_file(marker, public.decode().strip() + "\n", 0o600)
-    return "queued Slurm job %s to install it on %d worker(s)" % (res.stdout.strip(), node.worker_count)
+        return None, res.stdout.strip()
+    return res.stdout.strip(), ""
 
 
 def cluster_hosts(node: identity.NodeInfo) -> List[str]:
@@ -193,4 +222,5 @@ def run(ctx) -> str:
         private, public = generate("%s@%s" % (user, node.cluster_name))
     changed = install_pair(home, pw.pw_uid, pw.pw_gid, private, public, cluster_hosts(node))
     how = distribute_over_slurm(ctx, user, private, public)
-    return "key pair %s for %s; %s" % ("installed" if changed else "unchanged", user, how)
+    result = "key pair %s for %s; %s" % ("installed" if changed else "unchanged", user, how)
+    return Degraded(result) if isinstance(how, Degraded) else result

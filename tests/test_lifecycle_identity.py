@@ -56,6 +56,8 @@ def test_documented_provisioning_parameters_give_the_role(tmp_path, bundle, imds
     assert info["fsx_dns_name"] == fn.FSX_DNS and info["fsx_mountname"] == fn.FSX_MOUNTNAME
     assert info["region"] == fn.REGION  # from ClusterArn, no IMDS call needed for it
     assert info["worker_count"] == 2  # the worker group's instances; the login node is not one
+    # Slurm NodeNames (ip-a-b-c-d) of the workers and the login node: what the no-FSx key job names.
+    assert info["worker_nodes"] == ["ip-10-1-92-200", "ip-10-1-86-31"] and info["login_nodes"] == ["ip-10-1-33-12"]
     if role == "worker":
         assert info["partition"] == "ml.p5.48xlarge" and info["instance_type"] == "ml.p5.48xlarge"
     assert f"is {role} in group" in res.stdout

@@ -145,7 +145,7 @@ def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monke
     ctx = make_context(tmp_path / "controller", HPQ_SLURM_NODE_ROOT=f"{slurm_cluster.base}/%n")
     ctx.node = identity.NodeInfo("hpq-test", "i-c", "controller", "controller-machine", "controller", "127.0.0.1",
                                  "ml.m5.xlarge", ["127.0.0.1"], ["controller"], worker_count=len(NODES),
-                                 cluster_hostnames=["ip-127-0-0-2", "ip-127-0-0-3"])
+                                 cluster_hostnames=["ip-127-0-0-2", "ip-127-0-0-3"], worker_nodes=list(NODES))
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     private, public = ssh_keys.generate("nobody@hpq-test")
     assert "queued Slurm job" in ssh_keys.distribute_over_slurm(ctx, "nobody", private, public)

@@ -290,3 +290,20 @@ def test_interpreter_under_tmp_stays_visible_on_the_nodes(env):
         assert leftovers(r["run_id"], before) == []
     finally:
         shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_login_node_registers_with_slurm_and_no_fsx_key_job_skips_it(env):
+    """--login: the login node (NodeType Login, no PartitionNames in the API-driven model) runs slurmd and shows
+    idle in `scontrol show nodes` though no partition lists it (sinfo would not show it: the rehearsal failed
+    there). Without FSx the controller's key job names the workers exactly; the login node, outside every
+    partition, cannot run a job, and the ssh-keys step says so as a warning instead of failing the node."""
+    before = daemons_outside_host_netns()
+    res = rehearse(env, "--workers", "1", "--login", "--without-fsx", "--no-validate", "--output", "json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout)
+    login = next(n for n in r["nodes"] if n["role"] == "login")
+    assert r["result"] == "pass" and r["slurm_nodes"][login["slurm_node"]] == "idle"
+    ctl = next(n for n in r["nodes"] if n["role"] == "controller")
+    keys = {s["name"]: s for s in ctl["steps"]}["ssh-keys"]
+    assert keys["status"] == "warning" and "not reached" in keys["detail"]
+    assert leftovers(r["run_id"], before) == []

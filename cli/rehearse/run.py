@@ -412,11 +412,10 @@ class Rehearsal:
         ctl = self.nodes.get(self.plan.controller.name) if self.plan.controller else None
         want = {n.hostname: n.name for n in self.plan.nodes if n.role != plan_mod.CONTROLLER}
         while ctl is not None and want and len(self.slurm_ready) < len(want) and not self._stop.is_set():
-            res = ctl.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=10)
-            for line in res.stdout.decode(errors="replace").splitlines():
-                parts = line.split()
-                if len(parts) >= 2 and parts[1] == "idle" and parts[0] in want:
-                    name = want[parts[0]]
+            res = ctl.run(validate.NODE_STATES_COMMAND.split(), check=False, timeout=10)
+            for host, state in validate.parse_node_states(res.stdout.decode(errors="replace")).items():
+                if state == "idle" and host in want:
+                    name = want[host]
                     run = self.runs.get(name)
                     if name not in self.slurm_ready and run is not None:
                         self.slurm_ready[name] = round(time.time() - run.started, 1)
@@ -437,7 +436,7 @@ class Rehearsal:
             log = ctl.host_path("/var/log/slurm/slurmctld.log")
             raise Failure("slurm", f"not idle after {waited:.0f}s: " + ", ".join(f"{k} {v}" for k, v in bad.items()),
                           node="controller", log=str(log), last_lines=_tail(log))
-        self.say("slurm", f"sinfo over SSH on the controller: {len(idle)}/{len(want)} nodes idle "
+        self.say("slurm", f"scontrol over SSH on the controller: {len(idle)}/{len(want)} nodes idle "
                           f"({', '.join(idle)})")
 
     def check_ssh(self) -> None:

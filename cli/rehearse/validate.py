@@ -70,11 +70,26 @@ class _LineTap(io.BytesIO):
         return super().write(data)
 
 
+# Every NodeName slurmctld knows, one line each, whether or not a partition holds it: a login node (NodeType
+# Login, no PartitionNames in the API-driven model) runs slurmd but is in no partition, so sinfo never lists it.
+NODE_STATES_COMMAND = "scontrol -o show nodes"
+
+
+def parse_node_states(text: str) -> dict[str, str]:
+    """``scontrol -o show nodes`` -> {NodeName: base state in lower case} (IDLE+CLOUD -> idle, DOWN* -> down)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields and "State" in fields:
+            out[fields["NodeName"]] = fields["State"].split("+")[0].rstrip("*~#!%$@^-").lower()
+    return out
+
+
 def slurm_states(remote: Remote) -> dict[str, str]:
-    code, out, err = remote.run("sinfo -h -N -o '%N %T'")
+    code, out, err = remote.run(NODE_STATES_COMMAND)
     if code != 0:
         return {}
-    return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+    return parse_node_states(out)
 
 
 def wait_idle(remote: Remote, nodes: list[str], timeout: float) -> tuple[dict[str, str], float]:
