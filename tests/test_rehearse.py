@@ -175,7 +175,7 @@ def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
         assert "ckpt-00000030.pt" in held[rank0.group(1)]
         assert "No such file or directory" in held[rank0.group(2)]  # not shared: rank 1 got rank 0's checkpoint
     finally:
-        down = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "down", "--run", run_id],
+        down = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "down", "--run", run_id or "none"],
                               capture_output=True, text=True, timeout=120, env=env)
     assert down.returncode == 0, down.stderr
     assert leftovers(run_id, before) == []
@@ -228,10 +228,13 @@ def test_signal_mid_lifecycle_tears_everything_down(env, sig):
 def test_keep_shell_and_down(env):
     before = daemons_outside_host_netns()
     res = rehearse(env, "--workers", "1", "--no-validate", "--keep", "--output", "json")
-    assert res.returncode == 0, res.stderr[-3000:]
-    r = json.loads(res.stdout)
-    run_id = r["run_id"]
+    # A kept rehearsal outlives a failed assertion: take its run id first so `down` always runs.
+    found = re.search(r"\(run ([0-9a-f]+)", res.stderr)
+    run_id = found.group(1) if found else ""
     try:
+        assert res.returncode == 0, res.stderr[-3000:]
+        r = json.loads(res.stdout)
+        assert r["run_id"] == run_id
         assert r["kept"] is True and os.path.exists(f"/run/netns/hpq-{run_id}-worker-1")
         worker = next(n for n in r["nodes"] if n["name"] == "worker-1")
         shell = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "shell", "worker-1", "--run", run_id],
@@ -244,7 +247,7 @@ def test_keep_shell_and_down(env):
                              capture_output=True, text=True, timeout=60, env=env)
         assert bad.returncode == 2 and "no node 'worker-7'" in bad.stderr
     finally:
-        down = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "down", "--run", run_id],
+        down = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "down", "--run", run_id or "none"],
                               capture_output=True, text=True, timeout=120, env=env)
     assert down.returncode == 0 and f"rehearsal {run_id}: removed" in down.stdout, down.stderr
     assert leftovers(run_id, before) == []
