@@ -279,7 +279,8 @@ def mount(ctx, dns: str, mount_name: str) -> str:
     if mounts.is_lustre_mount_of(current, mount_name):
         return "already mounted (%s)" % current.source
     if current is not None:
-        raise FsxError("%s is already mounted from %s, not FSx %s:/%s" % (target, _describe(current), dns, mount_name))
+        raise FsxError("%s is already mounted from %s, not FSx %s@tcp:/%s" % (
+            target, _describe(current), dns, mount_name))
     os.makedirs(target, exist_ok=True)
     load_modules(ctx)
     source = "%s@tcp:/%s" % (dns, mount_name)
@@ -338,6 +339,15 @@ def run(ctx) -> str:
         return eks_modules_only(ctx)
     if node.fsx_dns_name and node.fsx_mountname:
         dns, mount_name, origin = node.fsx_dns_name, node.fsx_mountname, "provisioning parameters"
+    elif identity.roles_from_provisioning_parameters(node):
+        # A cluster described by the documented provisioning_parameters.json (not one hpq deployed) has
+        # FSx only when the file names it: AWS's reference mounts nothing without fsx_dns_name and
+        # fsx_mountname (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/
+        # base-config/lifecycle_script.py), and no filesystem of such a cluster carries hpq's tag.
+        ctx.log.warning("%s names no fsx_dns_name/fsx_mountname: continuing without %s",
+                        names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT)
+        return Degraded("%s names no FSx filesystem: continuing without %s" % (
+            names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT))
     else:
         if not node.cluster_name:
             ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",

@@ -132,6 +132,19 @@ def role_of(group: str, ip: str, orchestrator: str, role_file: Optional[roles.Ro
                                             role_file.worker_groups, role_file.label))
 
 
+def instance_id_from_name(instance_name: Optional[str]) -> str:
+    """EKS entries may lack InstanceId but are named ``hyperpod-<instance id>`` (resource_config.py)."""
+    prefix = "hyperpod-"
+    if instance_name and instance_name.startswith(prefix + "i-"):
+        return instance_name[len(prefix):]
+    return ""
+
+
+def roles_from_provisioning_parameters(node: "NodeInfo") -> bool:
+    """Whether the roles came from the documented provisioning_parameters.json (a cluster hpq did not deploy)."""
+    return node.role_source.endswith("(%s)" % names.PROVISIONING_PARAMETERS)
+
+
 def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str],
              sources: roles.RoleSources, imds_type: Optional[str] = None) -> NodeInfo:
     """This node's NodeInfo from HyperPod's resource config and the role files."""
@@ -169,7 +182,7 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
                 hostnames.append(name)
     return NodeInfo(
         cluster_name=cluster_name,
-        instance_id=mine.instance_id or instance_id or "",
+        instance_id=mine.instance_id or instance_id or instance_id_from_name(mine.name),
         instance_name=mine.name,
         group=mine.group,
         role=role,

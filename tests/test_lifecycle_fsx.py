@@ -240,3 +240,17 @@ def test_no_filesystem_is_a_warning_and_the_step_continues(aws, tmp_path, caplog
     assert isinstance(result, context.Degraded)  # run_steps logs the step's end as a warning
     assert "no FSx for Lustre filesystem tagged" in caplog.text
     assert not (root / "etc/fstab").exists() and not calls.exists()
+
+
+def test_documented_provisioning_parameters_without_fsx_names_mean_no_fsx(aws, tmp_path, caplog):
+    """A cluster described by provisioning_parameters.json has FSx only when the file names it, as in
+    AWS's reference (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/
+    base-config/lifecycle_script.py mounts only with fsx_dns_name and fsx_mountname): no tag lookup, so a
+    node that cannot reach the FSx API (or may not) still comes up."""
+    proxy = aws()
+    ctx, root, calls = node_ctx(tmp_path, "users-cluster")
+    ctx.node.role_source = f"/opt/ml/config/{names.PROVISIONING_PARAMETERS} ({names.PROVISIONING_PARAMETERS})"
+    with caplog.at_level(logging.WARNING):
+        result = fsx.run(ctx)
+    assert isinstance(result, context.Degraded) and "names no FSx filesystem" in result
+    assert proxy.calls == 0 and not calls.exists() and not (root / "etc/fstab").exists()

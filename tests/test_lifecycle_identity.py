@@ -151,6 +151,15 @@ def test_hpqs_old_provisioning_schema_is_refused_with_the_reason(tmp_path, bundl
     assert "worker_groups must be a list of {\"instance_group_name\", \"partition_name\"} objects" in res.stdout
 
 
+def test_eks_node_matched_by_address_takes_its_instance_id_from_its_hyperpod_name():
+    """EKS entries may have no InstanceId; with IMDS unreachable the address match still names the
+    instance through ``InstanceName hyperpod-<id>`` (tests/fixtures_node.py eks_resource_config)."""
+    iid, (ip, _) = next(iter(fn.EKS_NODES.items()))
+    node = identity.identify(ResourceConfig(fn.eks_resource_config()), None, [ip], roles.RoleSources(None, None, []))
+    assert node.matched_by == f"CustomerIpAddress {ip}" and node.instance_id == iid
+    assert identity.instance_id_from_name("worker-group-1-2") == ""  # a Slurm name carries no id
+
+
 def test_renamed_group_is_an_error_naming_both_sides():
     rc = ResourceConfig(fn.slurm_resource_config())
     pp = roles.RoleFile("pp.json", names.PROVISIONING_PARAMETERS, "slurm", None, "controller-machine", None,
