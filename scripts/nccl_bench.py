@@ -36,20 +36,10 @@ CPU_MAX_BYTES = 256 << 20
 
 
 def parse_size(text: str) -> int:
-    """nccl-tests style sizes: 8, 128K, 1M, 16G (powers of 1024)."""
-    t = str(text).strip().upper().rstrip("B")
-    mult = 1
-    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], m
-            break
-    try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a size: %r (use e.g. 8, 1M, 16G)" % text) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("size must be positive: %r" % text)
-    return value
+    """nccl-tests style sizes: 8, 128K, 1M, 16G (powers of 1024); scripts/args.py says what is refused."""
+    from hpq.scripts.args import size
+
+    return size(text)
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int, step: int) -> List[int]:

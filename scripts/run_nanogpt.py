@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
+from hpq.scripts import args as checks
 from hpq.scripts import launch, nanogpt
 
 MODULE = "hpq.scripts.run_nanogpt"
@@ -32,38 +33,35 @@ EPILOG = """examples:
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("nodes", nargs="?", type=int, default=None, help="nodes (default: the allocation's, else 2)")
-    ap.add_argument("gpus_per_node", nargs="?", type=int, default=None,
-                    help="processes per node (default: the instance type's GPUs, else detected, else 1)")
-    ap.add_argument("--iters", type=int, default=200)
+    ap = checks.OneLineParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    checks.nodes_and_ranks(ap)
+    ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
+                    default=None, help="processes per node (default: the instance type's GPUs, else detected, else 1)")
+    ap.add_argument("--iters", type=checks.count(1, 10 ** 9, "--iters"), default=200)
     ap.add_argument("--data", default=None, help="text file for character-level training (default: generated)")
     ap.add_argument("--model", choices=sorted(nanogpt.PRESETS), default="tiny")
-    ap.add_argument("--batch-size", type=int, default=None)
-    ap.add_argument("--grad-accum", type=int, default=None, help="micro-batches per optimizer step (default: preset)")
+    ap.add_argument("--batch-size", type=checks.count(1, 1 << 20, "--batch-size"), default=None)
+    ap.add_argument("--grad-accum", type=checks.count(1, 1 << 20, "--grad-accum"), default=None, help="micro-batches per optimizer step (default: preset)")
     ap.add_argument("--compile", action="store_true", help="torch.compile (GPU)")
     ap.add_argument("--ckpt-dir", default=None, help="default: <results>/nanogpt/<model> (shared /fsx when mounted)")
-    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--ckpt-every", type=checks.count(0, 10 ** 9, "--ckpt-every"), default=50,
+                    help="steps between checkpoints (0: none)")
     ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
-    ap.add_argument("--log-every", type=int, default=10)
-    ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--log-every", type=checks.count(1, 10 ** 9, "--log-every"), default=10)
+    ap.add_argument("--peak-tflops", type=checks.positive, default=None, help="the GPU's peak TFLOP/s for MFU")
     ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: all-reduce gradients in bf16 (half the bytes)")
-    ap.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default 100)")
+    ap.add_argument("--bucket-cap-mb", type=checks.positive, default=None, help="DDP bucket size (default 100)")
     ap.add_argument("--no-ddp-graph-split", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--static-graph", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--instance-type", default=None)
+    ap.add_argument("--instance-type", default=None, type=checks.instance_type)
     ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
     ap.add_argument("--python", default=None, help="python with torch (default: found on the node)")
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--no-exclusive", dest="exclusive", action="store_false")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
-    if args.nodes is not None and args.nodes < 1 or args.gpus_per_node is not None and args.gpus_per_node < 1:
-        ap.error("NODES and GPUS_PER_NODE must be positive")
-    if args.iters < 1:
-        ap.error("--iters must be positive")
     if args.data and not os.path.isfile(args.data):
         ap.error("--data %s: no such file" % args.data)
     return args

@@ -28,7 +28,9 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, TextIO, Tuple
 
+from hpq.scripts import args as checks
 from hpq.scripts import distenv, launch, nccl_report, nccl_sweep, sweep
+from hpq.scripts.args import OneLineParser
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
 MODULE = "hpq.scripts.run_nccl_test"
@@ -59,28 +61,21 @@ EPILOG = """examples:
 """
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments: one line on stderr (``run-nccl-test: error: ...``) and exit 2, no usage dump."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, "%s: error: %s (see --help)\n" % (self.prog, message))
-
-
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = OneLineParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("nodes", nargs="?", type=int, default=None,
-                    help="nodes (default: the allocation's, else 2)")
-    ap.add_argument("gpus_per_node", nargs="?", type=int, default=None,
+    checks.nodes_and_ranks(ap)
+    ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
+                    default=None,
                     help="processes per node (default: the instance type's GPUs, else detected, else 1)")
     ap.add_argument("--op", choices=NCCL_TESTS_OPS, default="all_reduce")
     ap.add_argument("-b", "--minbytes", default="8")
     ap.add_argument("-e", "--maxbytes", default="16G")
-    ap.add_argument("-f", "--stepfactor", type=int, default=2)
-    ap.add_argument("-n", "--iters", type=int, default=20)
-    ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("-f", "--stepfactor", type=checks.count(2, 1024, "-f"), default=2)
+    ap.add_argument("-n", "--iters", type=checks.count(1, 10 ** 6, "-n"), default=20)
+    ap.add_argument("-w", "--warmup", type=checks.count(0, 10 ** 6, "-w"), default=5)
     ap.add_argument("-d", "--datatype", choices=sorted(DTYPES), default="float")
-    ap.add_argument("--instance-type", default=None,
+    ap.add_argument("--instance-type", default=None, type=checks.instance_type,
                     help="worker instance type (default: the worker's node info / IMDS)")
     ap.add_argument("--expect", default=None, metavar="catalog|none|GBPS",
                     help="what the peak bus bandwidth is judged against: catalog (default: the catalog's figure "
@@ -105,24 +100,21 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          "(default NODES: every idle node)")
     sw.add_argument("--sweep-size", default=None, metavar="SIZE",
                     help="message size per pair (default: 256M over EFA, 64M over TCP, 1M with gloo on CPUs)")
-    sw.add_argument("--pair-timeout", type=float, default=180.0, metavar="SECONDS",
+    sw.add_argument("--pair-timeout", type=checks.positive, default=180.0, metavar="SECONDS",
                     help="a pair without a result after this long is stopped and counted as failed (default 180)")
-    sw.add_argument("--budget", type=float, default=1800.0, metavar="SECONDS",
+    sw.add_argument("--budget", type=checks.positive, default=1800.0, metavar="SECONDS",
                     help="overall limit: a round after the first starts only while a pair timeout (or 30 s) "
                          "of it is left; its pairs stop when it is spent (default 1800)")
-    sw.add_argument("--pairs-at-once", type=int, default=None, metavar="N",
+    sw.add_argument("--pairs-at-once", type=checks.count(1, checks.MAX_NODES, "--pairs-at-once"), default=None,
+                    metavar="N",
                     help="run at most N pairs of a round at the same time (default: every pair of the round); "
                          "1 measures each pair alone, e.g. when the nodes share CPUs or a fabric link")
     sw.add_argument("--output", choices=("table", "json"), default="table",
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     args = ap.parse_args(argv)
-    for name in ("minbytes", "maxbytes"):
-        try:
-            parse_size(getattr(args, name))
-        except argparse.ArgumentTypeError as exc:
-            ap.error(str(exc))
-    if args.nodes is not None and args.nodes < 1 or args.gpus_per_node is not None and args.gpus_per_node < 1:
-        ap.error("NODES and GPUS_PER_NODE must be positive")
+    checks.check_size_range(ap, args.minbytes, args.maxbytes)
+    checks.check_nccl_debug(ap, args.nccl_debug, any(a == "--nccl-debug" or a.startswith("--nccl-debug=")
+                                                     for a in (argv if argv is not None else sys.argv[1:])))
     if args.builtin and args.op not in OPS:
         ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
     if args.expect is not None:
@@ -139,10 +131,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             ap.error("--sweep runs pairs of nodes through Slurm; it cannot use --launcher local")
         if args.nodes is not None and args.nodes < 2:
             ap.error("--sweep needs at least 2 nodes")
-        if args.pair_timeout <= 0 or args.budget <= 0:
-            ap.error("--pair-timeout and --budget must be positive")
-        if args.pairs_at_once is not None and args.pairs_at_once < 1:
-            ap.error("--pairs-at-once must be at least 1")
         if args.sweep_size is not None:
             try:
                 parse_size(args.sweep_size)

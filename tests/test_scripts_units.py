@@ -155,8 +155,8 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     assert res.returncode == 1 and "FAIL: nccl-tests exited with status 3" in res.stdout, res.stdout[-2000:]
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
-                                                   "ml.p9.huge"], env, tmp_path)
-    assert res.returncode == 0 and "unknown instance type 'ml.p9.huge'" in res.stdout, res.stdout[-2000:] + res.stderr
+                                                   "ml.p9.96xlarge"], env, tmp_path)
+    assert res.returncode == 0 and "unknown instance type 'ml.p9.96xlarge'" in res.stdout, res.stdout[-2000:] + res.stderr
     # an unwritable log directory: one line, exit 1, no traceback
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--log-dir", "/proc/hpq"],
                      env, tmp_path)
@@ -318,12 +318,50 @@ def test_wrappers_from_the_node_bundle(tmp_path):
     assert "would run (built-in)" in res.stdout and "hpq.scripts.nccl_bench" in res.stdout
 
 
-def test_bad_arguments_exit_2(tmp_path):
+BAD_NODE_ARGS = {
+    # Each was accepted and launched (salloc, srun) or crashed with a traceback before scripts/args.py.
+    "hpq.scripts.run_nccl_test": [
+        ["0"], ["1", "1", "-e", "lots"], ["1", "1", "--op", "alltoall", "--builtin"], ["-e", "inf"],
+        ["-b", "1e400"], ["-n", "0"], ["-w", "-1"], ["-f", "0"], ["-b", "16G", "-e", "8"], ["-e", "1.5"],
+        ["--sweep", "--pair-timeout", "nan"], ["--sweep", "--budget", "inf"], ["--instance-type", "ml.bogus"],
+        ["--nccl-debug", "LOUD"], ["--nccl-debug", ""], ["99999", "99999"], ["٢"],
+    ],
+    "hpq.scripts.run_nccom_test": [["0"], ["2", "-e", "inf"], ["2", "0"], ["2", "-n", "0"]],
+    "hpq.scripts.run_nanogpt": [["0"], ["--log-every", "0"], ["--ckpt-every", "-1"], ["--iters", "0"],
+                                ["--peak-tflops", "nan"], ["--instance-type", "bogus"], ["1", "99999"]],
+}
+
+
+@pytest.mark.parametrize("module", sorted(BAD_NODE_ARGS))
+def test_bad_arguments_exit_2_with_one_line_before_anything_runs(tmp_path, module):
+    """A bad argument ends before salloc/srun/mpirun: exit 2, one line naming the command, no usage block."""
     env = base_env(tmp_path)
-    for args in (["0"], ["1", "1", "-e", "lots"], ["1", "1", "--op", "alltoall", "--builtin"]):
-        res = run_module("hpq.scripts.run_nccl_test", args, env, tmp_path)
-        assert res.returncode == 2, args
+    prog = module.rsplit(".", 1)[1].replace("_", "-")
+    for args in BAD_NODE_ARGS[module]:
+        res = run_module(module, args, env, tmp_path)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), (args, res.stderr)
+        assert res.stdout == "" and "Traceback" not in res.stderr
     assert run_nccl_test.find_nccl_tests("all_reduce", str(tmp_path / "missing")) is None
+
+
+def test_sizes_are_whole_byte_counts():
+    from hpq.scripts import args as node_args
+
+    assert node_args.size("1.5G") == 3 << 29 and node_args.size("16gb") == 16 << 30 and node_args.size(".5K") == 512
+    for bad in ("inf", "nan", "1e3", "1.5", "-8", "0", "", "8X", "2048T"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            node_args.size(bad)
+
+
+def test_every_catalog_type_is_a_well_formed_instance_type():
+    from hpq.lifecycle import catalog
+    from hpq.scripts import args as node_args
+
+    for name in catalog.names():
+        assert node_args.INSTANCE_TYPE_RE.fullmatch(name), name
+        assert node_args.INSTANCE_TYPE_RE.fullmatch(name.replace("ml.", "", 1)), name
 
 
 def test_unused_neuron_devices_from_dev_and_transport(tmp_path, monkeypatch):
