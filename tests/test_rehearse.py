@@ -277,13 +277,22 @@ def test_interpreter_under_tmp_stays_visible_on_the_nodes(env):
     the nodes' private /tmp must not hide the interpreter the rehearsal runs on them (it did: `env:
     '/tmp/v/bin/python': No such file or directory` at the first node command)."""
     import shutil
+    import site
+    import sysconfig
     import tempfile
 
     venv = Path(tempfile.mkdtemp(prefix="hpq-venv-", dir="/tmp"))
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                       check=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         py = venv / "bin" / "python"
+        # This environment's packages (hpq, boto3, torch, ...) reach the new one through a .pth that adds our
+        # site directories, their own .pth files included (hpq's editable install, coverage's start hook).
+        # --system-site-packages would not do: from inside a virtualenv it reaches the base interpreter's.
+        purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        ours = [d for d in site.getsitepackages() + [sysconfig.get_path("purelib")] if os.path.isdir(d)]
+        Path(purelib, "hpq-test-parent.pth").write_text(
+            "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dict.fromkeys(ours)) + "\n")
         before = daemons_outside_host_netns()
         res = subprocess.run([str(py), "-m", "hpq", "rehearse", "--workers", "1", "--no-validate", "--output",
                               "json"], capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)

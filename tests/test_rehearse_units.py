@@ -445,3 +445,27 @@ def test_validation_commands_as_the_rehearsal_runs_them():
 
     args = run_nccl_test.parse_args(validate.sweep_command(4, "ml.g5.xlarge", DEFAULT_SWEEP_ARGS, 840).split()[1:])
     assert args.sweep and args.pairs_at_once == 1 and args.iters == 20 and args.output == "json"
+
+
+# ---------------------------------------------------------------------------- what the nodes keep of the host's /tmp
+
+
+def test_an_aws_cli_from_another_environment_under_tmp_stays_visible(monkeypatch):
+    """The fsx step's aws CLI fallback may come from PATH, from a virtualenv under /tmp other than the one
+    running hpq (a fresh-machine run: `python3 -m venv /tmp/v`, then a nested venv). Its top directory must
+    be kept, or the node's private /tmp hides it: `exec: /tmp/v/bin/aws: not found`, seen in a fresh run."""
+    import tempfile
+    from pathlib import Path
+
+    from hpq.cli.rehearse import node as node_mod
+
+    with tempfile.TemporaryDirectory(prefix="hpq-other-venv-", dir="/tmp") as other:
+        aws = Path(other) / "bin" / "aws"
+        aws.parent.mkdir()
+        aws.write_text("#!/bin/sh\n")
+        aws.chmod(0o755)
+        monkeypatch.setattr(sys, "executable", "/nonexistent/bin/python3")  # no aws next to the interpreter
+        monkeypatch.setenv("PATH", f"{aws.parent}:/usr/bin:/bin")
+        assert node_mod.host_aws_cli() == str(aws)
+        assert other in node_mod.host_tmp_dirs()
+    assert node_mod.host_tmp_dirs(["/tmp/a/b/c", "/usr/lib/x", "/tmp/a", "/tmpx/y"]) == ["/tmp/a"]

@@ -22,12 +22,10 @@ Stand-in for the AMI (and for systemd's boot-time work, since there is no system
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
 import sys
 
-from hpq.cli.rehearse.node import Node
+from hpq.cli.rehearse.node import Node, host_aws_cli
 
 SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sstat", "sattach",
                  "sbcast", "sprio", "sshare", "sdiag")
@@ -82,8 +80,7 @@ def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public
     node.write(f"/home/{DEFAULT_USER}/.ssh/authorized_keys", user_public_key.strip() + "\n", 0o600,
                f"{DEFAULT_USER}:{DEFAULT_USER}")
     node.sh(f"chmod 700 /home/{DEFAULT_USER}/.ssh && chown {DEFAULT_USER}: /home/{DEFAULT_USER}/.ssh")
-    aws = os.path.join(os.path.dirname(sys.executable), "aws")  # hpq's environment, else the host's PATH
-    aws = aws if os.path.exists(aws) else shutil.which("aws")
+    aws = host_aws_cli()  # node.host_tmp_dirs keeps it visible when it lives under /tmp
     if aws:
         node.write("/usr/local/bin/aws", wrapper(aws), 0o755)
     if torch_python:

@@ -72,6 +72,15 @@ class NodeError(OperationFailed):
     pass
 
 
+def host_aws_cli() -> str | None:
+    """The aws CLI the nodes run (the fsx step's fallback when boto3 is missing): hpq's environment's, else PATH's."""
+    import shutil
+    import sys
+
+    aws = os.path.join(os.path.dirname(sys.executable), "aws")
+    return aws if os.path.exists(aws) else shutil.which("aws")
+
+
 def host_tmp_dirs(paths: list[str] | None = None) -> list[str]:
     """Host directories under /tmp that the node must still see through its private /tmp.
 
@@ -88,6 +97,9 @@ def host_tmp_dirs(paths: list[str] | None = None) -> list[str]:
         paths = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable),
                  os.path.dirname(os.path.dirname(os.path.realpath(hpq.__file__)))]
         paths += [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)]
+        paths += [p for p in sys.path if p]  # site directories added by .pth files or PYTHONPATH
+        aws = host_aws_cli()  # may live in another environment under /tmp (found on PATH)
+        paths += [aws, os.path.realpath(aws)] if aws else []
     tops = set()
     for path in paths:
         parts = Path(os.path.abspath(path)).parts
