@@ -11,7 +11,6 @@ minutes later in CloudFormation.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -59,12 +58,11 @@ def _check_value(variant, key: str, value: str, spec: dict[str, Any]) -> str:
         hint = spec.get("ConstraintDescription", f"must match {pattern}")
         raise UsageError(f"{key}={value!r} is invalid: {hint}")
     if spec.get("Type") == "Number":
-        try:
-            number = float(value)
-        except ValueError:
-            raise UsageError(f"{key}={value!r} is not a number") from None
-        if not math.isfinite(number):
-            raise UsageError(f"{key}={value!r} is not a finite number")
+        # Every Number parameter hpq has counts something (nodes, GiB, threads): plain ASCII digits only.
+        # float() would also take '2.5', '1_0', ' 2', '+2' or non-ASCII digits and write them as the Default.
+        if not re.fullmatch(r"-?[0-9]{1,12}", value):
+            raise UsageError(f"{key}={value!r} is not a whole number (digits 0-9 only)")
+        number = int(value)
         lo, hi = spec.get("MinValue"), spec.get("MaxValue")
         if (lo is not None and number < lo) or (hi is not None and number > hi):
             raise UsageError(f"{key}={value} is out of range [{lo}, {hi}]")

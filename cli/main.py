@@ -6,9 +6,11 @@ Commands are registered by dotted path and imported only when invoked, so that
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -93,6 +95,10 @@ def _undecodable(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: expected errors become one line on stderr and an exit code, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None:  # `hpq ... >&-`: every command's answer would vanish without a word
+        if sys.stderr is not None:
+            sys.stderr.write("hpq: error: standard output is closed\n")
+        sys.exit(EXIT_USAGE)
     bad = _undecodable(args)
     if bad is not None:
         from hpq.cli.inputs import show
@@ -117,13 +123,28 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `hpq eks render ... | head`: the reader left; not an error of ours
         sys.stderr.close()
         sys.exit(EXIT_FAILED)
-    except Exception as exc:  # noqa: BLE001 - a bug: one line that says so; HPQ_DEBUG=1 shows the traceback
-        if os.environ.get("HPQ_DEBUG"):
-            raise
-        click.echo(f"hpq: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-                   "(a bug in hpq: rerun with HPQ_DEBUG=1 for the traceback and report it)", err=True)
+    except OSError as exc:
+        if exc.errno not in _DEVICE_ERRNOS:
+            _internal_error(exc)
+        # A full disk or a broken device under our output or files: the machine's problem, not a bug.
+        where = f" {exc.filename}" if exc.filename else ""
+        click.echo(f"hpq: error: cannot write{where}: {exc.strerror}", err=True)
         sys.exit(EXIT_FAILED)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line that says so; HPQ_DEBUG=1 shows the traceback
+        _internal_error(exc)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+# errno values that mean the output's device failed (full, over quota, read-only, I/O error).
+_DEVICE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
+    if os.environ.get("HPQ_DEBUG"):
+        raise exc
+    click.echo(f"hpq: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+               "(a bug in hpq: rerun with HPQ_DEBUG=1 for the traceback and report it)", err=True)
+    sys.exit(EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,8 @@ NANOGPT_MODULE = "hpq.scripts.nanogpt"
 CONFIGMAP_LIMIT = 1000 * 1024  # Kubernetes caps a ConfigMap at 1 MiB; leave room for metadata
 PROGRAM_MOUNT = "/opt/hpq"
 
+MAX_NODES = 512  # the most nodes one hpq test job spans (pods are listed and judged one by one)
+
 # DNS-1035 (a letter first): the operators refuse other job names, and "<name>-worker-<n>" must fit in 63.
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")  # what Kubernetes allows as a ConfigMap key
@@ -178,6 +180,15 @@ def _check_name(name: str) -> str:
     return name
 
 
+def check_request(req: RenderRequest) -> None:
+    """What can be refused before the instance type is known (``hpq eks`` asks the cluster for it later)."""
+    if req.nodes < 1 or req.nodes > MAX_NODES:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES}, got {req.nodes}")
+    _check_name(req.name or f"hpq-{req.test}")
+    if req.program:
+        _program_context(req)
+
+
 def resolve(req: RenderRequest) -> dict[str, Any]:
     """Template context: resources, environment and commands, all derived here (no logic in templates)."""
 
@@ -194,12 +205,12 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         return _resolve_fsx(req, ctx)
 
     entry = accelerated_entry(req.instance_type)
-    if req.nodes < 1 or req.nodes > 512:
-        raise UsageError(f"--nodes must be between 1 and 512, got {req.nodes}")
+    if req.nodes < 1 or req.nodes > MAX_NODES:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES}, got {req.nodes}")
     gpus = entry.accelerator_count if req.gpus is None else req.gpus
     if gpus < 1 or gpus > entry.accelerator_count:
         kind = "GPUs" if entry.accelerator == catalog.GPU else "Neuron devices"
-        raise UsageError(f"{entry.name} has {entry.accelerator_count} {kind}; --gpus must be 1..{entry.accelerator_count}")
+        raise UsageError(f"{entry.name} has {entry.accelerator_count} {kind}; GPUs per node (--gpus, GPUS) must be 1..{entry.accelerator_count}")
     env = transport.node_environment(entry.name, transport.NodeProbe(), "default")
     efa = entry.efa_interfaces if env.transport != transport.TCP else 0
     neuron = entry.accelerator == catalog.TRAINIUM

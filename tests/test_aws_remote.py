@@ -65,6 +65,18 @@ def test_failed_proxy_is_one_line_fast_and_says_why(tmp_path, capsys):
     assert len(err) == 1 and "cannot run ProxyCommand 'hpq-no-such-proxy-program'" in err[0], err
 
 
+def test_silent_proxy_says_no_banner_came_and_names_no_ssm_plugin(tmp_path):
+    """A user's own ProxyCommand that connects nowhere and says nothing: the error names the missing SSH
+    banner and the wait, not the SSM plugin (it was "No existing session ... is the SSM plugin installed?")."""
+    t = aws_ssh.SshTarget("node1", "sleep 30", known_hosts=str(tmp_path / "kh"), connect_timeout=1)
+    with pytest.raises(aws_ssh.OperationFailed) as exc:
+        aws_ssh.connect(t)
+    assert "gave no SSH banner within 1 s" in str(exc.value) and "SSM" not in str(exc.value)
+    t.via_ssm = True
+    with pytest.raises(aws_ssh.OperationFailed, match="is the SSM session manager plugin installed"):
+        aws_ssh.connect(t)
+
+
 def test_output_streams_before_command_ends(sshd):
     first_seen: list[float] = []
 

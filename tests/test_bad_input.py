@@ -167,3 +167,37 @@ def _record(row: Row, message: str) -> None:
     cells[4] = f" {_span(message)} "
     lines[row.line_index] = "|".join(cells)
     DOC.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# What a table row cannot express: the standard streams themselves.
+CLOSED_STDIN = [
+    (["nccl-report", "-"], "hpq: error: FILE '-' reads standard input, which is closed: pipe a log in or give a file"),
+    (["destroy", "hpq-slurm-gpu", "--region", "us-west-2"],
+     "hpq: error: refusing to delete hpq-slurm-gpu without confirmation: pass --yes"),
+]
+
+
+@pytest.mark.parametrize("args,line", CLOSED_STDIN, ids=["nccl-report", "destroy"])
+def test_closed_standard_input_is_usage_not_a_crash(args, line, tmp_path):
+    """`hpq ... <&-`: Python sets sys.stdin to None; isatty() on it was an AttributeError ("internal error")."""
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    res = subprocess.run([sys.executable, "-m", "hpq", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=30, preexec_fn=lambda: os.close(0))
+    assert (res.returncode, res.stderr.strip()) == (2, line)
+
+
+def test_closed_standard_output_is_refused(tmp_path):
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    res = subprocess.run([sys.executable, "-m", "hpq", "nccl-env", "ml.p5.48xlarge"], cwd=tmp_path, env=env,
+                         stderr=subprocess.PIPE, text=True, timeout=30, preexec_fn=lambda: os.close(1))
+    assert (res.returncode, res.stderr.strip()) == (2, "hpq: error: standard output is closed")
+
+
+@pytest.mark.parametrize("args", [["nccl-env", "ml.p5.48xlarge"], ["--help"], ["synth", "slurm-gpu", "-o", "out"]])
+def test_full_disk_under_the_output_is_a_plain_error_not_a_bug(args, tmp_path):
+    """stdout on /dev/full (ENOSPC): one line saying so, exit 1; never "internal error ... a bug in hpq"."""
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "hpq", *args], cwd=tmp_path, env=env, stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 1 and res.stderr.strip() == "hpq: error: cannot write: No space left on device"

@@ -197,7 +197,7 @@ def test_module_closure_follows_absolute_and_relative_imports():
 @pytest.mark.parametrize("kwargs, match", [
     ({"test": "nccl-test", "instance_type": "ml.m5.xlarge"}, "no GPU or Trainium"),
     ({"test": "nccl-test", "instance_type": "ml.p9.48xlarge"}, "unknown instance type"),
-    ({"test": "nccl-test", "instance_type": "ml.g5.16xlarge", "gpus": 2}, "--gpus must be 1..1"),
+    ({"test": "nccl-test", "instance_type": "ml.g5.16xlarge", "gpus": 2}, r"GPUS\) must be 1..1"),
     ({"test": "nccl-test", "instance_type": "ml.g5.16xlarge", "nodes": 0}, "--nodes"),
     ({"test": "nccl-test", "instance_type": None}, "--instance-type is required"),
     ({"test": "nccl-test", "instance_type": "ml.p5.48xlarge", "name": "Bad_Name"}, "invalid job name"),

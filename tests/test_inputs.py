@@ -140,7 +140,7 @@ def test_good_endpoints_pass(url):
 
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1", "http://", "http://[::1", "http://host:99999",
-                                 "", " ", "http://bad host"])
+                                 "", " ", "http://bad host", "http://127.0.0.1:9/ path"])
 def test_bad_endpoints_are_refused(url):
     assert inputs.endpoint_problem(url)
 
@@ -153,6 +153,8 @@ def test_bad_endpoints_are_refused(url):
     (inputs.IFACE, "a" * 16), (inputs.HOST, "host;reboot"), (inputs.KEY_VALUE, "Key With Space=1"),
     (inputs.STACK, "a" * 129), (inputs.HYPERPOD_CLUSTER, "a\nb"), (inputs.EKS_CLUSTER, "x" * 101),
     (inputs.FSX_CAPACITY, "3600"), (inputs.FSX_GIB, "4800.0"), (inputs.REGION, "us-west-2\n"),
+    (inputs.IFACE, "."), (inputs.IFACE, ".."), (inputs.IFACE, "é" * 9), (inputs.TEST_NODES, "513"),
+    (inputs.JOB_NAME, "1abc"), (inputs.FSX_DNS, "fs-0123456789abcdef0.a b c"),
 ])
 def test_odd_values_are_refused(kind, value):
     with pytest.raises(click.BadParameter):
@@ -320,3 +322,30 @@ def test_nccl_report_refuses_a_terminal_on_stdin():
         os.close(follower)
     assert res.returncode == 2 and res.stderr.startswith("hpq: error: FILE '-' reads standard input, which is a "
                                                          "terminal")
+
+
+def test_the_aws_environment_as_botocore_reads_it(monkeypatch, tmp_path):
+    """AWS_PROFILE='' and a named profile that is missing ("default" too: botocore's
+    Session.get_scoped_config refuses any profile that is named but absent) are usage errors;
+    AWS_CONFIG_FILE=/dev/null is the usual way to say "no config file" and is accepted."""
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_DEFAULT_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_PROFILE", "")
+    with pytest.raises(inputs.UsageError, match="AWS_PROFILE is set but empty"):
+        inputs.check_profile(None)
+    monkeypatch.setenv("AWS_PROFILE", "default")
+    with pytest.raises(inputs.UsageError, match="AWS profile 'default' not found"):
+        inputs.check_profile(None)
+    monkeypatch.delenv("AWS_PROFILE")
+    inputs.check_profile(None)  # nothing named: botocore falls back to an empty default
+    inputs.check_aws_environment({"AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    with pytest.raises(inputs.UsageError, match="AWS_CA_BUNDLE='/dev/null' is a character device"):
+        inputs.check_aws_environment({"AWS_CA_BUNDLE": os.devnull})
+
+
+def test_moto_probe_survives_a_url_http_client_refuses():
+    from hpq.cli.aws.emulator import endpoint_is_moto
+
+    assert endpoint_is_moto("http://127.0.0.1:9/ path", timeout=0.5) is False
+

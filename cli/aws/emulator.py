@@ -10,6 +10,7 @@ against moto is about to fail.
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.request
 
@@ -109,5 +110,5 @@ def endpoint_is_moto(endpoint_url: str | None = None, timeout: float = 2.0) -> b
         with urllib.request.urlopen(url.rstrip("/") + "/moto-api/", timeout=timeout) as resp:
             body = resp.read(200_000).decode("utf-8", "replace").lower()
             return resp.status == 200 and "moto" in body
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return False

@@ -31,6 +31,7 @@ class SshTarget:
     key_filename: str | None = None
     known_hosts: str | None = DEFAULT_KNOWN_HOSTS
     connect_timeout: float = 60.0
+    via_ssm: bool = False  # the ProxyCommand is hpq's `aws ssm start-session` (failures then hint at the plugin)
 
 
 def remote_command(args: Sequence[str], login: bool = True) -> str:
@@ -140,7 +141,9 @@ def connect(target: SshTarget) -> Any:
                 "the public key must be in ~/.ssh/authorized_keys on the node"
             ) from None
         if isinstance(exc, paramiko.SSHException | OSError | EOFError):
-            hint = " (is the SSM session manager plugin installed?)" if target.proxy_command else ""
+            hint = (" (is the SSM session manager plugin installed?)" if target.via_ssm
+                    else f" (the ProxyCommand gave no SSH banner within {target.connect_timeout:g} s)"
+                    if target.proxy_command and not detail else "")
             raise OperationFailed(f"SSH to {target.host} failed: {detail or (str(exc) or type(exc).__name__) + hint}"
                                   ) from None
         raise

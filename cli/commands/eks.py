@@ -18,6 +18,13 @@ from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
+_JOBS = ("nccl-test", "nanogpt", "validate")
+# Which tests each `eks render` option shapes; given to another test it would be ignored without a word.
+RENDER_OPTIONS = {
+    "--instance-type": _JOBS, "--gpus": _JOBS, "--image": _JOBS, "--fsx-claim": _JOBS, "--nccl-debug": _JOBS,
+    "--program": ("nanogpt",), "--program-args": ("nanogpt",), "--mpirun": ("nccl-test",),
+    "--fsx-id": ("fsx",), "--fsx-dns": ("fsx",), "--fsx-mount-name": ("fsx",),
+}
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
 # A ConfigMap holds at most 1 MiB (manifests.render.CONFIGMAP_LIMIT); a bigger program cannot ship.
 PROGRAM_MAX_BYTES = 1000 * 1024
@@ -51,7 +58,7 @@ def _request(test: str, **kw: Any) -> Any:
 @click.argument("test", type=click.Choice(RENDER_TESTS))
 @click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
               help="GPU or Trainium type, e.g. ml.p5.48xlarge (not for fsx).")
-@click.option("--nodes", "-n", type=inputs.NODES, default=2, show_default=True,
+@click.option("--nodes", "-n", type=inputs.TEST_NODES, default=2, show_default=True,
               help="Nodes (one worker pod per node).")
 @click.option("--gpus", "-g", type=inputs.GPUS, default=None, help="GPUs (Neuron devices) per node; default: all.")
 @click.option("--image", default=None, type=inputs.IMAGE,
@@ -101,6 +108,12 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     """
     from hpq.manifests.render import render
 
+    given = {"--instance-type": instance_type, "--gpus": gpus, "--image": image, "--program": program,
+             "--program-args": program_args or None, "--fsx-claim": fsx_claim, "--nccl-debug": nccl_debug,
+             "--mpirun": mpirun, "--fsx-id": fsx_id, "--fsx-dns": fsx_dns, "--fsx-mount-name": fsx_mount_name}
+    unused = [opt for opt, value in given.items() if value is not None and test not in RENDER_OPTIONS[opt]]
+    if unused:
+        raise UsageError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to {test}")
     req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
                    name=name, program=program, program_args=program_args, fsx_claim=fsx_claim,
                    nccl_debug=nccl_debug, mpirun=mpirun, fsx_id=fsx_id, fsx_dns=fsx_dns,
@@ -143,18 +156,25 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
              client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
     """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
     from hpq.cli.eks import jobs as eks_jobs
-    from hpq.manifests.render import render_objects
+    from hpq.manifests.render import check_request, render_objects
 
     echo = echo or _echo_for(output)
-    if nodes < 1:
-        raise UsageError("NODES must be at least 1")
+
+    def request(itype: str | None) -> Any:
+        return _request(test, instance_type=itype, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
+                        name=name, program=program, program_args=program_args, fsx_claim=fsx_claim,
+                        nccl_debug=nccl_debug, mpirun=mpirun)
+
+    # Everything the manifests can refuse is refused before the first AWS call: all of it when the
+    # instance type is given, otherwise what does not depend on it (GPUS is checked once it is known).
+    if instance_type:
+        render_objects(request(instance_type))
+    else:
+        check_request(request(None))
     if client is None:
         client = connect(cluster, region, profile)
     itype = eks_jobs.pick_instance_type(client, instance_type, nodes)
-    objects = render_objects(_request(test, instance_type=itype, nodes=nodes, gpus=gpus, image=image,
-                                      namespace=namespace, name=name, program=program,
-                                      program_args=program_args, fsx_claim=fsx_claim, nccl_debug=nccl_debug,
-                                      mpirun=mpirun))
+    objects = render_objects(request(itype))
     if fsx_claim:
         eks_jobs.check_fsx_claim(client, namespace, fsx_claim)
     plan = eks_jobs.plan_for(test, objects)
@@ -197,7 +217,7 @@ def _finish(verdict: Any) -> None:
 
 @eks.command("nccl-test")
 @click.argument("cluster", type=inputs.EKS_CLUSTER)
-@click.argument("nodes", type=inputs.NODES, default=2, required=False)
+@click.argument("nodes", type=inputs.TEST_NODES, default=2, required=False)
 @click.argument("gpus", type=inputs.GPUS, default=None, required=False)
 @click.option("--mpirun", default=None, metavar="PATH", type=inputs.IMAGE_PATH,
               help="Absolute path of mpirun in --image (default /opt/amazon/openmpi/bin/mpirun, AWS's images).")
@@ -224,7 +244,7 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 
 @eks.command("nanogpt")
 @click.argument("cluster", type=inputs.EKS_CLUSTER)
-@click.argument("nodes", type=inputs.NODES, default=2, required=False)
+@click.argument("nodes", type=inputs.TEST_NODES, default=2, required=False)
 @click.argument("gpus", type=inputs.GPUS, default=None, required=False)
 @click.option("--program", type=inputs.InputFile(text=True, max_bytes=PROGRAM_MAX_BYTES, what="program"), default=None,
               help="Training program to run (default: hpq's nanoGPT program from scripts/).")
@@ -253,7 +273,7 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 
 @eks.command("validate")
 @click.argument("cluster", type=inputs.EKS_CLUSTER)
-@click.argument("nodes", type=inputs.NODES, default=2, required=False)
+@click.argument("nodes", type=inputs.TEST_NODES, default=2, required=False)
 @run_options
 def validate(cluster: str, nodes: int, **kw: Any) -> None:
     """Per-node check: every GPU (nvidia-smi) or Neuron device (neuron-ls) and EFA device is visible.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -67,9 +68,12 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
     out: dict[str, dict[str, str]] = {}
     for v in values:
         key, sep, value = v.partition("=")
-        node, _, name = key.rpartition(":")
-        if not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
-            raise UsageError(f"--node-env {v!r}: expected [NODE:]NAME=VALUE")
+        node, colon, name = key.rpartition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or (colon and not node):
+            raise UsageError(f"--node-env {v!r}: expected [NODE:]NAME=VALUE (NAME: ASCII letters, digits and '_')")
+        if any(not ch.isprintable() for ch in value):
+            raise UsageError(f"--node-env {v!r}: the value has a control character (a newline would split the "
+                             "node's environment file)")
         if node and node not in known_nodes:
             raise UsageError(f"--node-env {v!r}: no node {node!r}; nodes: {', '.join(known_nodes)}")
         out.setdefault(node, {})[name] = value

@@ -51,7 +51,7 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
         name = picked.target
         proxy = (proxy_command.replace("%h", name).replace("%p", str(port)) if proxy_command
                  else aws_hyperpod.ssh_proxy_command(name, region or session.region_name, profile, port))
-    return aws_ssh.SshTarget(name, proxy, user, port, key, known_hosts), cl
+    return aws_ssh.SshTarget(name, proxy, user, port, key, known_hosts, via_ssm=not proxy_command), cl
 
 
 @click.command("remote", context_settings={"ignore_unknown_options": True})
@@ -161,6 +161,12 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     from hpq.errors import UsageError
     from hpq.scripts import nccl_report
 
+    if instance_type and gpus is not None:
+        from hpq.lifecycle import catalog
+
+        have = catalog.lookup(instance_type).accelerator_count
+        if gpus > have:
+            raise UsageError(f"GPUS {gpus}: {instance_type} has {have} per node")
     if sweep and nodes is not None and nodes < 2:
         raise UsageError("--sweep measures pairs of nodes: NODES must be at least 2 (or left out: every idle node)")
     wanted = nccl_report.parse_expect(expect) if expect is not None else None

@@ -13,7 +13,7 @@ from hpq.errors import UsageError
 
 @click.command("nccl-report")
 @click.argument("file", type=inputs.InputFile(allow_dash=True))
-@click.option("--instance-type", "-i", default=None, type=inputs.INSTANCE_TYPE,
+@click.option("--instance-type", "-i", default=None, type=inputs.ACCELERATED_TYPE,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
 @click.option("--nodes", "-n", type=inputs.NODES, default=None,
               help="Nodes the run used, when the log has no nccl-tests rank lines (they win when present).")
@@ -52,6 +52,8 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
     from hpq.scripts import nccl_report as rep
 
     wanted = rep.parse_expect(expect)  # a bad value is a usage error before the file is read
+    if file == "-" and sys.stdin is None:
+        raise UsageError("FILE '-' reads standard input, which is closed: pipe a log in or give a file")
     if file == "-" and sys.stdin.isatty():
         raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
     if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log

@@ -137,7 +137,7 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
     from hpq.cli.aws import stacks as aws_stacks
     from hpq.cli.aws.session import client, make_session
 
-    if not yes and not sys.stdin.isatty():  # known before any AWS call
+    if not yes and (sys.stdin is None or not sys.stdin.isatty()):  # known before any AWS call
         raise UsageError(f"refusing to delete {stack} without confirmation: pass --yes")
     session = make_session(region, profile)
     info = aws_stacks.describe(client(session, "cloudformation"), stack)

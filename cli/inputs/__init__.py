@@ -120,6 +120,7 @@ from hpq.cli.inputs.numbers import (  # noqa: F401
     NODES,
     POLL_SECONDS,
     PORT,
+    TEST_NODES,
     TIMEOUT,
     Count,
     FsxCapacity,

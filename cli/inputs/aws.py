@@ -80,6 +80,8 @@ def endpoint_problem(url: str) -> str | None:
 
     if unprintable(url) or not url.strip():
         return "is empty or not printable UTF-8"
+    if any(ch.isspace() for ch in url):
+        return "contains white space"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -139,7 +141,7 @@ def check_aws_environment(environ: dict[str, str] | None = None) -> None:
             mode = os.stat(path).st_mode
         except OSError as exc:
             raise UsageError(f"{key}={show(value)}: {exc.strerror}") from None
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode) and not (key != "AWS_CA_BUNDLE" and path == os.devnull):  # /dev/null: none
             raise UsageError(f"{key}={show(value)} is {file_kind(mode)}, not a regular file")
 
 
@@ -168,6 +170,10 @@ def check_profile(profile: str | None) -> None:
     import botocore.exceptions
     import botocore.session
 
+    if profile is None:
+        for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+            if key in os.environ and not os.environ[key].strip():
+                raise UsageError(f"{key} is set but empty: unset it or name a profile")  # botocore would look for ''
     name = profile if profile is not None else (os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"))
     if name is not None:
         bad = unusable(name)
@@ -177,8 +183,9 @@ def check_profile(profile: str | None) -> None:
         profiles = botocore.session.Session(profile=None).available_profiles
     except botocore.exceptions.ConfigParseError as exc:
         raise UsageError(f"{exc}: fix or move it (see `aws configure`)") from None
-    # botocore treats a missing "default" profile as empty, any other missing profile as an error.
-    if name is not None and name != "default" and name not in profiles:
+    # A profile that is named must exist, "default" included: botocore's Session.get_scoped_config treats a
+    # missing default profile as empty only when no profile is named at all.
+    if name is not None and name not in profiles:
         raise UsageError(f"AWS profile {show(name)} not found; list them with `aws configure list-profiles`")
 
 

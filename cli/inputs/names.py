@@ -31,11 +31,13 @@ EKS_NAME_RE = r"[0-9A-Za-z][A-Za-z0-9\-_]*"
 EKS_NAME_MAX = 100
 # fsx FileSystemId, DNSName, LustreFileSystemMountName.
 FSX_ID_RE = r"fs-[0-9a-f]{8,}"
-FSX_DNS_RE = r"(fs|fc)i?-[0-9a-f]{8,}\..{4,253}"
+FSX_DNS_RE = r"(fs|fc)i?-[0-9a-f]{8,}\.[a-z0-9.-]{4,253}"
 FSX_MOUNT_NAME_RE = r"[A-Za-z0-9_-]{1,8}"
 # Kubernetes: RFC 1123 label (namespaces) and DNS subdomain (most object names, e.g. a PVC).
 K8S_LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 K8S_SUBDOMAIN_RE = rf"{K8S_LABEL_RE}(\.{K8S_LABEL_RE})*"
+# RFC 1035 label (a letter first): what the training and MPI operators accept as a job name.
+K8S_DNS1035_RE = r"[a-z]([-a-z0-9]*[a-z0-9])?"
 # hpq's job names become pod names with suffixes (<name>-launcher, <name>-worker-N): hpq keeps
 # them to 42 characters so every derived name stays a 63-character label (manifests/render.py).
 JOB_NAME_MAX = 42
@@ -71,8 +73,8 @@ EKS_CLUSTER = NameOrArn("cluster", EKS_NAME_RE, EKS_NAME_MAX, HYPERPOD_ARN_RE,
 NAMESPACE = Pattern("namespace", [K8S_LABEL_RE],
                     "Kubernetes namespaces are lowercase letters, digits and '-', starting and ending with a "
                     "letter or digit, 1-63 characters", 63)
-JOB_NAME = Pattern("name", [K8S_LABEL_RE],
-                   f"lowercase letters, digits and '-', starting and ending with a letter or digit, "
+JOB_NAME = Pattern("name", [K8S_DNS1035_RE],
+                   f"lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, "
                    f"1-{JOB_NAME_MAX} characters (pod names append -launcher, -worker-N)", JOB_NAME_MAX)
 CLAIM_NAME = Pattern("claim", [K8S_SUBDOMAIN_RE],
                      "a PersistentVolumeClaim name is lowercase letters, digits, '-' and '.', starting and "
@@ -87,7 +89,20 @@ FSX_DNS = Pattern("FSx DNS name", [FSX_DNS_RE],
 FSX_MOUNT_NAME = Pattern("FSx mount name", [FSX_MOUNT_NAME_RE],
                          "1-8 letters, digits, '_' or '-' (stack output FsxMountName)", 8)
 USER = Pattern("user", [USER_RE], "a Linux user name: lowercase letters, digits, '_' and '-', at most 32", 32)
-IFACE = Pattern("interface", [IFACE_RE], "a Linux interface name: 1-15 characters without '/', ':' or spaces")
+class Iface(Pattern):
+    """A Linux interface name as dev_valid_name counts it: bytes, not characters."""
+
+    def __init__(self) -> None:
+        super().__init__("interface", [IFACE_RE], "a Linux interface name: 1-15 bytes without '/', ':' or spaces, "
+                         "not '.' or '..'")
+
+    def check(self, value: str) -> str | None:
+        if value in (".", "..") or len(value.encode("utf-8", "surrogateescape")) > 15:
+            return f"is invalid: {self.rule}"
+        return super().check(value)
+
+
+IFACE = Iface()
 HOST = Pattern("host", [r"[^\s'\"`$;|&<>]+"], "a host name or SSM target without spaces or shell characters", 253)
 
 

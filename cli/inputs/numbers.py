@@ -16,6 +16,12 @@ MAX_INSTANCES = 6758  # sagemaker ClusterInstanceCount
 EBS_GIB_MAX = 16384  # sagemaker ClusterEbsVolumeConfig.VolumeSizeInGB
 
 
+def _max_test_nodes() -> int:
+    from hpq.manifests.render import MAX_NODES
+
+    return MAX_NODES
+
+
 def _max_accelerators() -> int:
     from hpq.lifecycle import catalog
 
@@ -49,6 +55,7 @@ class Count(click.ParamType):
 
 
 NODES = Count(1, MAX_INSTANCES, "nodes")
+TEST_NODES = Count(1, _max_test_nodes, "nodes in one test job")
 GPUS = Count(1, _max_accelerators, "GPUs or Neuron devices per node")
 INSTANCE_COUNT = Count(1, MAX_INSTANCES, "instances")
 PORT = Count(1, 65535, "TCP port")

@@ -27,10 +27,12 @@ RATE_SUFFIXES = {
     "bps": 8.0, "kibps": 8 * 1024.0, "kbps": 8e3, "mibps": 8 * 1024.0 ** 2, "mbps": 8e6,
     "gibps": 8 * 1024.0 ** 3, "gbps": 8e9, "tibps": 8 * 1024.0 ** 4, "tbps": 8e12,
 }
-_RATE_RE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)([A-Za-z]*)$")
+_RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([A-Za-z]*)$")  # ASCII digits: \d takes any script's
 # Below this Slurm's own traffic to the node (step launch, heartbeats) stalls: the sweep would
 # measure timeouts, not bandwidth.
 MIN_RATE_BITS = 1e6
+# Above this a "throttle" slows no link there is; a typo (99999999999tbit) should not pass for one.
+MAX_RATE_BITS = 1e12
 
 
 def rate_bits(rate: str) -> float:
@@ -40,6 +42,8 @@ def rate_bits(rate: str) -> float:
         raise UsageError(f"--throttle RATE {rate!r}: not a tc rate; write it as tc does, e.g. 30mbit, 500kbit, "
                          f"1gbit (units: {', '.join(sorted(RATE_SUFFIXES))}; mbps is megabytes per second)")
     bits = float(m.group(1)) * (RATE_SUFFIXES[m.group(2).lower()] if m.group(2) else 1.0)
+    if bits > MAX_RATE_BITS:
+        raise UsageError(f"--throttle RATE {rate!r} is {bits:g} bit/s: above 1tbit, which slows no link at all")
     if bits < MIN_RATE_BITS:
         raise UsageError(f"--throttle RATE {rate!r} is {bits:g} bit/s (a bare number is bits per second), below "
                          "1mbit: Slurm's own traffic to the node would stall and the sweep would measure timeouts, "
@@ -52,7 +56,7 @@ def parse(values: tuple[str, ...] | list[str], workers: int) -> dict[int, str]:
     out: dict[int, str] = {}
     for v in values:
         index, sep, rate = v.partition("=")
-        if not sep or not re.fullmatch(r"\d+", index.strip()) or not rate.strip():
+        if not sep or not re.fullmatch(r"[0-9]{1,3}", index.strip()) or not rate.strip():
             raise UsageError(f"--throttle {v!r}: expected INDEX=RATE, e.g. 2=30mbit (INDEX counts the workers "
                              "from 0)")
         i = int(index)
