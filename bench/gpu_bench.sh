@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU benchmarks of docs/benchmarks.md need, in one run on a multi-GPU box
-# without Slurm or internet (the device machine). Writes at most 8 files to $OUT.
+# without Slurm or internet (the device machine). Writes its logs and summary.md to $OUT.
 #   STAGES="env nccl nanogpt" bench/gpu_bench.sh
 # Stages: env (versions, topology), nccltests (NVIDIA nccl-tests 2.19.6 built here against torch's NCCL,
-# interleaved with the built-in benchmark, twice each; the mpirun path once if mpirun exists),
-# nccl (the older NCCL baseline program vs built-in), nanogpt (gpt2-124m on 1 GPU, then all GPUs).
+# interleaved with the built-in benchmark, twice each; run-nccl-test's nccl-tests path; its mpirun command
+# once if mpirun exists), nccl (the older NCCL baseline program vs built-in), nanogpt (gpt2-124m on 1 GPU,
+# then all GPUs), karpathy (karpathy/nanoGPT's train.py, same shape, from .tools/nanoGPT).
 # nccltests needs the nccl-tests source tarball: NCCL_TESTS_TGZ (default .tools/nccl-tests-2.19.6.tar.gz,
 # an ignored folder the device tool can carry; the tarball is third-party and never committed).
 set -uo pipefail
@@ -58,13 +59,34 @@ if stage nccltests; then
         > "$OUT/${TAG}_run-nccl-test_builtin_run$i.txt" 2>&1
     echo "run-nccl-test exit $?"
   done
-  if command -v mpirun >/dev/null; then
-    t "run-nccl-test through nccl-tests + mpirun"
-    NCCL_TESTS_HOME=/tmp/nccl-tests/build run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" \
-        --log-dir /tmp/hpq-results > "$OUT/${TAG}_run-nccl-test_mpirun.txt" 2>&1
-    echo "run-nccl-test (mpirun path) exit $?"
+  # run-nccl-test's nccl-tests path without MPI: all_reduce_perf -g N found through NCCL_TESTS_HOME.
+  t "run-nccl-test through nccl-tests (--launcher local)"
+  NCCL_TESTS_HOME=/tmp/nccl-tests run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" \
+      --log-dir /tmp/hpq-results > "$OUT/${TAG}_run-nccl-test_nccl-tests_local.txt" 2>&1
+  echo "run-nccl-test (nccl-tests, local) exit $?"
+  # The mpirun path needs a Slurm allocation (its hostfile); here the exact command run-nccl-test builds
+  # (mpirun_command: ob1, btl tcp,self, -x the transport variables, one GPU per rank) runs on a
+  # localhost hostfile, against an MPI build of nccl-tests.
+  if MPIRUN=$(command -v mpirun); then
+    MPI_HOME=$(dirname "$(dirname "$(readlink -f "$MPIRUN")")")
+    t "nccl-tests MPI=1 build against $MPI_HOME"
+    { bash bench/build_nccl_tests.sh "$NCCL_TESTS_TGZ" /tmp/nccl-tests-mpi "$NCCL_DIR" "MPI=1 MPI_HOME=$MPI_HOME" \
+        && "$MPIRUN" --version; } > "$OUT/nccl-tests_mpi_build.txt" 2>&1 || echo "MPI build failed (see nccl-tests_mpi_build.txt)"
+    if [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ]; then
+      t "run-nccl-test's mpirun command, $NGPU ranks on localhost"
+      echo "localhost slots=$NGPU" > /tmp/hpq-localhost.hosts
+      CMD=$(PYTHONPATH=/tmp/hpq-bundle python3 -c '
+import shlex, sys
+from hpq.scripts import run_nccl_test as r
+args = r.parse_args(["1", sys.argv[1], "-b", "8", "-e", sys.argv[2]])
+env = {"NCCL_DEBUG": "WARN", "LD_LIBRARY_PATH": ""}
+print(shlex.join(r.mpirun_command(sys.argv[3], sys.argv[4], "/tmp/hpq-localhost.hosts", int(sys.argv[1]), env, args)))
+' "$NGPU" "$MAXB" "$MPIRUN" /tmp/nccl-tests-mpi/build/all_reduce_perf)
+      { echo "# $CMD"; eval "$CMD"; } > "$OUT/${TAG}_run-nccl-test_mpirun.txt" 2>&1
+      echo "mpirun command exit $?"
+    fi
   else
-    echo "no mpirun on this machine: the nccl-tests path of run-nccl-test was not run" | tee "$OUT/${TAG}_no-mpirun.txt"
+    echo "no mpirun on this machine: the mpirun path of run-nccl-test was not run" | tee "$OUT/${TAG}_no-mpirun.txt"
   fi
 fi
 
@@ -102,6 +124,28 @@ if stage nanogpt; then
         --log-every 20 >> "$LOG" 2>&1
     echo "run-nanogpt exit $?"
   done
+fi
+if stage karpathy; then
+  # karpathy/nanoGPT's own train.py (MIT; carried in the ignored .tools/nanoGPT, never committed) on random
+  # GPT-2 tokens, hpq's gpt2-124m shape: micro-batch 16, context 1024, 8 micro-batches per GPU per step.
+  KDIR=/tmp/karpathy-nanogpt
+  LOG="$OUT/karpathy_nanogpt_runs.txt"
+  : > "$LOG"
+  rm -rf "$KDIR" && mkdir -p "$KDIR/data/synthetic" && cp .tools/nanoGPT/*.py "$KDIR/"
+  python3 -c 'import numpy as np; r = np.random.default_rng(0)
+for s, n in (("train", 50_000_000), ("val", 2_000_000)):
+    r.integers(0, 50257, n, dtype=np.uint16).tofile(f"/tmp/karpathy-nanogpt/data/synthetic/{s}.bin")'
+  KARGS="--dataset=synthetic --batch_size=16 --block_size=1024 --max_iters=$NG_ITERS --eval_interval=1000000 \
+--eval_iters=1 --log_interval=1 --always_save_checkpoint=False --compile=True --out_dir=/tmp/karpathy-out"
+  t karpathy 1 GPU
+  echo "===== karpathy train.py 1 GPU" >> "$LOG"
+  (cd "$KDIR" && python3 train.py $KARGS --gradient_accumulation_steps=8) >> "$LOG" 2>&1
+  echo "karpathy 1 GPU exit $?"
+  t karpathy "$NGPU" GPUs
+  echo "===== karpathy train.py $NGPU GPUs" >> "$LOG"
+  (cd "$KDIR" && torchrun --standalone --nproc_per_node="$NGPU" train.py $KARGS \
+      --gradient_accumulation_steps=$((8 * NGPU))) >> "$LOG" 2>&1
+  echo "karpathy $NGPU GPUs exit $?"
 fi
 t summary
 python3 bench/summarize.py "$OUT" /tmp/hpq-results | tee "$OUT/summary.md"

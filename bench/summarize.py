@@ -134,10 +134,71 @@ def nanogpt_section(results: str) -> None:
         print()
 
 
+def nccl_paths_section(out: str) -> None:
+    """run-nccl-test's own nccl-tests paths (local -g N, and its mpirun command), one line each."""
+    for pattern, what in (("*_run-nccl-test_nccl-tests_local.txt", "run-nccl-test --launcher local (nccl-tests -g N)"),
+                          ("*_run-nccl-test_mpirun.txt", "run-nccl-test's mpirun command (nccl-tests MPI build)")):
+        for path in sorted(glob.glob(os.path.join(out, pattern))):
+            rep = load(path)
+            if rep:
+                print("- %s, `%s`: %d sizes, peak busbw %.2f GB/s, #wrong %s" % (
+                    what, os.path.basename(path), len(rep.rows), rep.peak_busbw_gbps, rep.wrong_total))
+    print()
+
+
+# karpathy/nanoGPT model.py's estimate_mfu: 6N + 12 L H Q T FLOPs per token (N: non-embedding parameters).
+_KARPATHY_SHAPE = {"L": 12, "H": 12, "Q": 64, "T": 1024}
+
+
+def karpathy_section(out: str, results: str) -> None:
+    import re
+    import statistics
+
+    path = os.path.join(out, "karpathy_nanogpt_runs.txt")
+    if not os.path.exists(path):
+        return
+    with open(path, errors="replace") as fh:
+        text = fh.read()
+    peaks = []
+    for p in glob.glob(os.path.join(results, "nanogpt-*.json")):
+        if not p.endswith(".metrics.json"):
+            with open(p) as fh:
+                peaks.append((json.load(fh).get("metrics") or {}).get("peak_tflops") or 0)
+    peak = max(peaks, default=0) * 1e12
+    print("## karpathy/nanoGPT train.py, same shape (random GPT-2 tokens, micro-batch 16, context 1024)\n")
+    print("| GPUs | tokens/iter | median ms/iter (iters >= 10) | tokens/s total | tokens/s per GPU | MFU |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    per_gpu = {}
+    for block in re.split(r"^===== karpathy train.py ", text, flags=re.M)[1:]:
+        n = int(block.split()[0])
+        tokens = re.search(r"tokens per iteration will be: ([\d,]+)", block)
+        params = re.search(r"number of parameters: ([\d.]+)M", block)
+        times = [float(ms) for it, ms in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", block, re.M)
+                 if int(it) >= 10]
+        if not (tokens and params and times):
+            print("| %d | (no result: see karpathy_nanogpt_runs.txt) | | | | |" % n)
+            continue
+        tpi = int(tokens.group(1).replace(",", ""))
+        ms = statistics.median(times)
+        tps = tpi / (ms / 1000)
+        sh = _KARPATHY_SHAPE
+        flops = 6 * float(params.group(1)) * 1e6 + 12 * sh["L"] * sh["H"] * sh["Q"] * sh["T"]
+        mfu = "%.1f%%" % (tps * flops / n / peak * 100) if peak else "-"
+        per_gpu[n] = tps / n
+        print("| %d | %s | %.1f | %s | %s | %s |" % (n, format(tpi, ","), ms, format(int(tps), ","),
+                                                    format(int(tps / n), ","), mfu))
+    if 1 in per_gpu and len(per_gpu) > 1:
+        n = max(per_gpu)
+        print("\nkarpathy weak scaling 1 -> %d GPUs: %.1f%% (MFU against the measured bf16 matmul peak of the "
+              "run-nanogpt runs, %.0f TFLOP/s)\n" % (n, per_gpu[n] / per_gpu[1] * 100, peak / 1e12))
+
+
 def main() -> None:
     out, results = sys.argv[1], sys.argv[2]
     nccl_section(out)
+    nccl_paths_section(out)
     nanogpt_section(results)
+    karpathy_section(out, results)
 
 
 if __name__ == "__main__":
