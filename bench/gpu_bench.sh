@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Everything the GPU benchmarks of docs/benchmarks.md need, in one run on a multi-GPU box
 # without Slurm or internet (the device machine). Writes its logs and summary.md to $OUT.
-#   STAGES="env nccl nanogpt" bench/gpu_bench.sh
+#   STAGES="env nccltests nanogpt karpathy" bench/gpu_bench.sh
 # Stages: env (versions, topology), nccltests (NVIDIA nccl-tests 2.19.6 built here against torch's NCCL,
 # interleaved with the built-in benchmark, twice each; run-nccl-test's nccl-tests path; its mpirun command
-# once if mpirun exists), nccl (the older NCCL baseline program vs built-in), nanogpt (gpt2-124m on 1 GPU,
-# then all GPUs), karpathy (karpathy/nanoGPT's train.py, same shape, from .tools/nanoGPT).
+# once if mpirun exists; stage mpirun alone runs only that), nanogpt (gpt2-124m on 1 GPU, then all GPUs),
+# karpathy (karpathy/nanoGPT's train.py, same shape, from .tools/nanoGPT). The older `nccl` stage (a home-made
+# NCCL baseline program) is retired: docs/benchmarks.md says why.
 # nccltests needs the nccl-tests source tarball: NCCL_TESTS_TGZ (default .tools/nccl-tests-2.19.6.tar.gz,
 # an ignored folder the device tool can carry; the tarball is third-party and never committed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hpq-bench-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env nccl nanogpt"}
+STAGES=${STAGES:-"env nccltests nanogpt"}
 MAXB=${MAXB:-16G}
-ITERS=${ITERS:-20}
 NG_ITERS=${NG_ITERS:-200}
 NG_ARGS=${NG_ARGS:-"--compile"}
 # NVLink multicast (NVLS) stays off on the shared machine (KINDS.md); the same goes into every child.
@@ -64,18 +64,30 @@ if stage nccltests; then
   NCCL_TESTS_HOME=/tmp/nccl-tests run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" \
       --log-dir /tmp/hpq-results > "$OUT/${TAG}_run-nccl-test_nccl-tests_local.txt" 2>&1
   echo "run-nccl-test (nccl-tests, local) exit $?"
+fi
+
+if stage nccltests || stage mpirun; then
+  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+  export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # The mpirun path needs a Slurm allocation (its hostfile); here the exact command run-nccl-test builds
   # (mpirun_command: ob1, btl tcp,self, -x the transport variables, one GPU per rank) runs on a
   # localhost hostfile, against an MPI build of nccl-tests.
   if MPIRUN=$(command -v mpirun); then
     MPI_HOME=$(dirname "$(dirname "$(readlink -f "$MPIRUN")")")
+    if [ ! -f "$MPI_HOME/include/mpi.h" ] && command -v mpicc >/dev/null; then
+      # Debian keeps Open MPI's headers and libraries apart (/usr/lib/x86_64-linux-gnu/openmpi/{include,lib}):
+      # a folder with both, from mpicc's own answer, is the MPI_HOME nccl-tests' Makefile expects.
+      MPI_HOME=/tmp/hpq-mpi-home && rm -rf "$MPI_HOME" && mkdir -p "$MPI_HOME"
+      ln -s "$(mpicc --showme:incdirs | awk '{print $1}')" "$MPI_HOME/include"
+      ln -s "$(mpicc --showme:libdirs | awk '{print $1}')" "$MPI_HOME/lib"
+    fi
     t "nccl-tests MPI=1 build against $MPI_HOME"
     { bash bench/build_nccl_tests.sh "$NCCL_TESTS_TGZ" /tmp/nccl-tests-mpi "$NCCL_DIR" "MPI=1 MPI_HOME=$MPI_HOME" \
         && "$MPIRUN" --version; } > "$OUT/nccl-tests_mpi_build.txt" 2>&1 || echo "MPI build failed (see nccl-tests_mpi_build.txt)"
     if [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ]; then
       t "run-nccl-test's mpirun command, $NGPU ranks on localhost"
       echo "localhost slots=$NGPU" > /tmp/hpq-localhost.hosts
-      CMD=$(PYTHONPATH=/tmp/hpq-bundle python3 -c '
+      CMD=$(cd /tmp && PYTHONPATH=/tmp/hpq-bundle python3 -c '
 import shlex, sys
 from hpq.scripts import run_nccl_test as r
 args = r.parse_args(["1", sys.argv[1], "-b", "8", "-e", sys.argv[2]])
@@ -88,22 +100,6 @@ print(shlex.join(r.mpirun_command(sys.argv[3], sys.argv[4], "/tmp/hpq-localhost.
   else
     echo "no mpirun on this machine: the mpirun path of run-nccl-test was not run" | tee "$OUT/${TAG}_no-mpirun.txt"
   fi
-fi
-
-if stage nccl; then
-  t build baseline
-  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-  nvcc -O2 -std=c++17 -arch=sm_90 -I"$NCCL_DIR/include" -o /tmp/nccl_baseline bench/nccl_allreduce_baseline.cu \
-       -L"$NCCL_DIR/lib" -l:libnccl.so.2 -Xlinker -rpath="$NCCL_DIR/lib" || { echo "baseline build failed"; }
-  # Interleaved: baseline, built-in, baseline, built-in: same sizes, same session.
-  for i in 1 2; do
-    t "baseline $i"
-    /tmp/nccl_baseline -b 8 -e "$MAXB" -f 2 -n "$ITERS" -w 5 -g "$NGPU" > "$OUT/h200x${NGPU}_baseline_run$i.txt" 2>&1
-    t "built-in $i"
-    run-nccl-test 1 "$NGPU" --launcher local -b 8 -e "$MAXB" -n "$ITERS" -w 5 --log-dir /tmp/hpq-results \
-        > "$OUT/h200x${NGPU}_builtin_run$i.txt" 2>&1
-    echo "run-nccl-test exit $?"
-  done
 fi
 
 if stage nanogpt; then

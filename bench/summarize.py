@@ -1,5 +1,5 @@
 # ruff: noqa: UP031
-"""Summarise a bench/gpu_bench.sh run as markdown: built-in vs NCCL baseline, nanoGPT throughput.
+"""Summarise a bench/gpu_bench.sh run as markdown: built-in vs nccl-tests, nanoGPT throughput (hpq and karpathy).
 
 Usage: python3 bench/summarize.py OUT_DIR RESULTS_DIR
 Reads the logs gpu_bench.sh wrote to OUT_DIR and the run-nanogpt JSON results in RESULTS_DIR.
@@ -32,15 +32,12 @@ def load(path):
 
 
 def nccl_section(out: str) -> None:
-    # The reference is NVIDIA's nccl-tests where the run built it (stage nccltests), else the older baseline.
+    # The reference is NVIDIA's nccl-tests, built by the run (stage nccltests).
     def reports(pattern):
         return [x for x in (load(p) for p in sorted(glob.glob(os.path.join(out, pattern)))) if x]
 
     bases, ref = reports("*_nccl-tests_all_reduce_perf_run*.txt"), "nccl-tests"
     builtins = reports("*_run-nccl-test_builtin_run*.txt")
-    if not bases:
-        bases, ref = reports("*_baseline_run*.txt"), "baseline"
-        builtins = reports("*_builtin_run*.txt")
     if not builtins or not bases:
         return
     print("## all-reduce busbw (GB/s), sizes >= 128 MB: built-in vs %s, runs interleaved\n" % ref)

@@ -69,3 +69,36 @@ def test_a_cut_off_log_is_never_a_pass():
         assert res.stdout.splitlines()[-1].startswith("FAIL: ") and "cut off" in res.stdout
     whole = hpq("-", stdin=text)
     assert whole.returncode == 0 and "PASS" in whole.stdout
+
+
+def _busbw(name: str) -> dict[int, tuple[float, float]]:
+    res = hpq(str(DATA / name), "--output", "json", "--expect", "none")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["wrong_total"] == 0 and doc["ranks"] == 2 and not doc["truncated"], name
+    return {r["size_bytes"]: (r["out_of_place"]["busbw_gbps"], r["in_place"]["busbw_gbps"]) for r in doc["rows"]}
+
+
+def test_builtin_against_nvidia_nccl_tests_from_the_kept_logs():
+    """Issue 13's check, from the raw logs alone through `hpq nccl-report`: NVIDIA nccl-tests 2.19.6
+    (`all_reduce_perf -b 8 -e 16G -f 2 -g 2`, built against torch's NCCL 2.28.9 by bench/build_nccl_tests.sh)
+    and `run-nccl-test 1 2 --launcher local --builtin`, interleaved twice on 2x H200 (NVLS off,
+    bench/gpu_bench.sh stage nccltests). Every size from 128 MB: built-in busbw at least 0.98 of nccl-tests',
+    out-of-place and in-place, in each interleaved pair."""
+    for suffix in ("", "_run2"):
+        ref = _busbw(f"h200x2_nccl-tests_all_reduce_perf{suffix}.txt")
+        ours = _busbw(f"h200x2_run-nccl-test_builtin{suffix}.txt")
+        big = [size for size in ref if size >= 128 << 20]
+        assert len(big) == 8 and set(big) <= set(ours)  # 128 MB .. 16 GB
+        for size in big:
+            for mode in (0, 1):
+                assert ours[size][mode] / ref[size][mode] >= 0.98, (suffix, size, mode)
+
+
+def test_run_nccl_tests_own_nccl_tests_paths_parse_as_two_ranks():
+    """The same machine through run-nccl-test's nccl-tests path (-g 2 in one process) and through the mpirun
+    command run-nccl-test builds (one rank per GPU, MPI build): both full tables, two ranks, peaks like the
+    direct run's."""
+    for name in ("h200x2_run-nccl-test_nccl-tests_local.txt", "h200x2_run-nccl-test_mpirun.txt"):
+        rows = _busbw(name)
+        assert len(rows) == 32 and max(max(v) for v in rows.values()) > 340, name
