@@ -42,13 +42,16 @@ if stage env; then
   tail -4 "$OUT/env.txt"
 fi
 
+if stage nccltests || stage mpirun; then  # the NCCL library torch loads: nccl-tests builds and runs against it
+  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+  export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
 if stage nccltests; then
   t build nccl-tests
-  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
   bash bench/build_nccl_tests.sh "$NCCL_TESTS_TGZ" /tmp/nccl-tests "$NCCL_DIR" > "$OUT/nccl-tests_build.txt" 2>&1 \
       || { echo "nccl-tests build failed"; tail -20 "$OUT/nccl-tests_build.txt"; }
   ART=/tmp/nccl-tests/build/all_reduce_perf
-  export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # Interleaved on the same GPUs: nccl-tests, built-in, nccl-tests, built-in (same sizes, same session).
   for i in 1 2; do
     t "nccl-tests $i"
@@ -67,8 +70,6 @@ if stage nccltests; then
 fi
 
 if stage nccltests || stage mpirun; then
-  NCCL_DIR=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-  export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # The mpirun path needs a Slurm allocation (its hostfile); here the exact command run-nccl-test builds
   # (mpirun_command: ob1, btl tcp,self, -x the transport variables, one GPU per rank) runs on a
   # localhost hostfile, against an MPI build of nccl-tests.

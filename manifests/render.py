@@ -180,10 +180,14 @@ def _check_name(name: str) -> str:
     return name
 
 
+def _check_nodes(nodes: int) -> None:
+    if nodes < 1 or nodes > MAX_NODES:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES}, got {nodes}")
+
+
 def check_request(req: RenderRequest) -> None:
     """What can be refused before the instance type is known (``hpq eks`` asks the cluster for it later)."""
-    if req.nodes < 1 or req.nodes > MAX_NODES:
-        raise UsageError(f"--nodes must be between 1 and {MAX_NODES}, got {req.nodes}")
+    _check_nodes(req.nodes)
     _check_name(req.name or f"hpq-{req.test}")
     if req.program:
         _program_context(req)
@@ -205,8 +209,7 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         return _resolve_fsx(req, ctx)
 
     entry = accelerated_entry(req.instance_type)
-    if req.nodes < 1 or req.nodes > MAX_NODES:
-        raise UsageError(f"--nodes must be between 1 and {MAX_NODES}, got {req.nodes}")
+    _check_nodes(req.nodes)
     gpus = entry.accelerator_count if req.gpus is None else req.gpus
     if gpus < 1 or gpus > entry.accelerator_count:
         kind = "GPUs" if entry.accelerator == catalog.GPU else "Neuron devices"

@@ -79,8 +79,8 @@ def instance_type(text: str) -> str:
     return text
 
 
-def nodes_and_ranks(ap: argparse.ArgumentParser) -> None:
-    """The positional NODES and per-node count every node command takes."""
+def add_nodes_argument(ap: argparse.ArgumentParser) -> None:
+    """The positional NODES every node command takes first (each names its per-node count itself)."""
     ap.add_argument("nodes", nargs="?", type=count(1, MAX_NODES, "NODES"), default=None,
                     help="nodes (default: the allocation's, else 2)")
 
@@ -95,7 +95,7 @@ def check_size_range(ap: argparse.ArgumentParser, minbytes: str, maxbytes: str) 
         ap.error("-b %s is larger than -e %s: no message size would run" % (minbytes, maxbytes))
 
 
-def check_nccl_debug(ap: argparse.ArgumentParser, value: Optional[str], explicit: bool) -> None:
-    """--nccl-debug must be a level NCCL knows; an inherited NCCL_DEBUG is passed on as the user set it."""
-    if explicit and (value or "").upper() not in NCCL_DEBUG_LEVELS:
+def check_nccl_debug(ap: argparse.ArgumentParser, value: Optional[str]) -> None:
+    """--nccl-debug, when given, must be a level NCCL knows."""
+    if value is not None and value.upper() not in NCCL_DEBUG_LEVELS:
         ap.error("--nccl-debug %r: use one of %s" % (value, ", ".join(NCCL_DEBUG_LEVELS)))

@@ -28,18 +28,12 @@ import time
 from typing import List, Optional, Tuple
 
 from hpq.scripts import distenv
+from hpq.scripts.args import size as parse_size  # nccl-tests style sizes: 8, 128K, 1M, 16G
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32"}
 CHUNK = 1 << 26  # elements generated/checked per step (bounded temporary memory)
 CPU_MAX_BYTES = 256 << 20
-
-
-def parse_size(text: str) -> int:
-    """nccl-tests style sizes: 8, 128K, 1M, 16G (powers of 1024); scripts/args.py says what is refused."""
-    from hpq.scripts.args import size
-
-    return size(text)
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int, step: int) -> List[int]:

@@ -35,7 +35,7 @@ EPILOG = """examples:
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = checks.OneLineParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.nodes_and_ranks(ap)
+    checks.add_nodes_argument(ap)
     ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
                     default=None, help="processes per node (default: the instance type's GPUs, else detected, else 1)")
     ap.add_argument("--iters", type=checks.count(1, 10 ** 9, "--iters"), default=200)

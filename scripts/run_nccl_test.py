@@ -64,7 +64,7 @@ EPILOG = """examples:
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = OneLineParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.nodes_and_ranks(ap)
+    checks.add_nodes_argument(ap)
     ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
                     default=None,
                     help="processes per node (default: the instance type's GPUs, else detected, else 1)")
@@ -90,7 +90,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--log-dir", default=None, help="default: /fsx/hpq-results when mounted, else ~/hpq-results")
     ap.add_argument("--no-exclusive", dest="exclusive", action="store_false",
                     help="do not ask salloc for whole nodes")
-    ap.add_argument("--nccl-debug", default=os.environ.get("NCCL_DEBUG", "INFO"),
+    ap.add_argument("--nccl-debug", default=None,
                     help="NCCL_DEBUG level (default INFO, subsystems INIT,NET: shows the transport chosen)")
     ap.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
     sw = ap.add_argument_group("pairwise sweep (find the slow node)")
@@ -113,8 +113,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     args = ap.parse_args(argv)
     checks.check_size_range(ap, args.minbytes, args.maxbytes)
-    checks.check_nccl_debug(ap, args.nccl_debug, any(a == "--nccl-debug" or a.startswith("--nccl-debug=")
-                                                     for a in (argv if argv is not None else sys.argv[1:])))
+    checks.check_nccl_debug(ap, args.nccl_debug)
+    if args.nccl_debug is None:  # an NCCL_DEBUG the user exported is passed on as set
+        args.nccl_debug = os.environ.get("NCCL_DEBUG", "INFO")
     if args.builtin and args.op not in OPS:
         ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
     if args.expect is not None:

@@ -60,7 +60,7 @@ def root_comm_id(first_host: str) -> str:
 def parse_args(argv: Optional[List[str]]):
     ap = checks.OneLineParser(prog="run-nccom-test", description=__doc__.split("\n\n")[1], epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.nodes_and_ranks(ap)
+    checks.add_nodes_argument(ap)
     ap.add_argument("workers", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "WORKERS"), default=None,
                     help="ranks per node (default: NeuronCores)")
     ap.add_argument("--op", choices=sorted(NCCOM_OPS), default="all_reduce")

@@ -21,9 +21,9 @@ RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
 # Which tests each `eks render` option shapes; given to another test it would be ignored without a word.
 RENDER_OPTIONS = {
-    "--instance-type": _JOBS, "--gpus": _JOBS, "--image": _JOBS, "--fsx-claim": _JOBS, "--nccl-debug": _JOBS,
-    "--program": ("nanogpt",), "--program-args": ("nanogpt",), "--mpirun": ("nccl-test",),
-    "--fsx-id": ("fsx",), "--fsx-dns": ("fsx",), "--fsx-mount-name": ("fsx",),
+    "instance_type": _JOBS, "gpus": _JOBS, "image": _JOBS, "fsx_claim": _JOBS, "nccl_debug": _JOBS,
+    "program": ("nanogpt",), "program_args": ("nanogpt",), "mpirun": ("nccl-test",),
+    "fsx_id": ("fsx",), "fsx_dns": ("fsx",), "fsx_mount_name": ("fsx",),
 }
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
 # A ConfigMap holds at most 1 MiB (manifests.render.CONFIGMAP_LIMIT); a bigger program cannot ship.
@@ -108,10 +108,9 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     """
     from hpq.manifests.render import render
 
-    given = {"--instance-type": instance_type, "--gpus": gpus, "--image": image, "--program": program,
-             "--program-args": program_args or None, "--fsx-claim": fsx_claim, "--nccl-debug": nccl_debug,
-             "--mpirun": mpirun, "--fsx-id": fsx_id, "--fsx-dns": fsx_dns, "--fsx-mount-name": fsx_mount_name}
-    unused = [opt for opt, value in given.items() if value is not None and test not in RENDER_OPTIONS[opt]]
+    given = click.get_current_context().params
+    unused = ["--" + p.replace("_", "-") for p, tests in RENDER_OPTIONS.items()
+              if given[p] not in (None, "") and test not in tests]
     if unused:
         raise UsageError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to {test}")
     req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
