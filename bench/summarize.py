@@ -96,7 +96,8 @@ def _options(tokens):
     return out
 
 
-def nanogpt_section(results: str) -> None:
+def load_nanogpt_runs(results: str) -> list:
+    """run-nanogpt's result JSON files in RESULTS_DIR that carry metrics."""
     runs = []
     for p in sorted(glob.glob(os.path.join(results, "nanogpt-*.json"))):
         if p.endswith(".metrics.json"):
@@ -105,6 +106,10 @@ def nanogpt_section(results: str) -> None:
             data = json.load(fh)
         if data.get("metrics"):
             runs.append(data)
+    return runs
+
+
+def nanogpt_section(runs: list) -> None:
     if not runs:
         return
     print("## nanoGPT gpt2-124m (bf16, micro-batch 16, context 1024)\n")
@@ -147,7 +152,7 @@ def nccl_paths_section(out: str) -> None:
 _KARPATHY_SHAPE = {"L": 12, "H": 12, "Q": 64, "T": 1024}
 
 
-def karpathy_section(out: str, results: str) -> None:
+def karpathy_section(out: str, runs: list) -> None:
     import re
     import statistics
 
@@ -156,12 +161,7 @@ def karpathy_section(out: str, results: str) -> None:
         return
     with open(path, errors="replace") as fh:
         text = fh.read()
-    peaks = []
-    for p in glob.glob(os.path.join(results, "nanogpt-*.json")):
-        if not p.endswith(".metrics.json"):
-            with open(p) as fh:
-                peaks.append((json.load(fh).get("metrics") or {}).get("peak_tflops") or 0)
-    peak = max(peaks, default=0) * 1e12
+    peak = max((r["metrics"].get("peak_tflops") or 0 for r in runs), default=0) * 1e12
     print("## karpathy/nanoGPT train.py, same shape (random GPT-2 tokens, micro-batch 16, context 1024)\n")
     print("| GPUs | tokens/iter | median ms/iter (iters >= 10) | tokens/s total | tokens/s per GPU | MFU |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -194,8 +194,9 @@ def main() -> None:
     out, results = sys.argv[1], sys.argv[2]
     nccl_section(out)
     nccl_paths_section(out)
-    nanogpt_section(results)
-    karpathy_section(out, results)
+    runs = load_nanogpt_runs(results)
+    nanogpt_section(runs)
+    karpathy_section(out, runs)
 
 
 if __name__ == "__main__":

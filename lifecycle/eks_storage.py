@@ -25,7 +25,6 @@ the bounded wait: a warning, nothing changed (as the reference).
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import time
@@ -63,12 +62,6 @@ def wait_for_disk(ctx, disk: str) -> bool:
 
 
 def containerd_dropin(vendor_exec: str, disk: str, data_root: str) -> str:
-    argv = shlex.split(vendor_exec)
-    if "--root" in argv:  # an ExecStart that already sets one: ours replaces it
-        i = argv.index("--root")
-        del argv[i:i + 2]
-    argv = [a for a in argv if not a.startswith("--root=")]
-    cmd = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
     return "\n".join([
         "# Written by the hpq lifecycle (step eks-storage): containerd's data on the instance volume %s." % disk,
         "# Replaced on every run; the unit file stays the AMI's.",
@@ -77,7 +70,7 @@ def containerd_dropin(vendor_exec: str, disk: str, data_root: str) -> str:
         "",
         "[Service]",
         "ExecStart=",
-        "ExecStart=%s --root %s" % (cmd, data_root),
+        "ExecStart=%s" % services.exec_start_with(vendor_exec, "--root", data_root),
         "",
     ])
 

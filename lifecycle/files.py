@@ -56,8 +56,11 @@ def write_file(path: str, content, mode: int = 0o644, uid: int = -1, gid: int = 
     return changed
 
 
-def replace_block(text: str, name: str, body_lines: List[str]) -> str:
-    """Return ``text`` with the managed block ``name`` set to ``body_lines`` (removed when empty)."""
+def replace_block(text: str, name: str, body_lines: List[str], at_top: bool = False) -> str:
+    """Return ``text`` with the managed block ``name`` set to ``body_lines`` (removed when empty).
+
+    A new block goes at the end, or with ``at_top`` first (ssh configs: global options before any Host).
+    """
     begin, end = BEGIN % name, END % name
     out: List[str] = []
     inside = False
@@ -75,7 +78,9 @@ def replace_block(text: str, name: str, body_lines: List[str]) -> str:
                 inside = False
             continue
         out.append(line)
-    if not placed and block:
+    if not placed and block and at_top:
+        out = block + out
+    elif not placed and block:
         if out and out[-1].strip():
             out.append("")
         out.extend(block)
@@ -85,10 +90,10 @@ def replace_block(text: str, name: str, body_lines: List[str]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
-def set_block(path: str, name: str, body_lines: List[str], mode: int = 0o644) -> bool:
+def set_block(path: str, name: str, body_lines: List[str], mode: int = 0o644, at_top: bool = False) -> bool:
     """Replace the managed block ``name`` in file ``path`` (created when missing)."""
     current = read_text(path)
-    new = replace_block(current or "", name, body_lines)
+    new = replace_block(current or "", name, body_lines, at_top)
     if current is not None:
         mode = os.stat(path).st_mode & 0o7777
     return write_file(path, new, mode)

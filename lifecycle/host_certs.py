@@ -154,19 +154,6 @@ def sign(ca_key: str, key_pub: str, key_id: str, names: List[str]) -> bytes:
         shutil.rmtree(tmp)
 
 
-def _with_header_block(path: str, name: str, lines: List[str], mode: int = 0o644) -> bool:
-    """A managed block at the TOP of an ssh config (global options must come before any Host/Match)."""
-    text = files.read_text(path) or ""
-    begin, end = files.BEGIN % name, files.END % name
-    if begin in text:
-        new = files.replace_block(text, name, lines)
-    else:
-        new = "\n".join([begin] + lines + [end]) + "\n" + text
-    if os.path.exists(path):
-        mode = os.stat(path).st_mode & 0o7777
-    return files.write_file(path, new, mode)
-
-
 def _includes(config_path: str, dirs: List[str]) -> bool:
     """Whether the config has an ``Include`` of a file pattern inside one of ``dirs`` (relative patterns are
     relative to /etc/ssh, as ssh_config(5) and sshd_config(5) say)."""
@@ -186,7 +173,7 @@ def configure(ctx, path_node: str, dropin_node: str, lines: List[str], block: st
     main, dropin = ctx.path(path_node), ctx.path(dropin_node)
     if _includes(main, [os.path.dirname(dropin), os.path.dirname(dropin_node)]):
         return files.write_file(dropin, HEADER + "\n".join(lines) + "\n", 0o644)
-    return _with_header_block(main, block, lines)
+    return files.set_block(main, block, lines, at_top=True)  # global options come before any Host/Match
 
 
 def record_names(known_hosts: str, node_ip: str, line: str) -> bool:

@@ -25,7 +25,6 @@ from .resource_config import EKS, SLURM, ResourceConfig, ResourceConfigError, sl
 CONTROLLER = "controller"
 LOGIN = "login"
 WORKER = "worker"
-ORCHESTRATORS = (SLURM, EKS)
 
 
 class IdentityError(Exception):
@@ -202,9 +201,8 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
         cluster_hostnames=hostnames,
         worker_nodes=[slurm_node_name(i.customer_ip) for i in workers if i.customer_ip] if orchestrator == SLURM
         else [],
-        login_nodes=[slurm_node_name(i.customer_ip) for i in rc.instances if i.customer_ip and role_file
-                     and role_file.login_group and i.group == role_file.login_group] if orchestrator == SLURM
-        else [],
+        login_nodes=[slurm_node_name(i.customer_ip) for i in rc.in_group(role_file.login_group if role_file else None)
+                     if i.customer_ip] if orchestrator == SLURM else [],
         matched_by=how,
         role_source=role_file.label if role_file else (
             "resource_config.json ClusterType Kubernetes" if orchestrator == EKS

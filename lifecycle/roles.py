@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import names
+from .resource_config import EKS, SLURM
 
-SLURM = "slurm"
-EKS = "eks"
 ORCHESTRATORS = (SLURM, EKS)
 
 

@@ -166,6 +166,21 @@ def exec_start(unit_name: str, sections: Dict[str, Dict[str, List[str]]]) -> str
     return starts[-1]
 
 
+def exec_start_with(vendor_exec: str, flag: str, value: str) -> str:
+    """A unit's ExecStart command with ``flag value`` appended, for a drop-in that replaces ExecStart.
+
+    A flag the vendor command already sets (``flag X`` or ``flag=X``) is dropped so ours is the only one;
+    ``$VARS`` stay unquoted so systemd still expands them (the AMI's slurmd uses ``$SLURMD_OPTIONS``).
+    """
+    argv = shlex.split(vendor_exec)
+    if flag in argv:
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    argv = [a for a in argv if not a.startswith(flag + "=")]
+    cmd = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
+    return "%s %s %s" % (cmd, flag, value)
+
+
 class SystemdManager(_Base):
     """systemctl, as on a HyperPod node."""
 
@@ -227,9 +242,10 @@ class DirectManager(_Base):
     def is_active(self, unit: str) -> bool:
         return self.pid(unit) is not None
 
-    def command(self, unit: str) -> Tuple[List[str], Dict[str, str], str]:
+    def command(self, unit: str, sections: Optional[Dict[str, Dict[str, List[str]]]] = None
+                ) -> Tuple[List[str], Dict[str, str], str]:
         """(argv, extra environment, Type=) the way systemd would run the unit."""
-        sections = self.unit_sections(unit)
+        sections = self.unit_sections(unit) if sections is None else sections
         service = sections.get("Service", {})
         for cond in sections.get("Unit", {}).get("ConditionPathExists", []):
             negate = cond.startswith("!")
@@ -290,9 +306,9 @@ class DirectManager(_Base):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         os.symlink(MASK_TARGET, path)
 
-    def _credentials(self, unit: str):
+    @staticmethod
+    def _credentials(unit: str, service: Dict[str, List[str]]):
         """(uid, gid, user) from the unit's User=/Group= (systemd.exec), None when it runs as root."""
-        service = self.unit_sections(unit).get("Service", {})
         user = (service.get("User") or [""])[-1]
         group = (service.get("Group") or [""])[-1]
         if not user or os.geteuid() != 0:
@@ -304,9 +320,8 @@ class DirectManager(_Base):
         gid = grp.getgrnam(group).gr_gid if group else pw.pw_gid
         return pw.pw_uid, gid, user
 
-    def _runtime_directories(self, unit: str, creds) -> None:
+    def _runtime_directories(self, service: Dict[str, List[str]], creds) -> None:
         """RuntimeDirectory= under /run, owned by the unit's user, as systemd creates them before start."""
-        service = self.unit_sections(unit).get("Service", {})
         mode = int((service.get("RuntimeDirectoryMode") or ["0755"])[-1], 8)
         for entry in service.get("RuntimeDirectory", []):
             for name in entry.split():
@@ -317,14 +332,16 @@ class DirectManager(_Base):
                     os.chown(path, creds[0], creds[1])
 
     def _start(self, unit: str) -> None:
-        argv, env, kind = self.command(unit)
+        sections = self.unit_sections(unit)  # unit file and drop-ins, read once for everything below
+        service = sections.get("Service", {})
+        argv, env, kind = self.command(unit, sections)
         log_path = self.ctx.path("/var/log/hpq/%s.log" % unit)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         os.makedirs(os.path.dirname(self.pid_file(unit)), exist_ok=True)
         full_env = dict(os.environ)
         full_env.update(env)
-        creds = self._credentials(unit)
-        self._runtime_directories(unit, creds)
+        creds = self._credentials(unit, service)
+        self._runtime_directories(service, creds)
 
         def drop_privileges():  # in the child, before exec: the unit's User=/Group=
             if creds:
@@ -343,7 +360,7 @@ class DirectManager(_Base):
             rc = proc.wait(timeout=60)
             if rc != 0:
                 raise ServiceError("%s exited %d at start; see %s" % (unit, rc, log_path))
-            pidfile = self.unit_sections(unit).get("Service", {}).get("PIDFile", [""])[-1]
+            pidfile = service.get("PIDFile", [""])[-1]
             pid = None
             for _ in range(50):
                 text = files.read_text(self.ctx.path(pidfile)) if pidfile else None

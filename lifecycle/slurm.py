@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import time
@@ -110,11 +109,6 @@ def conf_server(node: identity.NodeInfo, port: int) -> str:
 
 
 def dropin_text(vendor_exec: str, server: str) -> str:
-    argv = shlex.split(vendor_exec)
-    if "--conf-server" in argv:  # a vendor unit that already has one: ours replaces it
-        i = argv.index("--conf-server")
-        del argv[i:i + 2]
-    cmd = " ".join(a if a.startswith("$") else shlex.quote(a) for a in argv)
     return "\n".join([
         "# Written by the hpq lifecycle (step slurm): configless slurmd fetches slurm.conf from the",
         "# controller. Replaced on every run; the vendor unit stays untouched.",
@@ -124,7 +118,7 @@ def dropin_text(vendor_exec: str, server: str) -> str:
         "",
         "[Service]",
         "ExecStart=",
-        "ExecStart=%s --conf-server %s" % (cmd, server),
+        "ExecStart=%s" % services.exec_start_with(vendor_exec, "--conf-server", server),
         "",
     ])
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
+from hpq.scripts.args import NCCL_DEBUG_LEVELS  # the node commands' list: one for both
 
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -50,7 +51,6 @@ MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 HEALTH_LABEL, HEALTHY = "sagemaker.amazonaws.com/node-health-status", "Schedulable"
 DEEP_HEALTH_LABEL, DEEP_HEALTH_PASSED = "sagemaker.amazonaws.com/deep-health-check-status", "Passed"
 
-NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 # mpi-operator v2 gives the launcher its hostfile through this variable (kubeflow/mpi-operator v0.5.0
 # pkg/controller/mpi_job_controller.go, ompiEnvVars): one "<job>-worker-<i>.<job>.<ns>.svc slots=N" line each.

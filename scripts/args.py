@@ -17,7 +17,9 @@ MAX_PER_NODE = 1024  # processes per node: far above any instance's GPUs or Neur
 # An instance type as EC2 or HyperPod names it (p5.48xlarge, ml.g5.16xlarge). Unknown but well-formed
 # types are allowed: a type newer than the catalog is judged without an expectation.
 INSTANCE_TYPE_RE = re.compile(r"(ml\.)?[a-z]+[0-9][a-z0-9-]*\.([0-9]*xlarge|large|medium|small|micro|nano|metal[-a-z0-9]*)")
-NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")  # NCCL's environment variable docs
+# NCCL's logging levels (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/logging.html);
+# the one list, also for hpq eks (manifests/render.py).
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 _SIZE_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGT]?)")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 

@@ -51,10 +51,8 @@ def _busbw_from_time(report: nccl_report.NcclReport) -> Optional[float]:
 def judge_pair(result: PairResult, log_path: str) -> PairResult:
     """Status and bus bandwidth of a finished pair from its exit status and its log."""
     try:
-        with open(log_path, errors="replace") as fh:
-            text = fh.read()
-        report: Optional[nccl_report.NcclReport] = nccl_report.parse_text(text)
-    except (OSError, nccl_report.ReportError):
+        report: Optional[nccl_report.NcclReport] = nccl_report.parse_file(log_path)
+    except nccl_report.ReportError:  # unreadable or no result rows
         report = None
     if report is not None:
         result.busbw_gbps = report.peak_busbw_gbps

@@ -174,6 +174,13 @@ def library_path() -> str:
     return os.pathsep.join(parts)
 
 
+def write_hostfile(path: str, hosts, slots: int) -> str:
+    """An Open MPI hostfile: one ``<host> slots=<n>`` line per host."""
+    with open(path, "w") as fh:
+        fh.write("".join("%s slots=%d\n" % (h, slots) for h in hosts))
+    return path
+
+
 def bench_args(args: argparse.Namespace) -> List[str]:
     return ["-b", args.minbytes, "-e", args.maxbytes, "-f", str(args.stepfactor), "-n", str(args.iters),
             "-w", str(args.warmup), "-c", "1"]
@@ -259,9 +266,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
     if binary and (mpirun or launcher == "local"):
         mode = "nccl-tests"
         if launcher == "slurm":
-            hostfile = base + ".hosts"
-            with open(hostfile, "w") as fh:
-                fh.write("".join("%s slots=%d\n" % (h, gpus) for h in hosts))
+            hostfile = write_hostfile(base + ".hosts", hosts, gpus)
             cmd = mpirun_command(mpirun or "mpirun", binary, hostfile, total, env_vars, args)
         else:
             cmd = [binary] + bench_args(args) + ["-g", str(gpus), "-d", args.datatype]
@@ -329,15 +334,14 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     job = os.environ.get("SLURM_JOB_ID") or "0"
     base_port = distenv.port_for_job(job)
     minutes = int(math.ceil(args.pair_timeout / 60.0)) + 1
+    pargs = argparse.Namespace(**vars(args))  # nccl-tests at the one sweep size
+    pargs.minbytes = pargs.maxbytes = str(size)
 
     def command(pair: sweep.Pair, index: int, log_path: str, write: bool = True) -> Tuple[List[str], Dict[str, str]]:
         if mode == "nccl-tests":
             hostfile = log_path[:-len(".log")] + ".hosts"
             if write:
-                with open(hostfile, "w") as fh:
-                    fh.write("".join("%s slots=%d\n" % (h, gpus) for h in pair))
-            pargs = argparse.Namespace(**vars(args))
-            pargs.minbytes = pargs.maxbytes = str(size)
+                write_hostfile(hostfile, pair, gpus)
             return mpirun_command(mpirun or "mpirun", binary or "", hostfile, 2 * gpus, env_vars, pargs), env
         bargs = ["-b", str(size), "-e", str(size), "-f", "2", "-n", str(args.iters), "-w", str(args.warmup),
                  "-c", "1", "--op", "all_reduce", "-d", args.datatype]

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from statistics import median, median_high  # median_high: what at least half the values reach
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpq.lifecycle import transport
 
@@ -135,22 +136,6 @@ class PairResult:
         return {"round": self.round, "nodes": list(self.nodes), "status": self.status,
                 "busbw_gbps": self.busbw_gbps, "score_gbps": self.score_gbps if self.measured else None,
                 "seconds": self.seconds, "exit_status": self.exit_status, "log": self.log, "note": self.note}
-
-
-def median(values: Iterable[float]) -> float:
-    v = sorted(values)
-    if not v:
-        raise ValueError("median of nothing")
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2.0
-
-
-def median_high(values: Iterable[float]) -> float:
-    """The larger of the two middle values for an even count: what at least half the values reach."""
-    v = sorted(values)
-    if not v:
-        raise ValueError("median of nothing")
-    return v[len(v) // 2]
 
 
 def node_scores(nodes: Sequence[str], pairs: Sequence[PairResult]) -> Dict[str, Optional[float]]:
