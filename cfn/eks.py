@@ -84,8 +84,9 @@ def _addon_id(name: str) -> str:
 def build(cfg: EksConfig) -> common.Template:
     t = common.new_template("hpq eks: EKS cluster (API_AND_CONFIG_MAP), core add-ons, Helm Lambda access.")
     cluster_name = common.cluster_name_param(t)
-    version = common.param(t, "KubernetesVersion", "Kubernetes version of the EKS cluster (1.32 and 1.33 are "
-                           "in extended support already: they need EksSupportType=EXTENDED, at extra cost).",
+    version = common.param(t, "KubernetesVersion", "Kubernetes version of the EKS cluster "
+                           f"({' and '.join(EXTENDED_ONLY_VERSIONS)} are in extended support already: they need "
+                           "EksSupportType=EXTENDED, at extra cost).",
                            Default=cfg.default_version, AllowedValues=list(KUBERNETES_VERSIONS))
     support = common.param(t, "EksSupportType", "UpgradePolicy.SupportType: STANDARD upgrades the cluster at the end "
                            "of standard support; EXTENDED keeps the version at extended-support prices.",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -241,12 +241,10 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         nodes=req.nodes,
         gpus=gpus,
         ranks_per_node=ranks_per_node,
-        total_ranks=ranks_per_node * req.nodes,
         efa=efa,
         transport=env.transport,
         torch_backend=env.torch_backend,
-        env=[{"name": k, "value": v} for k, v in sorted(variables.items())],
-        env_names=sorted(variables),
+        env=replace(env, variables=variables).k8s_env(),
         resources=resources,
         memory_request=memory_request,
         shm_size="8Gi" if entry.memory_gib >= 64 else "2Gi",
@@ -260,13 +258,14 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         deep_health_value=DEEP_HEALTH_PASSED,
     )
     if req.test == "nccl-test":
+        total = ranks_per_node * req.nodes
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
         if neuron:
-            ctx["launcher_command"] = nccom_launcher_command(ranks_per_node * req.nodes, req.nodes, variables)
+            ctx["launcher_command"] = nccom_launcher_command(total, req.nodes, variables)
             ctx["worker_command"] = ["/bin/sh", "-c", _NEURON_WORKER]
         else:
-            ctx["launcher_command"] = mpirun_launcher_command(_check_mpirun(req.mpirun), ranks_per_node * req.nodes,
-                                                              gpus, sorted(variables))
+            ctx["launcher_command"] = mpirun_launcher_command(_check_mpirun(req.mpirun), total, gpus,
+                                                              sorted(variables))
             ctx["worker_command"] = ["/usr/sbin/sshd", "-De"]
     elif req.test == "validate":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)

@@ -25,7 +25,8 @@ RENDITION_NOTE = ("--emulate moto: deploying the moto rendition of the templates
                   "The real templates are unchanged: see `hpq synth`.")
 
 
-def _is_stub_only(rtype: str) -> bool:
+def is_stub_only(rtype: str) -> bool:
+    """Whether the moto rendition swaps this resource type for a stand-in (the rehearsal realizes those itself)."""
     return any(rtype == t or (t.endswith("::") and rtype.startswith(t)) for t in MOTO_STUB_ONLY)
 
 
@@ -75,7 +76,7 @@ def moto_compatible(variant: str, templates: dict) -> dict:
     out = {}
     for fname, tmpl in templates.items():
         resources = tmpl.get("Resources", {})
-        replaced = {k for k, r in resources.items() if _is_stub_only(r["Type"])}
+        replaced = {k for k, r in resources.items() if is_stub_only(r["Type"])}
         nested = {k for k, r in resources.items() if r["Type"] == "AWS::CloudFormation::Stack"}
         defaults = {k: p["Default"] for k, p in tmpl.get("Parameters", {}).items() if "Default" in p}
         new = _expand_cidr(_replace_getatts(tmpl, replaced, nested), defaults)

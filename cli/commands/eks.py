@@ -165,15 +165,16 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
                         nccl_debug=nccl_debug, mpirun=mpirun)
 
     # Everything the manifests can refuse is refused before the first AWS call: all of it when the
-    # instance type is given, otherwise what does not depend on it (GPUS is checked once it is known).
-    if instance_type:
-        render_objects(request(instance_type))
-    else:
+    # instance type is given (those objects are the ones that run), otherwise what does not depend on it
+    # (GPUS is checked once the cluster has named the type).
+    objects = render_objects(request(instance_type)) if instance_type else None
+    if objects is None:
         check_request(request(None))
     if client is None:
         client = connect(cluster, region, profile)
     itype = eks_jobs.pick_instance_type(client, instance_type, nodes)
-    objects = render_objects(request(itype))
+    if objects is None:
+        objects = render_objects(request(itype))
     if fsx_claim:
         eks_jobs.check_fsx_claim(client, namespace, fsx_claim)
     plan = eks_jobs.plan_for(test, objects)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -11,7 +10,6 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
-from hpq.lifecycle import names
 
 RUN_EXAMPLES = """
 \b
@@ -136,24 +134,18 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     """
     from hpq.errors import UsageError
 
-    if variant not in names.VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
     if login and not variant.startswith("slurm"):
         raise UsageError("--login: EKS clusters have no login group")
     if without_fsx and not variant.startswith("slurm"):
         raise UsageError("--without-fsx rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
                          "driver, which no rehearsal runs")
     throttle = _sweep_options(variant, workers, sweep, throttles, sweep_args, nccl_args)
-    if instance_type:
+    if instance_type:  # inputs.VARIANT and inputs.ACCELERATED_TYPE have checked both names already
         from hpq.cfn.variants import VARIANTS
-        from hpq.lifecycle import catalog
 
-        try:
-            itype = catalog.lookup(instance_type).name
-        except catalog.UnknownInstanceType as exc:
-            raise UsageError(f"--instance-type: {exc}") from None
-        if itype not in VARIANTS[variant].worker_types():
-            raise UsageError(f"--instance-type {itype} is not a {VARIANTS[variant].accelerator_label} type for {variant}")
+        if instance_type not in VARIANTS[variant].worker_types():
+            raise UsageError(f"--instance-type {instance_type} is not a {VARIANTS[variant].accelerator_label} type "
+                             f"for {variant}")
     env = _env_pairs(node_env, node_names(variant, workers, login))
     from hpq.cli.rehearse import prereqs
 
@@ -278,7 +270,3 @@ def _pick_state(run_id: str | None) -> Any:
     if len(states) > 1:
         raise UsageError("several kept rehearsals: pick one with --run " + " / ".join(s.run_id for s in states))
     return states[0]
-
-
-def dump(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=2, sort_keys=True, default=str)

@@ -27,11 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.cli.aws import emulator
 from hpq.cli.rehearse import cfn_eval
 from hpq.cli.rehearse import plan as plan_mod
 from hpq.errors import OperationFailed
-
-STUB_TYPES = ("AWS::FSx::FileSystem", "AWS::SageMaker::Cluster", "AWS::Lambda::Function", "AWS::EKS::Cluster")
 
 
 class AwsStageError(OperationFailed):
@@ -317,9 +316,8 @@ class Realizer:
         return self.d.templates[fname]["Resources"][logical]["Type"]
 
     def is_stub(self, fname: str, logical: str) -> bool:
-        t = self.rtype(fname, logical)
-        return t in STUB_TYPES or t.startswith("Custom::") or t == "AWS::CloudFormation::CustomResource" \
-            or t.startswith(("AWS::EKS::", "AWS::APS::", "AWS::Grafana::"))
+        t = self.rtype(fname, logical)  # what the moto rendition swapped for a stand-in, plus the generic custom type
+        return emulator.is_stub_only(t) or t == "AWS::CloudFormation::CustomResource"
 
     def ref(self, fname: str, logical: str) -> Any:
         if self.is_stub(fname, logical):

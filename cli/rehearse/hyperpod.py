@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.cfn.common import SLURM_PARTITION  # the partition the templates give the workers
 from hpq.cli.rehearse import plan as plan_mod
 from hpq.cli.rehearse.fsx import MOUNTS_FILE
 from hpq.cli.rehearse.node import Node
@@ -41,7 +42,6 @@ from hpq.lifecycle import names
 
 RESOURCE_CONFIG = names.RESOURCE_CONFIG
 SLURM_CONF = "/opt/slurm/etc/slurm.conf"
-DEFAULT_PARTITION = "dev"
 SLURMCTLD_PORT = 6817
 
 
@@ -186,7 +186,7 @@ def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[
         parts = [f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
                  "MaxTime=INFINITE State=UP" for i, (name, members) in enumerate(partitions.items())]
     else:
-        parts = [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+        parts = [f"PartitionName={SLURM_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
     return agent_slurm_conf(plan.cluster_name, ctl.hostname, nodes, parts)
 
 

@@ -185,19 +185,6 @@ class Node:
         self.sh('set -e; mkdir -p "$(dirname "$1")"; umask 077; cat > "$1"; chmod "$2" "$1"; chown "$3" "$1"',
                 path, oct(mode)[2:], owner, input=data)
 
-    def start_daemon(self, argv: list[str], log_name: str, env: dict[str, str] | None = None,
-                     user_env: bool = False) -> subprocess.Popen:
-        """A long-running process on the node (sshd); it dies with the node's teardown."""
-        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            return subprocess.Popen(self.command(argv, env), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
-
-    def alive(self) -> bool:
-        return bool(self.holder_pid) and os.path.exists(f"/proc/{self.holder_pid}")
-
 
 def stop_namespace_processes(netns_name: str, grace: float = 5.0) -> int:
     """SIGTERM every process in the node's network namespace, SIGKILL what is left after ``grace``."""

@@ -10,9 +10,10 @@ import os
 import shutil
 import sys
 
+from hpq.cli.rehearse.node import NODE_PATH
 from hpq.errors import UsageError
 
-SEARCH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SEARCH = NODE_PATH  # where the nodes find their programs: the prerequisites are looked up there
 # executable -> Debian package that ships it
 BINARIES = {
     "ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "pivot_root": "util-linux",

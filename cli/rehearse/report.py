@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from hpq.cli.rehearse import throttle
+
 
 def emit(result: dict[str, Any], output: str, out: TextIO | None = None, err: TextIO | None = None) -> None:
     out = out or sys.stdout
@@ -35,12 +37,6 @@ def failure_text(f: dict[str, Any]) -> str:
     for ln in f.get("last_lines") or []:
         lines.append(f"  | {ln}")
     return "\n".join(lines) + "\n"
-
-
-def _gbps(v: Any) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.2f}" if v >= 0.1 or v == 0 else f"{v:.2g}"
 
 
 def _fmt(v: Any) -> str:
@@ -80,7 +76,7 @@ def table(r: dict[str, Any]) -> str:
         scores = sweep.get("scores") or {}
         if scores:
             lines.append("sweep scores (GB/s): " + ", ".join(
-                f"{n} {_gbps(v)}{' SLOW' if n in (sweep.get('slow_nodes') or []) else ''}" for n, v in scores.items()))
+                f"{n} {throttle.gbps(v)}{' SLOW' if n in (sweep.get('slow_nodes') or []) else ''}" for n, v in scores.items()))
         for t in sweep.get("throttled") or []:
             lines.append(f"sweep throttle: {t['node']} ({t['slurm_node']}) at {t['rate']}")
         lines.append(f"sweep: {(sweep.get('check') or {}).get('message', '-')}")

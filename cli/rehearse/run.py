@@ -4,15 +4,13 @@ Stages: ``network`` (bridge, subnet) -> ``aws`` (embedded moto, the real deploy 
 realized) -> ``nodes`` (namespaces, image, IMDS, HyperPod's files) -> ``lifecycle`` (OnCreate on
 every node at once) -> ``slurm`` (every worker idle in ``sinfo``) -> ``nccl`` and ``nanogpt``
 (over SSH) -> ``sweep`` (with ``Options.sweep``: the throttles applied with tc, then
-``run-nccl-test --sweep`` over SSH) -> any extra stages a caller adds (``Options.extra_stages``). EKS variants replace the
-Slurm stages with ``manifests``. Teardown runs on success, failure, Ctrl-C and SIGTERM unless
+``run-nccl-test --sweep`` over SSH). EKS variants replace the Slurm stages with ``manifests``. Teardown runs on success, failure, Ctrl-C and SIGTERM unless
 ``keep`` is set; a second signal during teardown is held back until it is done.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -62,8 +60,6 @@ class Options:
     sweep_args: str = DEFAULT_SWEEP_ARGS
     # worker index (0-based over the workers in plan order: 0 is worker-1) -> tc rate, applied before the sweep
     throttle: dict[int, str] = field(default_factory=dict)
-    # (name, callable(rehearsal) -> (result key, data, ok, message)): run after validation, e.g. a sweep.
-    extra_stages: list[tuple[str, Callable[[Rehearsal], tuple[str, Any, bool, str]]]] = field(default_factory=list)
 
 
 class Failure(OperationFailed):
@@ -195,8 +191,6 @@ class Rehearsal:
                 self._stage("sweep", self.run_sweep)
         else:
             self._stage("manifests", self.check_manifests)
-        for name, func in self.opts.extra_stages:
-            self._stage(name, lambda f=func, n=name: self._extra(n, f))
 
     # ------------------------------------------------------------------ stages
 
@@ -542,13 +536,6 @@ class Rehearsal:
         if not report["ok"]:
             raise Failure("manifests", "; ".join(i["error"] for i in report["manifests"] if i.get("error")))
 
-    def _extra(self, name: str, func: Callable[[Rehearsal], tuple[str, Any, bool, str]]) -> None:
-        key, data, ok, message = func(self)
-        self.result[key] = data
-        self.say(name, message)
-        if not ok:
-            raise Failure(name, message)
-
     # ------------------------------------------------------------------ result and teardown
 
     def node_results(self) -> list[dict[str, Any]]:
@@ -711,7 +698,3 @@ def _node_path() -> str:
     from hpq.cli.rehearse.node import NODE_PATH
 
     return NODE_PATH
-
-
-def quote(argv: list[str]) -> str:
-    return shlex.join(argv)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpq.errors import UsageError
+from hpq.scripts import sweep
 
 # tc's suffixes and what each multiplies the number by, in bits per second (tc/tc_util.c, suffixes[]).
 RATE_SUFFIXES = {
@@ -86,11 +87,9 @@ class Check:
     node: str | None = None  # the rehearsal node the failure is about (worker-N), if one
 
 
-def _gbps(value: Any) -> str:
-    if value is None:
-        return "-"
-    v = float(value)
-    return f"{v:.2f}" if v >= 0.1 or v == 0 else f"{v:.2g}"
+def gbps(value: Any) -> str:
+    """A score as the sweep prints it (scripts/sweep.fmt_gbps); "-" for a node none of whose pairs ran."""
+    return "-" if value is None else sweep.fmt_gbps(float(value))
 
 
 def judge(doc: dict[str, Any] | None, remote_code: int, expected: dict[str, str], names: dict[str, str]) -> Check:
@@ -111,7 +110,7 @@ def judge(doc: dict[str, Any] | None, remote_code: int, expected: dict[str, str]
     named = list(doc.get("slow_nodes") or [])
     scores = doc.get("scores") or {}
     median, threshold = doc.get("median_gbps"), doc.get("threshold_gbps")
-    versus = f"median {_gbps(median)} GB/s, slow below {_gbps(threshold)} GB/s"
+    versus = f"median {gbps(median)} GB/s, slow below {gbps(threshold)} GB/s"
     missed = [n for n in expected if n not in named]
     extra = [n for n in named if n not in expected]
     bad = [p for p in doc.get("pairs") or [] if p.get("status") in ("failed", "timeout", "wrong")
@@ -121,15 +120,15 @@ def judge(doc: dict[str, Any] | None, remote_code: int, expected: dict[str, str]
     node = None
     if missed:
         node = names.get(missed[0])
-        txt = "; ".join(f"{who(n)} throttled to {expected[n]} scored {_gbps(scores.get(n))} GB/s" for n in missed)
+        txt = "; ".join(f"{who(n)} throttled to {expected[n]} scored {gbps(scores.get(n))} GB/s" for n in missed)
         problems.append(f"the sweep missed the throttled node(s): {txt} ({versus})")
         slowest = min(rate_bits(expected[n]) for n in missed) / 8e9
         if median and slowest >= 0.5 * float(median):
-            problems.append(f"the throttle ({_gbps(slowest)} GB/s) is not below what unthrottled pairs measure "
-                            f"here ({_gbps(median)} GB/s), so it slowed nothing the sweep could see")
+            problems.append(f"the throttle ({gbps(slowest)} GB/s) is not below what unthrottled pairs measure "
+                            f"here ({gbps(median)} GB/s), so it slowed nothing the sweep could see")
     if extra:
         node = node or names.get(extra[0])
-        txt = "; ".join(f"{who(n)} at {_gbps(scores.get(n))} GB/s" for n in extra)
+        txt = "; ".join(f"{who(n)} at {gbps(scores.get(n))} GB/s" for n in extra)
         injected = "nothing was throttled" if not expected else "it was not throttled"
         problems.append(f"the sweep named {txt} though {injected} ({versus}): a false alarm")
     if bad:
@@ -140,8 +139,8 @@ def judge(doc: dict[str, Any] | None, remote_code: int, expected: dict[str, str]
     if problems:
         return Check(False, "FAIL: " + "; ".join(problems) + ".", node)
     if expected:
-        txt = ", ".join(f"{who(n)} at {_gbps(scores.get(n))} GB/s (throttled to {expected[n]})" for n in expected)
+        txt = ", ".join(f"{who(n)} at {gbps(scores.get(n))} GB/s (throttled to {expected[n]})" for n in expected)
         return Check(True, f"PASS: the sweep named exactly the throttled node(s): {txt}; {versus}.")
     vals = [float(v) for v in scores.values() if v is not None]
-    span = f"scores {_gbps(min(vals))}..{_gbps(max(vals))} GB/s, " if vals else ""
+    span = f"scores {gbps(min(vals))}..{gbps(max(vals))} GB/s, " if vals else ""
     return Check(True, f"PASS: the sweep named no slow node and none was throttled: {span}{versus}.")
