@@ -15,7 +15,7 @@ from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
 from troposphere import cloudformation as cfn
 
 from hpq import __version__
-from hpq.cfn import common, helm, iam
+from hpq.cfn import common, helm, iam, regions
 from hpq.cfn.variants import (
     EKS,
     HELM,
@@ -77,6 +77,18 @@ def _lift_rules(t: common.Template, nested: dict[str, common.Template]) -> None:
             body = encode_to_dict(rule)
             if _param_refs(body) <= set(t.parameters) and name not in t.rules:
                 t.add_rule(name, body)
+
+
+def _add_region_rule(t: common.Template, variant: Variant, nested: dict[str, common.Template]) -> None:
+    """Refuse a region whose CloudFormation lacks a resource type the variant creates (cfn/regions.py), before
+    anything is created; the Observability stack's region-conditioned Grafana does not count."""
+    types = regions.required_types([n.to_dict() for n in nested.values()] + [t.to_dict()])
+    where = regions.regions_with(types)
+    t.add_rule(regions.REGION_RULE, {"Assertions": [{
+        "Assert": {"Fn::Contains": [list(where), Ref("AWS::Region")]},
+        "AssertDescription": f"hpq {variant.name} deploys only where CloudFormation has every resource type it "
+                             f"creates (SageMaker HyperPod, EKS, FSx ...): {', '.join(where)}.",
+    }]})
 
 
 def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> common.Template:
@@ -240,6 +252,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                                                                      "AssetsPrefix"]
                 + (["HelmLayerS3Key"] if variant.eks else []))]
     _lift_rules(t, nested)
+    _add_region_rule(t, variant, nested)
 
     listed = [p for _, ps in groups for p in ps]
     assert sorted(listed) == sorted(t.parameters), "every root parameter belongs to one console group"

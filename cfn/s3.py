@@ -56,7 +56,7 @@ def cluster_config(cfg: S3Config) -> Sub:
 
     {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "<ClusterName>",
      "controller_group": "controller", "login_group": "login" | null, "worker_groups": ["worker"],
-     "partition": "dev"}; EKS: orchestrator "eks", controller/login/partition null."""
+     "partition": "workers"}; EKS: orchestrator "eks", controller/login/partition null."""
     doc = {
         "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
         "orchestrator": "slurm" if cfg.slurm else "eks",

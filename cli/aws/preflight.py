@@ -72,6 +72,50 @@ class InstanceTypeOfferValidator(Validator):
                           f"(per {offers.source()}): {todo}", FailureLevel.ERROR)
 
 
+class RegionValidator(Validator):
+    """The variant deploys only where CloudFormation has every resource type it creates (cfn/regions.py, from
+    cfn-lint's per-region provider schemas); elsewhere the stack fails at the first missing type, after the VPC,
+    FSx and (EKS) the cluster exist. The root template's RegionHasEveryResourceType rule says the same."""
+
+    def _validate(self, *, variant: str, region: str) -> None:
+        from hpq.cfn import regions, synth
+
+        where = regions.variant_regions(variant)
+        if region in where:
+            return
+        if region in regions.known_regions():
+            types = regions.required_types(synth.synthesize(variant).values())
+            missing = regions.missing_types(region, types)
+            why = (f"CloudFormation there has no {', '.join(missing)}" if missing else
+                   "SageMaker HyperPod has no on-demand offer there")
+        else:
+            why = "cfn-lint's data does not know the region"
+        self._add_failure(f"hpq {variant} cannot be deployed in {region}: {why} (per {regions.source()}); "
+                          f"use --region with one of: {', '.join(where)}", FailureLevel.ERROR)
+
+
+class ObservabilityRegionValidator(Validator):
+    """EnableObservability=true where CloudFormation has no AWS::Grafana::Workspace: the Observability stack
+    creates Managed Prometheus only (its GrafanaInRegion condition, cfn/observability.py)."""
+
+    def _validate(self, *, region: str, enabled: bool) -> None:
+        from hpq.cfn import regions
+
+        if not enabled or region in regions.grafana_regions() or region not in regions.hyperpod_regions():
+            return
+        self._add_failure(f"EnableObservability=true: Managed Grafana is not available in {region} (CloudFormation "
+                          f"has no {regions.GRAFANA_TYPE} there, per {regions.source()}): only the Managed "
+                          "Prometheus workspace is created; Grafana regions: "
+                          f"{', '.join(regions.grafana_regions())}", FailureLevel.WARNING)
+
+
+def region_checks(variant: str, region: str, values: dict[str, str]) -> list[Failure]:
+    """Where the variant (and its optional Grafana) can be created at all; run before every other check."""
+    failures = RegionValidator()(variant=variant, region=region)
+    failures += ObservabilityRegionValidator()(region=region, enabled=values.get("EnableObservability") == "true")
+    return failures
+
+
 class EksControlPlaneAzValidator(Validator):
     """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html)."""
 
@@ -86,17 +130,24 @@ class EksControlPlaneAzValidator(Validator):
 
 
 class KubernetesSupportValidator(Validator):
-    """EKS creates versions in standard or extended support; STANDARD only fits a version in standard support.
+    """EKS creates versions in standard or extended support; STANDARD only fits a version in standard support,
+    and HyperPod supports the versions its EKS prerequisites page lists (cfn/eks.py HYPERPOD_VERSIONS).
 
-    EKS user guide: the release calendar (kubernetes-versions.html) and "Manage EKS extended support"
-    (a cluster in extended support cannot be set to STANDARD)."""
+    EKS user guide: the release calendar (kubernetes-versions.html: with STANDARD, EKS upgrades the control plane
+    at the end of standard support) and "Manage EKS extended support" (a cluster in extended support cannot be set
+    to STANDARD)."""
 
     def _validate(self, *, version: str, support_type: str, today: datetime.date) -> None:
-        from hpq.cfn.eks import KUBERNETES_CALENDAR
+        from hpq.cfn import eks
 
-        dates = KUBERNETES_CALENDAR.get(version)
+        dates = eks.KUBERNETES_CALENDAR.get(version)
         if dates is None:
             return
+        if version not in eks.HYPERPOD_VERSIONS:
+            self._add_failure(f"KubernetesVersion {version} is not one SageMaker HyperPod documents "
+                              f"({', '.join(eks.HYPERPOD_VERSIONS)}; {eks.HYPERPOD_VERSIONS_URL}, read "
+                              f"{eks.HYPERPOD_VERSIONS_READ}): HyperPod may refuse the EKS cluster 30 to 40 minutes "
+                              f"in; {eks.DEFAULT_KUBERNETES_VERSION} is the newest documented", FailureLevel.WARNING)
         std_end, ext_end = (datetime.date.fromisoformat(d) for d in dates)
         if today >= ext_end:
             self._add_failure(f"KubernetesVersion {version} left EKS extended support on {ext_end}: EKS no longer "
@@ -108,6 +159,16 @@ class KubernetesSupportValidator(Validator):
         elif today >= std_end:
             self._add_failure(f"KubernetesVersion {version} is in EKS extended support (since {std_end}): the "
                               "cluster is billed at extended-support prices", FailureLevel.WARNING)
+        elif std_end - today <= datetime.timedelta(days=eks.SUPPORT_HORIZON_DAYS):
+            if support_type == "STANDARD":
+                self._add_failure(f"KubernetesVersion {version} leaves EKS standard support on {std_end}: with "
+                                  "EksSupportType=STANDARD EKS then upgrades the control plane to the next version, "
+                                  "which SageMaker HyperPod may not support yet; --param EksSupportType=EXTENDED "
+                                  "keeps it (extended-support prices from that date)", FailureLevel.WARNING)
+            else:
+                self._add_failure(f"KubernetesVersion {version} leaves EKS standard support on {std_end}: from then "
+                                  "the cluster is billed at extended-support prices (EksSupportType=EXTENDED) "
+                                  "until you upgrade it", FailureLevel.WARNING)
 
 
 class NodeSubnetCapacityValidator(Validator):
@@ -187,7 +248,8 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
     v = VARIANTS[variant]
     today = today or datetime.date.today()
     plan_arn = values.get("TrainingPlanArn", "")
-    failures = InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
+    failures = region_checks(variant, region, values)
+    failures += InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
         "WorkerInstanceType", ""), region=region, training_plan=plan_arn)
     if plan is not None and plan_arn_given(values):
         failures += TrainingPlanValidator()(plan=plan, worker_type=values.get("WorkerInstanceType", ""),
