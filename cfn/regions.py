@@ -25,9 +25,10 @@ regions (cfn/lint.py).
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from collections.abc import Iterable
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 from hpq.cfn import offers
 
@@ -103,7 +104,7 @@ def required_types(templates: Iterable[dict[str, Any]]) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def variant_regions(variant: str) -> tuple[str, ...]:
     """The HyperPod regions where every resource type of the variant's templates exists."""
     from hpq.cfn import synth

@@ -8,12 +8,14 @@ guide, AWS's own console stacks (aws/sagemaker-hyperpod-cluster-setup) and sampl
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
 
 from hpq.cfn import helm as cfn_helm
-from hpq.tests.fixtures_cfn import COMBOS, rendered  # noqa: F401
+from hpq.cfn import synth
+from hpq.tests.fixtures_cfn import COMBOS, RENDER_DATE, rendered  # noqa: F401
 
 EKS = [c for c in COMBOS if c[0].startswith("eks")]
 SLURM = [c for c in COMBOS if c[0].startswith("slurm")]
@@ -170,23 +172,49 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_kubernetes_versions_eks_still_creates_and_standard_support_by_default(rendered, variant, size):  # noqa: F811
-    """EKS user guide release calendar (kubernetes-versions.html): 1.30 can no longer be created, 1.31 leaves
-    extended support on 2026-11-26; HyperPod's EKS prerequisites list up to 1.35. The default is the newest
-    version in standard support on the calendar's date, and UpgradePolicy.SupportType defaults to STANDARD
-    (no extended-support charges by surprise; CloudFormation AWS::EKS::Cluster UpgradePolicy)."""
+def test_kubernetes_versions_are_hyperpods_documented_ones_eks_still_creates(rendered, variant, size):  # noqa: F811
+    """HyperPod's EKS prerequisites page (sagemaker-hyperpod-eks-prerequisites.html, read 2026-11-26) lists 1.28 to
+    1.34; the EKS release calendar (kubernetes-versions.html) no longer creates 1.30 (2026-07-23) nor 1.31 (from
+    2026-11-26). So on the render date 2026-11-26 the template offers 1.32, 1.33, 1.34 and defaults to 1.34, the
+    newest documented; 1.34 leaves standard support on 2026-12-02, within the horizon, so EksSupportType defaults
+    to EXTENDED (EKS would otherwise upgrade the control plane to 1.35, which HyperPod does not list)."""
     from hpq.cfn import eks as cfn_eks
 
+    assert RENDER_DATE == datetime.date(2026, 11, 26)
     params = rendered[(variant, size)]["root.json"]["Parameters"]
-    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34", "1.35"]
-    in_standard = [v for v, (std_end, _) in cfn_eks.KUBERNETES_CALENDAR.items() if std_end > cfn_eks.CALENDAR_AS_OF]
-    assert params["KubernetesVersion"]["Default"] == max(in_standard, key=lambda v: tuple(map(int, v.split("."))))
-    assert all(ext_end > cfn_eks.CALENDAR_AS_OF for _, ext_end in cfn_eks.KUBERNETES_CALENDAR.values())
-    assert params["EksSupportType"]["Default"] == "STANDARD"
+    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34"]
+    assert params["KubernetesVersion"]["Default"] == "1.34" == cfn_eks.HYPERPOD_VERSIONS[-1]
+    assert params["EksSupportType"]["Default"] == "EXTENDED"
     assert params["EksSupportType"]["AllowedValues"] == ["STANDARD", "EXTENDED"]
     cluster = rendered[(variant, size)]["EKS.json"]["Resources"]["Cluster"]["Properties"]
     assert cluster["UpgradePolicy"] == {"SupportType": {"Ref": "EksSupportType"}}
     assert cluster["Version"] == {"Ref": "KubernetesVersion"}
+    # Rendered months earlier, 1.31 was still created and 1.34 far from its end: STANDARD by default.
+    early = synth.synthesize(variant, size, as_of=datetime.date(2026, 8, 1))["root.json"]["Parameters"]
+    assert early["KubernetesVersion"]["AllowedValues"] == ["1.31", "1.32", "1.33", "1.34"]
+    assert early["EksSupportType"]["Default"] == "STANDARD"
+
+
+def test_a_newer_kubernetes_version_only_on_explicit_request_with_a_warning():
+    """1.35 exists in EKS but not in HyperPod's list: a default render does not offer it; --param
+    KubernetesVersion=1.35 renders it (root and EKS stack) and calendar_notes warns; a version EKS does not create
+    at all stays refused."""
+    from hpq.errors import UsageError
+
+    default = synth.synthesize("eks-gpu", as_of=RENDER_DATE)
+    assert "1.35" not in default["root.json"]["Parameters"]["KubernetesVersion"]["AllowedValues"]
+    asked = synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.35"}, as_of=RENDER_DATE)
+    assert asked["root.json"]["Parameters"]["KubernetesVersion"]["Default"] == "1.35"
+    assert "1.35" in asked["EKS.json"]["Parameters"]["KubernetesVersion"]["AllowedValues"]
+    notes = synth.calendar_notes("eks-gpu", {"KubernetesVersion": "1.35"}, as_of=RENDER_DATE)
+    assert any("1.35 is newer than every version SageMaker HyperPod documents" in n for n in notes)
+    assert not any("newer" in n for n in synth.calendar_notes("eks-gpu", as_of=RENDER_DATE))
+    assert any("render and publish again after 2026-12-02" in n for n in synth.calendar_notes("eks-gpu",
+                                                                                               as_of=RENDER_DATE))
+    with pytest.raises(UsageError):
+        synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.36"}, as_of=RENDER_DATE)
+    with pytest.raises(UsageError):
+        synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.30"}, as_of=RENDER_DATE)
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
@@ -556,37 +584,36 @@ def test_controller_and_login_types_need_an_offer_in_the_region(rendered, varian
 def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):  # noqa: F811
     """EKS: a cluster in extended support cannot have extended support disabled ("Prevent increased cluster costs by
     disabling EKS extended support", disable-extended-support.html: only a cluster in standard support can be set to
-    STANDARD). 1.32 and 1.33 left standard support before the calendar date hpq carries (cfn/eks.py), so a template
-    Rule refuses them with EksSupportType=STANDARD before anything is created, on the console/publish path too
-    (hpq deploy's pre-flight says the same with today's date). Root and EKS stack carry it."""
+    STANDARD). On the render date 1.32 and 1.33 are out of standard support, so a template Rule refuses them with
+    EksSupportType=STANDARD before anything is created (console/publish path; hpq deploy's pre-flight says the same
+    with today's date). Rendered on 2026-12-02 the rule covers 1.34 too. Root and EKS stack carry it."""
     from hpq.cfn import eks
 
-    files = rendered[(variant, size)]
-    root, nested = files["root.json"], files["EKS.json"]
-    rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
-    assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
-    assert eks.EXTENDED_ONLY_VERSIONS == ("1.32", "1.33")
+    def check(files, refused):
+        root, nested = files["root.json"], files["EKS.json"]
+        rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
+        assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
 
-    def holds(version: str, support: str) -> bool:
-        env = {"KubernetesVersion": version, "EksSupportType": support}
-        return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
+        def holds(version: str, support: str) -> bool:
+            env = {"KubernetesVersion": version, "EksSupportType": support}
+            return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
 
-    for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
-        assert holds(version, "EXTENDED")
-        assert holds(version, "STANDARD") is (version not in ("1.32", "1.33")), version
-    assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+        for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
+            assert holds(version, "EXTENDED")
+            assert holds(version, "STANDARD") is (version not in refused), version
+        assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+
+    check(rendered[(variant, size)], ("1.32", "1.33"))
+    check(synth.synthesize(variant, size, as_of=datetime.date(2026, 12, 2)), ("1.32", "1.33", "1.34"))
 
 
-def test_kubernetes_version_docs_cite_both_sources():
-    """Stored copies of the HyperPod EKS prerequisites page list versions up to 1.34; the issue (2026-11-23) says
-    HyperPod lists up to 1.35. hpq keeps 1.35 as the default and docs/templates.md says where each claim comes from
-    and to confirm against the live page."""
+def test_kubernetes_version_docs_cite_the_hyperpod_page():
+    """docs/templates.md names the default, the page it comes from and the date it was read."""
     from pathlib import Path
 
     from hpq.cfn import eks
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `KubernetesVersion`"))
-    assert eks.DEFAULT_KUBERNETES_VERSION == "1.35" and "`1.35`" in row
-    assert "sagemaker-hyperpod-eks-prerequisites.html" in row
-    assert "1.34" in row and "confirm" in row.lower()
+    assert eks.DEFAULT_KUBERNETES_VERSION == "1.34" and "`1.34`" in row
+    assert "sagemaker-hyperpod-eks-prerequisites.html" in row and "2026-11-26" in row
