@@ -118,8 +118,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         ctl_type = copy(HYPERPOD, "ControllerInstanceType")
         login_on = copy(HYPERPOD, "EnableLoginGroup")
         login_type = copy(HYPERPOD, "LoginInstanceType")
-    else:  # NodeProvisioningMode Continuous exists for EKS-orchestrated clusters only (cfn/hyperpod.py)
-        provisioning = copy(HYPERPOD, "NodeProvisioningMode")
+    provisioning = copy(HYPERPOD, "NodeProvisioningMode")  # both orchestrators (cfn/hyperpod.py)
     az = copy(NETWORKING, "AvailabilityZoneId")
     vpc_cidr = copy(NETWORKING, "VpcCidr")
     fsx_capacity = copy(STORAGE, "StorageCapacityGiB", "FsxStorageCapacityGiB")
@@ -188,13 +187,12 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         "WorkerInstanceType": worker_type, "WorkerCount": worker_count, "ThreadsPerCore": threads,
         "EbsVolumeSizeGB": ebs, "TrainingPlanArn": plan,
         "TrainingPlanInstanceType": If(HAS_TRAINING_PLAN, worker_type, ""),
-        "OnStartDeepHealthChecks": checks,
+        "OnStartDeepHealthChecks": checks, "NodeProvisioningMode": provisioning,
     }
     if variant.slurm:
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
                           "LoginInstanceType": login_type})
     if variant.eks:
-        hp_params["NodeProvisioningMode"] = provisioning
         stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s, "EksSupportType": support,
                     "EksPublicAccessCidrs": Join(",", public_cidrs),
                     "FsxCsiRoleArn": _out(IAM, iam.OUT_FSX_CSI_ROLE_ARN),
@@ -239,8 +237,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     groups = [
         ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
                      "EbsVolumeSizeGB", "OnStartDeepHealthChecks"]
-         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm
-            else ["NodeProvisioningMode"])),
+         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])
+         + ["NodeProvisioningMode"]),
         ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]

@@ -144,3 +144,35 @@ def test_deploy_refuses_before_anything_changes(aws_env, capsys):  # noqa: F811
     assert boto3.client("s3", region_name="us-east-1").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
     stacks = boto3.client("cloudformation", region_name="us-east-1").list_stacks()["StackSummaries"]
     assert not [s for s in stacks if s["StackName"] == "hpq-preflight"]
+
+
+def test_continuous_provisioning_on_slurm_is_a_warning():
+    """CloudFormation's schema accepts it on Slurm, botocore's CreateCluster doc says EKS only (cfn/hyperpod.py)."""
+    check = preflight.SlurmContinuousProvisioningValidator()
+    [warn] = check(mode="Continuous")
+    assert warn.level == preflight.FailureLevel.WARNING and "EKS clusters only" in warn.message
+    assert check(mode="Standard") == []
+
+
+def test_interface_endpoints_must_be_offered_in_the_node_az():
+    """EC2 DescribeVpcEndpointServices (moto's rendition of the API): each service lists the AZs that offer it.
+    The healthy answer passes; the same answer with one service missing from the node's AZ (broken twin) and a region
+    without one service are errors naming what to do."""
+    from moto import mock_aws
+
+    from hpq.cfn.networking import INTERFACE_ENDPOINTS
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        assert preflight.endpoint_zone_checks(ec2, "us-east-1", "use1-az4") == []
+        zone = ec2.describe_availability_zones(ZoneIds=["use1-az4"])["AvailabilityZones"][0]["ZoneName"]
+    wanted = [f"com.amazonaws.us-east-1.{s}" for s in INTERFACE_ENDPOINTS]
+    healthy = {s: ["us-east-1a", zone] for s in wanted}
+    check = preflight.EndpointZoneValidator()
+    assert check(services=healthy, wanted=wanted, zone_id="use1-az4", zone_name=zone) == []
+    twin = dict(healthy, **{wanted[0]: ["us-east-1a"]})
+    [fail] = check(services=twin, wanted=wanted, zone_id="use1-az4", zone_name=zone)
+    assert fail.level == preflight.FailureLevel.ERROR and wanted[0] in fail.message and "us-east-1a" in fail.message
+    gone = {s: z for s, z in healthy.items() if s != wanted[-1]}
+    [absent] = check(services=gone, wanted=wanted, zone_id="use1-az4", zone_name=zone)
+    assert "has no VPC endpoint service" in absent.message

@@ -433,17 +433,16 @@ def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
 def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
     """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and,
-    on EKS variants, Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
     files = rendered[(variant, size)]
     params = files["root.json"]["Parameters"]
     assert params["OnStartDeepHealthChecks"]["Default"] == "None"
     hp = files["HyperPod.json"]
-    if variant.startswith("eks"):  # Slurm variants have no NodeProvisioningMode (see the test below)
-        assert params["NodeProvisioningMode"]["Default"] == "Standard"
-        assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
-        cluster = hp["Resources"]["Cluster"]["Properties"]
-        assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
-                                                              {"Ref": "AWS::NoValue"}]}
+    assert params["NodeProvisioningMode"]["Default"] == "Standard"
+    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                          {"Ref": "AWS::NoValue"}]}
     _, on_demand, on_plan = _worker_branches(hp)
     value = on_demand["OnStartDeepHealthChecks"]
     assert value == on_plan["OnStartDeepHealthChecks"]
@@ -460,30 +459,30 @@ def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, 
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_continuous_provisioning_is_offered_on_eks_only(rendered, variant, size):  # noqa: F811
-    """NodeProvisioningMode Continuous "is only supported for EKS orchestrated clusters" (SageMaker API reference,
-    CreateCluster NodeProvisioningMode, as botocore's sagemaker model has it; CloudFormation AWS::SageMaker::Cluster
-    NodeProvisioningMode), and AWS's console passes it only when the orchestrator is not Slurm
-    (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/hyperpod-cluster-creator/lambda_function/
-    lambda_function.py, ``if orchestrator_type != 'SLURM'``). A Slurm variant neither offers the parameter nor
-    can set the property; an EKS variant offers both."""
+def test_continuous_provisioning_is_offered_on_both_orchestrators(rendered, variant, size):  # noqa: F811
+    """The sources disagree on Slurm: botocore's SageMaker model says CreateCluster's Continuous "is only supported
+    for EKS orchestrated clusters", yet its ClusterOrchestratorSlurmConfig.AccountingDatabase (Slurm only) "is only
+    supported for clusters using Continuous"; CloudFormation's AWS::SageMaker::Cluster schema (cfn-lint's provider
+    schema) accepts NodeProvisioningMode on any cluster. hpq follows the CloudFormation schema (docs/templates.md):
+    every variant offers it, passes it through and sets the property only for Continuous."""
+    from botocore.loaders import Loader
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::SageMaker::Cluster").schema
+    assert schema["properties"]["NodeProvisioningMode"]["enum"] == ["Continuous"]
+    assert "AccountingDatabase" in schema["definitions"]["ClusterOrchestratorSlurmConfig"]["properties"]
+    model = Loader().load_service_model("sagemaker", "service-2")["shapes"]
+    assert "Continuous" in model["ClusterOrchestratorSlurmConfig"]["members"]["AccountingDatabase"]["documentation"]
     files = rendered[(variant, size)]
     root_params = files["root.json"]["Parameters"]
     hp = files["HyperPod.json"]
-    cluster = hp["Resources"]["Cluster"]["Properties"]
     groups = files["root.json"]["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
     grouped = {p for g in groups for p in g["Parameters"]}
     passed = files["root.json"]["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
-    if variant.startswith("slurm"):
-        assert "NodeProvisioningMode" not in root_params and "NodeProvisioningMode" not in grouped
-        assert "NodeProvisioningMode" not in hp["Parameters"] and "NodeProvisioningMode" not in passed
-        assert "NodeProvisioningMode" not in cluster
-        assert "ContinuousProvisioning" not in hp.get("Conditions", {})
-    else:
-        assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"]
-        assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
-        assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
-                                                                             "Continuous"]}
+    assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"] and "NodeProvisioningMode" in grouped
+    assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
+    assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
+                                                                         "Continuous"]}
 
 
 # The three HyperPod events as the SageMaker Developer Guide shows them ("Events that Amazon SageMaker AI sends

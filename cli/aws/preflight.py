@@ -218,6 +218,18 @@ class TrainingPlanValidator(Validator):
                               FailureLevel.WARNING)
 
 
+class SlurmContinuousProvisioningValidator(Validator):
+    """NodeProvisioningMode=Continuous on Slurm: CloudFormation's AWS::SageMaker::Cluster schema accepts it, botocore's
+    CreateCluster documentation still says EKS only (cfn/hyperpod.py PROVISIONING_MODES): say so, do not refuse."""
+
+    def _validate(self, *, mode: str) -> None:
+        if mode == "Continuous":
+            self._add_failure("NodeProvisioningMode=Continuous on Slurm: CloudFormation's AWS::SageMaker::Cluster "
+                              "schema accepts it, but the SageMaker API reference (CreateCluster) still documents it "
+                              "for EKS clusters only; if HyperPod refuses it, the stack rolls back at the HyperPod "
+                              "stack (--param NodeProvisioningMode=Standard avoids that)", FailureLevel.WARNING)
+
+
 class PublicEndpointValidator(Validator):
     """The Helm Lambda reaches the EKS API from outside the VPC, through the public endpoint."""
 
@@ -230,6 +242,57 @@ class PublicEndpointValidator(Validator):
                           FailureLevel.WARNING)
 
 
+class EndpointZoneValidator(Validator):
+    """Every interface endpoint the Networking stack puts into the node subnet must be offered in its AZ: an
+    endpoint service is available in some AZs of a region only, and CloudFormation fails the VPC endpoint (and
+    rolls back everything) otherwise. EC2 API reference, DescribeVpcEndpointServices: ServiceDetail.AvailabilityZones,
+    "The Availability Zones in which the service is available"; a name the region does not have is simply not
+    returned under the service-name filter."""
+
+    def _validate(self, *, services: dict[str, list[str]], wanted: list[str], zone_id: str, zone_name: str) -> None:
+        missing = [s for s in wanted if s not in services]
+        elsewhere = [s for s in wanted if s in services and zone_name not in services[s]]
+        if missing:
+            self._add_failure(f"the region has no VPC endpoint service {', '.join(missing)} (ec2:DescribeVpc"
+                              "EndpointServices): the Networking stack cannot create its interface endpoints here",
+                              FailureLevel.ERROR)
+        if elsewhere:
+            where = sorted(set.intersection(*(set(services[s]) for s in wanted if s in services)))
+            self._add_failure(f"AvailabilityZoneId={zone_id} ({zone_name}): the VPC endpoint service(s) "
+                              f"{', '.join(elsewhere)} are not offered in that AZ (ec2:DescribeVpcEndpointServices); "
+                              f"choose an AZ that has them all ({', '.join(where) or 'none'}) with --param "
+                              "AvailabilityZoneId=<its AZ id>", FailureLevel.ERROR)
+
+
+def endpoint_zone_checks(ec2: Any, region: str, zone_id: str) -> list[Failure]:
+    """Ask EC2 which AZs offer each interface endpoint service the templates create (cfn/networking.py)."""
+    from botocore.exceptions import ClientError
+
+    from hpq.cfn.networking import INTERFACE_ENDPOINTS
+    from hpq.cli.aws.session import aws_errors
+
+    if not zone_id:
+        return []
+    wanted = [f"com.amazonaws.{region}.{s}" for s in INTERFACE_ENDPOINTS]
+    with aws_errors("ec2:DescribeAvailabilityZones"):
+        zones = ec2.describe_availability_zones(ZoneIds=[zone_id])["AvailabilityZones"]
+    zone_name = zones[0]["ZoneName"] if zones else ""
+    services: dict[str, list[str]] = {}
+    for names in [wanted] + [[w] for w in wanted]:  # all at once; one by one only if a name is unknown
+        try:
+            page = ec2.describe_vpc_endpoint_services(ServiceNames=names)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidServiceName":
+                with aws_errors("ec2:DescribeVpcEndpointServices"):
+                    raise
+            continue  # a name the region does not have: asked again one by one, or left out
+        for detail in page.get("ServiceDetails", []):
+            services[detail["ServiceName"]] = list(detail.get("AvailabilityZones", []))
+        if len(names) > 1:
+            break
+    return EndpointZoneValidator()(services=services, wanted=wanted, zone_id=zone_id, zone_name=zone_name)
+
+
 def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[str, str]:
     """Template defaults, overlaid by each layer in turn (existing stack values, then the user's)."""
     values = {k: str(spec["Default"]) for k, spec in (root_template.get("Parameters") or {}).items()
@@ -240,9 +303,9 @@ def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[s
 
 
 def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None,
-        plan: Any = None) -> list[Failure]:
+        plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Every check that applies to the variant, on the stack's parameter values (``plan``: the described
-    TrainingPlanArn, cli/aws/training_plan.py, when one is given)."""
+    TrainingPlanArn, cli/aws/training_plan.py, when one is given; ``ec2``: a client for the checks that ask EC2)."""
     from hpq.cfn.variants import VARIANTS
 
     v = VARIANTS[variant]
@@ -256,6 +319,7 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
                                             zone_id=values.get("AvailabilityZoneId", ""))
     nodes = int(float(values.get("WorkerCount", "0") or 0))
     if v.slurm:
+        failures += SlurmContinuousProvisioningValidator()(mode=values.get("NodeProvisioningMode", "Standard"))
         for param in ("ControllerInstanceType", "LoginInstanceType"):
             if param == "LoginInstanceType" and values.get("EnableLoginGroup") != "true":
                 continue
@@ -269,6 +333,8 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
                                                  support_type=values.get("EksSupportType", "STANDARD"), today=today)
         failures += PublicEndpointValidator()(cidrs=values.get("EksPublicAccessCidrs", "0.0.0.0/0"))
     failures += NodeSubnetCapacityValidator()(orchestrator=v.orchestrator, nodes=nodes)
+    if ec2 is not None and not any(f.check == RegionValidator.__name__ for f in failures):
+        failures += endpoint_zone_checks(ec2, region, values.get("AvailabilityZoneId", ""))
     return failures
 
 
@@ -277,9 +343,9 @@ def plan_arn_given(values: dict[str, str]) -> bool:
 
 
 def check(variant: str, region: str, values: dict[str, str], on_note: Any = None,
-          today: datetime.date | None = None, plan: Any = None) -> list[Failure]:
+          today: datetime.date | None = None, plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Run the checks; warnings go to on_note, errors become one UsageError line (exit 2)."""
-    failures = run(variant, region, values, today, plan)
+    failures = run(variant, region, values, today, plan, ec2)
     for f in failures:
         if f.level == FailureLevel.WARNING and on_note:
             on_note(f"warning: {f.message}")
