@@ -154,7 +154,7 @@ def log_group_path(suffix: str) -> str:
 
 
 def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: int = 30,
-                        path: str | None = None, **extra: Any) -> logs.LogGroup:
+                        path: str | None = None, description: str | None = None, **extra: Any) -> logs.LogGroup:
     """A log group named after its stack, encrypted with a key of its own that CloudWatch Logs may use for this
     log group only.
 
@@ -165,7 +165,7 @@ def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: 
     ``path`` (an Fn::Sub text) names a log group another service writes to by name instead."""
     path = path or log_group_path(suffix)
     group_arn = Sub(f"arn:${{AWS::Partition}}:logs:${{AWS::Region}}:${{AWS::AccountId}}:log-group:{path}")
-    key = kms_key(t, f"{logical}Key", f"Encrypts the log group {path.replace('${AWS::StackName}', '<stack>')}.", {
+    key = kms_key(t, f"{logical}Key", description or f"Encrypts the log group /hpq/<stack>/{suffix}.", {
         "Sid": "CloudWatchLogsEncryptsThisLogGroup", "Effect": "Allow",
         "Principal": {"Service": Sub("logs.${AWS::Region}.${AWS::URLSuffix}")},
         "Action": list(KMS_SERVICE_ACTIONS), "Resource": "*",

@@ -210,7 +210,8 @@ def build(cfg: EksConfig) -> common.Template:
     # stack creates it first, with a retention and deleted with the stack, as AWS's Terraform does (issue 20:
     # awslabs/awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/terraform-modules/hyperpod-eks-tf).
     log_group = common.encrypted_log_group(t, "ControlPlaneLogGroup", "eks", CONTROL_PLANE_LOG_DAYS,
-                                      path=CONTROL_PLANE_LOG_GROUP)
+                                      path=CONTROL_PLANE_LOG_GROUP,
+                                      description="Encrypts the EKS control-plane log group /aws/eks/<cluster>/cluster.")
     cluster = t.add_resource(eks.Cluster(
         "Cluster", DependsOn=log_group.title, Name=cluster_name, Version=version, RoleArn=role,
         EncryptionConfig=[eks.EncryptionConfig(Resources=["secrets"],

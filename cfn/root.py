@@ -125,6 +125,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     fsx_throughput = copy(STORAGE, "PerUnitStorageThroughput", "FsxThroughputPerUnit")
     if variant.eks:
         eks_az = copy(NETWORKING, "EksAvailabilityZoneId")
+        eks_az2 = copy(NETWORKING, "EksSecondAvailabilityZoneId")
         k8s = copy(EKS, "KubernetesVersion")
         support = copy(EKS, "EksSupportType")
         public_cidrs = copy(EKS, "EksPublicAccessCidrs")
@@ -148,11 +149,6 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     t.add_condition(HAS_OBSERVABILITY, Equals(obs_on, "true"))
     t.add_condition(HAS_TRAINING_PLAN, Not(Equals(plan, "")))
     t.add_condition(HAS_VALIDATION, Equals(val_on, "true"))
-    if variant.eks:
-        t.add_rule("DistinctAvailabilityZones", {"Assertions": [{
-            "Assert": Not(Equals(az, eks_az)),
-            "AssertDescription": "EksAvailabilityZoneId must differ from AvailabilityZoneId (EKS needs two AZs).",
-        }]})
 
     def stack(name: str, params: dict[str, Any], condition: str | None = None) -> None:
         kw: dict[str, Any] = {"Condition": condition} if condition else {}
@@ -164,7 +160,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
 
     net_params = {"AvailabilityZoneId": az, "VpcCidr": vpc_cidr}
     if variant.eks:
-        net_params["EksAvailabilityZoneId"] = eks_az
+        net_params.update({"EksAvailabilityZoneId": eks_az, "EksSecondAvailabilityZoneId": eks_az2})
     stack(NETWORKING, net_params)
     stack(SECURITY, {"VpcId": _out(NETWORKING, names.OUT_VPC_ID)})
     node_subnet = _out(NETWORKING, names.OUT_NODE_SUBNET_ID)
@@ -239,7 +235,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                      "EbsVolumeSizeGB", "OnStartDeepHealthChecks"]
          + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])
          + ["NodeProvisioningMode"]),
-        ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
+        ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId", "EksSecondAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]
     if variant.eks:

@@ -43,10 +43,19 @@ def test_type_without_an_on_demand_offer_needs_a_plan_or_another_region():
 
 
 def test_eks_control_plane_az_ids():
+    """The control-plane subnets' AZs (EKS-only subnets: cfn/networking.py): EKS refuses use1-az3 & co there."""
+    from hpq.cfn.networking import control_plane_az_ids
+
     check = preflight.EksControlPlaneAzValidator()
     [fail] = check(zone_ids={"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az3"})
     assert fail.level == preflight.FailureLevel.ERROR and "EksAvailabilityZoneId=use1-az3" in fail.message
     assert check(zone_ids={"AvailabilityZoneId": "usw2-az1", "EksAvailabilityZoneId": "usw2-az2"}) == []
+    nodes_in_az3 = {"AvailabilityZoneId": "use1-az3", "EksAvailabilityZoneId": "use1-az4"}
+    [second] = check(zone_ids=control_plane_az_ids(nodes_in_az3))
+    assert "--param EksSecondAvailabilityZoneId=" in second.message
+    assert check(zone_ids=control_plane_az_ids(dict(nodes_in_az3, EksSecondAvailabilityZoneId="use1-az6"))) == []
+    [same] = check(zone_ids=control_plane_az_ids(dict(nodes_in_az3, EksSecondAvailabilityZoneId="use1-az4")))
+    assert "needs two AZs" in same.message
 
 
 def test_kubernetes_version_and_support_type():

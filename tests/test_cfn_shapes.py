@@ -372,16 +372,33 @@ def test_lint_sees_a_wrong_offer_claim(tmp_path):
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_eks_control_plane_subnets_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
-    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html);
-    both hpq subnets are EKS control-plane subnets. The rule sits in the root, checked before anything."""
-    rule = rendered[(variant, size)]["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"][0]["Assert"]
+def test_eks_control_plane_subnets_are_their_own_and_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
+    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html) and
+    wants two AZs. The control plane has two EKS-only subnets, never the node subnet, so nodes may be in such an AZ
+    when EksSecondAvailabilityZoneId names another. The rule sits in the root, checked before anything."""
+    files = rendered[(variant, size)]
+    assertions = files["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"]
+
+    def ok(az, eks_az, second=""):
+        env = {"AvailabilityZoneId": az, "EksAvailabilityZoneId": eks_az, "EksSecondAvailabilityZoneId": second}
+        return all(_eval(a["Assert"], env) for a in assertions)
+
+    assert ok("use1-az4", "use1-az6")
     for bad in ("use1-az3", "usw1-az2", "cac1-az3"):
-        assert _eval(rule, {"AvailabilityZoneId": bad, "EksAvailabilityZoneId": "use1-az1"}) is False
-        assert _eval(rule, {"AvailabilityZoneId": "use1-az1", "EksAvailabilityZoneId": bad}) is False
-    assert _eval(rule, {"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az6"}) is True
-    eks_subnets = rendered[(variant, size)]["Networking.json"]["Outputs"]["EksSubnetIds"]["Value"]
-    assert eks_subnets == {"Fn::Join": [",", [{"Ref": "NodeSubnet"}, {"Ref": "EksSubnet"}]]}
+        assert not ok(bad, "use1-az1")  # nodes there, second control-plane subnet defaulting to the nodes' AZ
+        assert not ok("use1-az1", bad)
+        assert not ok("use1-az1", "use1-az2", bad)
+        assert ok(bad, "use1-az1", "use1-az2")  # nodes in a refused AZ, control plane elsewhere
+    assert not ok("use1-az4", "use1-az4") and not ok("use1-az3", "use1-az1", "use1-az1")
+    net = files["Networking.json"]
+    assert net["Outputs"]["EksSubnetIds"]["Value"] == {"Fn::Join": [",", [{"Ref": "EksSubnet"},
+                                                                        {"Ref": "EksSubnetB"}]]}
+    second = net["Resources"]["EksSubnetB"]["Properties"]["AvailabilityZoneId"]
+    assert second == {"Fn::If": ["EksSecondSubnetInNodeAz", {"Ref": "AvailabilityZoneId"},
+                                 {"Ref": "EksSecondAvailabilityZoneId"}]}
+    blocks = {net["Resources"][n]["Properties"]["CidrBlock"]["Fn::Select"][0]
+              for n in ("PublicSubnet", "EksSubnet", "EksSubnetB")}
+    assert len(blocks) == 3  # three different /19s of the VPC's second half
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)

@@ -117,16 +117,22 @@ def region_checks(variant: str, region: str, values: dict[str, str]) -> list[Fai
 
 
 class EksControlPlaneAzValidator(Validator):
-    """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html)."""
+    """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html) and wants two AZs;
+    ``zone_ids`` are the control-plane subnets' (cfn/networking.py control_plane_az_ids)."""
 
     def _validate(self, *, zone_ids: dict[str, str]) -> None:
-        from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+        from hpq.cfn.networking import EKS_SECOND_AZ_PARAM, EKS_UNSUPPORTED_AZ_IDS
 
         for parameter, zone in zone_ids.items():
             if zone in EKS_UNSUPPORTED_AZ_IDS:
-                self._add_failure(f"{parameter}={zone}: EKS does not place control planes in "
-                                  f"{', '.join(EKS_UNSUPPORTED_AZ_IDS)}; choose another AZ id "
-                                  f"(--param {parameter}=...)", FailureLevel.ERROR)
+                todo = (f"--param {EKS_SECOND_AZ_PARAM}=<another AZ id> (the nodes may stay in {zone})"
+                        if parameter == "AvailabilityZoneId" else f"--param {parameter}=<another AZ id>")
+                self._add_failure(f"{parameter}={zone} would hold an EKS control-plane subnet: EKS does not place "
+                                  f"control planes in {', '.join(EKS_UNSUPPORTED_AZ_IDS)}; pass {todo}",
+                                  FailureLevel.ERROR)
+        if len(zone_ids) == 2 and len(set(zone_ids.values())) == 1:
+            self._add_failure(f"{' and '.join(zone_ids)} are both {next(iter(zone_ids.values()))}: the EKS control "
+                              "plane needs two AZs; choose different ones", FailureLevel.ERROR)
 
 
 class KubernetesSupportValidator(Validator):
@@ -327,7 +333,9 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
                                                      region=region, plan_allowed=False)
             nodes += 1
     if v.eks:
-        zones = {k: values[k] for k in ("AvailabilityZoneId", "EksAvailabilityZoneId") if values.get(k)}
+        from hpq.cfn.networking import control_plane_az_ids
+
+        zones = {k: z for k, z in control_plane_az_ids(values).items() if z}
         failures += EksControlPlaneAzValidator()(zone_ids=zones)
         failures += KubernetesSupportValidator()(version=values.get("KubernetesVersion", ""),
                                                  support_type=values.get("EksSupportType", "STANDARD"), today=today)
