@@ -108,7 +108,7 @@ def hpq_cluster_config(orchestrator: str = "slurm", cluster: str = CLUSTER) -> d
                 "login_group": None, "worker_groups": ["gpu-workers"], "partition": None}
     return {"schema_version": 1, "orchestrator": "slurm", "cluster_name": cluster,
             "controller_group": CONTROLLER_GROUP, "login_group": LOGIN_GROUP, "worker_groups": [WORKER_GROUP],
-            "partition": "dev"}
+            "partition": "workers"}
 
 
 def imds_answers(instance_id: str, instance_type: str = "p5.48xlarge") -> dict:
