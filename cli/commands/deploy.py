@@ -165,6 +165,10 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
     rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
+    from hpq.cfn.synth import calendar_notes  # published EKS templates go stale with the EKS calendar
+
+    for note in calendar_notes("eks-gpu"):
+        err.print(f"warning: {note}", markup=False)
     links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
     if output == "json":
         aws_report.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
