@@ -124,3 +124,14 @@ def test_lint_unknown_region_exits_2(tmp_path, state_env):
     assert res.stderr.strip().splitlines() == [
         "hpq: error: Invalid value for '--region': region 'xx-nowhere-1' is not a region this botocore knows "
         "(upgrade botocore if the region is new)"]
+
+
+def test_synth_renders_a_newer_kubernetes_version_only_on_request_and_warns(tmp_path, state_env):
+    """HyperPod documents up to 1.34 (cfn/eks.py): asking for 1.35 renders it, with a warning on stderr."""
+    res = hpq("synth", "eks-gpu", "-o", str(tmp_path), "--param", "KubernetesVersion=1.35", env_extra=state_env)
+    assert res.returncode == 0, res.stderr
+    assert "hpq: warning: KubernetesVersion 1.35 is newer than every version SageMaker HyperPod documents" in res.stderr
+    root = json.loads((tmp_path / "eks-gpu" / "root.json").read_text())
+    assert root["Parameters"]["KubernetesVersion"]["Default"] == "1.35"
+    res = hpq("synth", "eks-gpu", "-o", str(tmp_path), "--param", "KubernetesVersion=1.36", env_extra=state_env)
+    assert res.returncode == 2 and "KubernetesVersion='1.36' is not allowed" in res.stderr
