@@ -185,17 +185,3 @@ def test_interface_endpoints_must_be_offered_in_the_node_az():
     gone = {s: z for s, z in healthy.items() if s != wanted[-1]}
     [absent] = check(services=gone, wanted=wanted, zone_id="use1-az4", zone_name=zone)
     assert "has no VPC endpoint service" in absent.message
-
-
-def test_a_kept_value_the_new_template_no_longer_allows_is_an_error():
-    """An EKS stack created when hpq defaulted to 1.35 keeps it on update (UsePreviousValue); today's template offers
-    HyperPod's documented versions only, so CloudFormation would refuse the update: the pre-flight says how to keep
-    it. The same stack values with the version asked for explicitly (rendered into the template) pass."""
-    from hpq.cfn import synth
-
-    root = synth.synthesize("eks-gpu", as_of=TODAY)["root.json"]
-    values = preflight.effective_parameters(root, {"KubernetesVersion": "1.35"})
-    [fail] = preflight.AllowedValueValidator()(root_template=root, values=values)
-    assert fail.level == preflight.FailureLevel.ERROR and "--param KubernetesVersion=1.35" in fail.message
-    asked = synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.35"}, as_of=TODAY)["root.json"]
-    assert preflight.AllowedValueValidator()(root_template=asked, values=values) == []

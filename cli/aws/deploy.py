@@ -288,7 +288,7 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
         params = fill_defaults(client(session, "ec2"), release, variant, params, on_note, preferred)
     # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
     preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note, plan=plan,
-                    ec2=client(session, "ec2"), root_template=root)
+                    ec2=client(session, "ec2"))
     upload_release(s3, release, on_progress)
     # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}

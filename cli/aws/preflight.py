@@ -248,27 +248,6 @@ class PublicEndpointValidator(Validator):
                           FailureLevel.WARNING)
 
 
-class AllowedValueValidator(Validator):
-    """A value the stack keeps from before (an update sends it as UsePreviousValue) must still be one the new template
-    allows: templates change what they offer (Kubernetes versions HyperPod documents, controller types offered in
-    every region), and CloudFormation refuses the whole update otherwise."""
-
-    def _validate(self, *, root_template: dict, values: dict[str, str]) -> None:
-        from hpq.cfn import eks
-
-        for name, spec in (root_template.get("Parameters") or {}).items():
-            allowed = spec.get("AllowedValues")
-            value = values.get(name)
-            if allowed is None or value is None or value in [str(a) for a in allowed]:
-                continue
-            hint = (" (a version newer than HyperPod documents is rendered only on request: pass --param "
-                    f"KubernetesVersion={value} to keep it, or choose {eks.DEFAULT_KUBERNETES_VERSION})"
-                    if name == "KubernetesVersion" else "")
-            self._add_failure(f"{name}={value} (the stack's current value) is no longer allowed by this hpq's "
-                              f"template ({', '.join(map(str, allowed))}){hint}: pass --param {name}=<one of them>",
-                              FailureLevel.ERROR)
-
-
 class EndpointZoneValidator(Validator):
     """Every interface endpoint the Networking stack puts into the node subnet must be offered in its AZ: an
     endpoint service is available in some AZs of a region only, and CloudFormation fails the VPC endpoint (and
@@ -330,7 +309,7 @@ def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[s
 
 
 def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None,
-        plan: Any = None, ec2: Any = None, root_template: dict | None = None) -> list[Failure]:
+        plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Every check that applies to the variant, on the stack's parameter values (``plan``: the described
     TrainingPlanArn, cli/aws/training_plan.py, when one is given; ``ec2``: a client for the checks that ask EC2)."""
     from hpq.cfn.variants import VARIANTS
@@ -339,8 +318,6 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
     today = today or datetime.date.today()
     plan_arn = values.get("TrainingPlanArn", "")
     failures = region_checks(variant, region, values)
-    if root_template is not None:
-        failures += AllowedValueValidator()(root_template=root_template, values=values)
     failures += InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
         "WorkerInstanceType", ""), region=region, training_plan=plan_arn)
     if plan is not None and plan_arn_given(values):
@@ -374,10 +351,9 @@ def plan_arn_given(values: dict[str, str]) -> bool:
 
 
 def check(variant: str, region: str, values: dict[str, str], on_note: Any = None,
-          today: datetime.date | None = None, plan: Any = None, ec2: Any = None,
-          root_template: dict | None = None) -> list[Failure]:
+          today: datetime.date | None = None, plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Run the checks; warnings go to on_note, errors become one UsageError line (exit 2)."""
-    failures = run(variant, region, values, today, plan, ec2, root_template)
+    failures = run(variant, region, values, today, plan, ec2)
     for f in failures:
         if f.level == FailureLevel.WARNING and on_note:
             on_note(f"warning: {f.message}")
