@@ -100,6 +100,30 @@ def test_new_stack_gets_small_and_defaults_and_removed_parameters_are_listed():
     assert any("WorkerCount" in line and line.startswith(" ") and "[kept]" in line for line in lines)
 
 
+def create_only(resource_type: str) -> list[str]:
+    """createOnlyProperties of a type's registry schema as cfn-lint ships it (us-east-1): the properties the
+    CloudFormation resource reference marks "Update requires: Replacement"."""
+    import cfnlint
+
+    data = Path(cfnlint.__file__).parent / "data" / "schemas"
+    ref = json.loads((data / "providers" / "us-east-1.json").read_text())[resource_type]
+    return json.loads((data / "resources" / f"{ref}.json").read_text()).get("createOnlyProperties", [])
+
+
+def test_what_each_parameter_replaces_rests_on_the_resource_schemas():
+    """docs/updates.md's table (deploy_plan.REPLACED_BY / UPDATED_IN_PLACE) against the schemas: every property a
+    replacing parameter feeds is create-only; none an in-place parameter feeds is (nor any part of it)."""
+    for param, (_, chain) in deploy_plan.REPLACED_BY.items():
+        for rtype, prop in chain:
+            assert prop in create_only(rtype), (param, rtype, prop)
+    for param, props in deploy_plan.UPDATED_IN_PLACE.items():
+        for rtype, prop in props:
+            hits = [p for p in create_only(rtype) if p == prop or p.startswith(prop + "/")]
+            assert not hits, (param, rtype, hits)
+    declared = set(root_declared("eks-gpu")) | set(root_declared("slurm-gpu"))
+    assert set(deploy_plan.REPLACED_BY) | set(deploy_plan.UPDATED_IN_PLACE) <= declared
+
+
 # --- the change set's resource actions on documented answers ------------------------------------------
 
 

@@ -46,6 +46,40 @@ GUARDED_TYPES = {
 # ResourceChange.Replacement: True | False | Conditional (API reference, ResourceChange).
 REPLACING = ("True", "Conditional")
 
+# What a changed root parameter replaces, derived from the CloudFormation resource reference: a property marked
+# "Update requires: Replacement" is a createOnlyProperty in the type's registry schema (checked against cfn-lint's
+# copy of the schemas in tests/test_aws_deploy_update.py). (resource type, property path the parameter feeds).
+# docs/updates.md explains each chain; the change set remains the authority and the --yes guard reads it.
+REPLACED_BY: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "ClusterName": ("the HyperPod cluster (and on EKS the EKS cluster)", [
+        ("AWS::SageMaker::Cluster", "/properties/ClusterName"), ("AWS::EKS::Cluster", "/properties/Name"),
+        ("AWS::SageMaker::Cluster", "/properties/Orchestrator/Eks")]),
+    "AvailabilityZoneId": ("the node subnet, so FSx and the HyperPod cluster", [
+        ("AWS::EC2::Subnet", "/properties/AvailabilityZoneId"), ("AWS::FSx::FileSystem", "/properties/SubnetIds"),
+        ("AWS::SageMaker::Cluster", "/properties/VpcConfig")]),
+    "VpcCidr": ("the VPC, its subnets and security group, so FSx and the HyperPod cluster", [
+        ("AWS::EC2::VPC", "/properties/CidrBlock"), ("AWS::EC2::Subnet", "/properties/VpcId"),
+        ("AWS::EC2::SecurityGroup", "/properties/VpcId"), ("AWS::FSx::FileSystem", "/properties/SecurityGroupIds"),
+        ("AWS::FSx::FileSystem", "/properties/SubnetIds"), ("AWS::SageMaker::Cluster", "/properties/VpcConfig")]),
+    "EksAvailabilityZoneId": ("the second EKS control-plane subnet (the EKS cluster is updated, not replaced)", [
+        ("AWS::EC2::Subnet", "/properties/AvailabilityZoneId")]),
+}
+# Parameters whose properties update in place (not createOnlyProperties): sizes, types, counts, versions.
+UPDATED_IN_PLACE: dict[str, list[tuple[str, str]]] = {
+    "WorkerCount": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "WorkerInstanceType": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "EbsVolumeSizeGB": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "ControllerInstanceType": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "TrainingPlanArn": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "ThreadsPerCore": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "OnStartDeepHealthChecks": [("AWS::SageMaker::Cluster", "/properties/InstanceGroups")],
+    "FsxStorageCapacityGiB": [("AWS::FSx::FileSystem", "/properties/StorageCapacity")],
+    "FsxThroughputPerUnit": [("AWS::FSx::FileSystem", "/properties/LustreConfiguration")],
+    "KubernetesVersion": [("AWS::EKS::Cluster", "/properties/Version")],
+    "EksSupportType": [("AWS::EKS::Cluster", "/properties/UpgradePolicy")],
+    "EksPublicAccessCidrs": [("AWS::EKS::Cluster", "/properties/ResourcesVpcConfig")],
+}
+
 
 def size_preset(size: str) -> dict[str, str]:
     """The root parameters a size preset sets (cfn/variants.py SIZES; cfn/root.py names them)."""
@@ -154,6 +188,8 @@ def format_parameters(plan: ParameterPlan, creating: bool = False) -> list[str]:
         else:
             shown = _show(r.new)
         mark = "~" if r.changed and not creating else " "
+        if r.changed and not creating and r.key in REPLACED_BY and r.old is not None:
+            shown += f"  (replaces {REPLACED_BY[r.key][0]})"
         out.append(f"{mark} {r.key:<{width}}  {shown}  [{r.rule}]")
     return out
 
