@@ -100,6 +100,24 @@ def test_new_stack_gets_small_and_defaults_and_removed_parameters_are_listed():
     assert any("WorkerCount" in line and line.startswith(" ") and "[kept]" in line for line in lines)
 
 
+def test_a_kept_value_this_release_refuses_is_one_line_naming_it():
+    """A stack value a newer release no longer allows (CloudFormation would refuse it too) is said before anything is
+    uploaded, as the stack's value, with the way out; the same value given by the user is synth's own error."""
+    from hpq.cli.aws import deploy as aws_deploy
+
+    values = dict(deploy_plan.parameter_plan(root_declared(), CURRENT, {}, None).values,
+                  OnStartDeepHealthChecks="EveryTest")
+    existing = aws_stacks.StackInfo("team-a", "arn:aws:cloudformation:us-east-1:1:stack/team-a/1", "UPDATE_COMPLETE")
+    with pytest.raises(UsageError) as exc:
+        aws_deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, existing, None)
+    msg = str(exc.value)
+    assert msg.startswith("the stack's current parameters do not fit this release: OnStartDeepHealthChecks=")
+    assert msg.endswith("pass --param KEY=VALUE to choose a value it accepts") and "\n" not in msg
+    with pytest.raises(UsageError) as exc:
+        aws_deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, None, None)
+    assert not str(exc.value).startswith("the stack's current")
+
+
 def create_only(resource_type: str) -> list[str]:
     """createOnlyProperties of a type's registry schema as cfn-lint ships it (us-east-1): the properties the
     CloudFormation resource reference marks "Update requires: Replacement"."""
