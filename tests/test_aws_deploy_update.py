@@ -349,7 +349,8 @@ def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
 
     stack = "hpq-t-upd-yes"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no prompt
-    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, *EMULATE], capsys)
+    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param",
+                            "AvailabilityZoneId=use1-az4", *EMULATE], capsys)
     assert code == 0, err
     before = stack_params(stack)
     real = aws_deploy.client
@@ -359,6 +360,7 @@ def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
     code, _, err = run_cli(args, capsys)
     assert code == 2, err
     assert "REPLACEMENT: SubnetIds <- NodeSubnetId (recreates)" in err  # shown before the refusal
+    assert "use1-az4 -> use1-az6  (replaces the node subnet, so FSx and the HyperPod cluster)  [--param]" in err
     last = err.strip().splitlines()[-1]
     assert last == ("hpq: error: refused: this update replaces the FSx for Lustre file system (its data) "
                     "(StorageStack/FileSystem); pass --yes to allow it (--dry-run shows the plan only)")

@@ -211,7 +211,6 @@ def plan_parameters(session: Any, variant: str, root: dict[str, Any], name: str,
         raise UsageError(f"unknown parameter(s) {', '.join(unknown)} for {variant}; known: {', '.join(sorted(declared))}")
     current = existing.parameters if existing is not None else None
     plan = deploy_plan.parameter_plan(declared, current, user_values(root, user), size)
-    values = plan.values
     if existing is None and P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user:
         if not names.valid_cluster_name(name):  # never fall back silently to the template's default name
             raise UsageError(f"stack name {name!r} is also the HyperPod cluster name, which must be 1-63 "
