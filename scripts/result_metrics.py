@@ -6,10 +6,11 @@ Prometheus text exposition format into node_exporter's textfile-collector direct
 a series labelled by cluster, node, instance type and test, and a regression shows as a trend.
 
 Why a textfile: node_exporter's textfile collector reads every ``*.prom`` file of the directories given
-with ``--collector.textfile.directory`` (repeatable since node_exporter 1.7; collector/textfile.go at
-v1.9.1, the version AWS's HyperPod reference runs); AWS's reference feeds its NCCL Inspector metrics in the
-same way (awslabs/awsome-distributed-ai@95b939cd, 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/
-base-config/observability/install_node_exporter.sh: ``/var/lib/node_exporter/nccl_inspector``). hpq's
+with ``--collector.textfile.directory`` (repeatable since node_exporter 1.9.0, CHANGELOG #3135;
+collector/textfile.go at v1.9.1, the version AWS's HyperPod reference runs); AWS's reference feeds its
+NCCL Inspector metrics in the same way (awslabs/awsome-distributed-ai@95b939cd,
+1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/observability/install_node_exporter.sh:
+``/var/lib/node_exporter/nccl_inspector``). hpq's
 directory is its sibling ``/var/lib/node_exporter/hpq``. The file is replaced atomically (a temporary name
 not ending in ``.prom``, then rename), so the collector never reads half a file.
 
@@ -43,20 +44,30 @@ NCCL, NCCOM, SWEEP, NANOGPT, DOCTOR = "nccl", "nccom", "nccl_sweep", "nanogpt", 
 
 # Every metric this module writes: name -> (type, help, extra label names beyond the common four).
 METRICS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
-    "hpq_result_verdict": ("gauge", "1 for the verdict of hpq's latest result, 0 for the other verdicts.",
-                           ("verdict",)),
+    "hpq_result_verdict": (
+        "gauge",
+        "1 for the verdict of hpq's latest result, 0 for the other verdicts.",
+        ("verdict",),
+    ),
     "hpq_result_timestamp_seconds": ("gauge", "When hpq's latest result was written (Unix time).", ()),
     "hpq_nccl_busbw_peak_gbps": ("gauge", "Peak bus bandwidth of the latest collective test in GB/s.", ()),
     "hpq_nccl_busbw_avg_gbps": ("gauge", "Average bus bandwidth of the latest collective test in GB/s.", ()),
-    "hpq_nccl_busbw_expected_gbps": ("gauge", "The bus bandwidth hpq's catalog expects for the run in GB/s.",
-                                     ()),
+    "hpq_nccl_busbw_expected_gbps": (
+        "gauge",
+        "The bus bandwidth hpq's catalog expects for the run in GB/s.",
+        (),
+    ),
     "hpq_nccl_wrong_elements": ("gauge", "Wrong elements the latest collective test reported.", ()),
     "hpq_sweep_node_score_gbps": ("gauge", "The node's score in the latest pairwise sweep in GB/s.", ()),
     "hpq_sweep_node_slow": ("gauge", "1 when the latest pairwise sweep named the node slow, else 0.", ()),
     "hpq_sweep_median_gbps": ("gauge", "The cluster median of the latest pairwise sweep in GB/s.", ()),
     "hpq_nanogpt_tokens_per_second": ("gauge", "Training throughput of the latest nanoGPT run.", ()),
     "hpq_nanogpt_mfu": ("gauge", "Model FLOPs utilization of the latest nanoGPT run (0..1).", ()),
-    "hpq_doctor_findings": ("gauge", "Findings of the latest node doctor report, by severity.", ("severity",)),
+    "hpq_doctor_findings": (
+        "gauge",
+        "Findings of the latest node doctor report, by severity.",
+        ("severity",),
+    ),
     "hpq_doctor_unchecked": ("gauge", "Checks the latest node doctor report could not run.", ()),
 }
 COMMON_LABELS = ("cluster", "node", "instance_type", "test")
@@ -254,13 +265,20 @@ def build(paths: Sequence[str], cluster: str, local: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.result_metrics",
-                                 description="Write hpq's JSON results as Prometheus metrics for node_exporter.")
-    ap.add_argument("results", nargs="+", help="result JSON files (run-nccl-test, sweep, run-nanogpt, doctor)")
+    ap = argparse.ArgumentParser(
+        prog="python3 -m hpq.scripts.result_metrics",
+        description="Write hpq's JSON results as Prometheus metrics for node_exporter.",
+    )
+    ap.add_argument(
+        "results", nargs="+", help="result JSON files (run-nccl-test, sweep, run-nanogpt, doctor)"
+    )
     ap.add_argument("--cluster", required=True, help="the cluster name (the 'cluster' label)")
     ap.add_argument("--node", default=None, help="this node's name (default: the host name)")
-    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR,
-                    help="node_exporter's textfile-collector directory (default %(default)s)")
+    ap.add_argument(
+        "--textfile-dir",
+        default=TEXTFILE_DIR,
+        help="node_exporter's textfile-collector directory (default %(default)s)",
+    )
     ap.add_argument("--stdout", action="store_true", help="print the metrics instead of writing the file")
     args = ap.parse_args(argv)
     if not args.cluster.strip():

@@ -30,14 +30,25 @@ DATA = Path(__file__).parent / "data" / "observability"
 # Grafana's built-in interval variables, replaced by a duration before parsing; user variables ($cluster,
 # $node) only ever appear inside quoted label matchers.
 GRAFANA_INTERVALS = ("$__rate_interval", "$__interval", "$__range")
-SEED_GPU_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-                   "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
-EFA_SICK_LINK = ("node_amazonefa_retrans_timeout_events", "node_amazonefa_unresponsive_remote_events",
-                 "node_amazonefa_impaired_remote_conn_events")
+SEED_GPU_FIELDS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
+EFA_SICK_LINK = (
+    "node_amazonefa_retrans_timeout_events",
+    "node_amazonefa_unresponsive_remote_events",
+    "node_amazonefa_impaired_remote_conn_events",
+)
 
 
 def names_from(path: Path) -> set[str]:
-    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    return {
+        line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
+    }
 
 
 def emitted() -> set[str]:
@@ -91,7 +102,7 @@ def dashboard_queries(board: dict) -> list[tuple[str, str]]:
         if var.get("type") == "query":
             q = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
             assert q.startswith("label_values(") and q.endswith(")"), q
-            inner = q[len("label_values("):-1].rsplit(",", 1)
+            inner = q[len("label_values(") : -1].rsplit(",", 1)
             if len(inner) == 2:  # label_values(selector, label); label_values(label) selects nothing
                 out.append(("variable {}".format(var["name"]), inner[0]))
     return out
@@ -125,15 +136,23 @@ def load_rules() -> list[dict]:
 def test_the_name_lists_hold_what_the_issue_needs():
     efa = names_from(DATA / "efa_exporter.txt")
     assert set(EFA_SICK_LINK) <= efa  # AWS's EFA exporter covers the sick-link counters: no reader of our own
-    assert {"slurm_nodes_drain", "slurm_node_status", "slurm_queue_pending"} <= names_from(DATA / "slurm_exporter.txt")
-    assert {"node_cpu_seconds_total", "node_filesystem_avail_bytes", "node_memory_MemAvailable_bytes",
-            "node_network_receive_bytes_total"} <= names_from(DATA / "node_exporter.txt")
+    assert {"slurm_nodes_drain", "slurm_node_status", "slurm_queue_pending"} <= names_from(
+        DATA / "slurm_exporter.txt"
+    )
+    assert {
+        "node_cpu_seconds_total",
+        "node_filesystem_avail_bytes",
+        "node_memory_MemAvailable_bytes",
+        "node_network_receive_bytes_total",
+    } <= names_from(DATA / "node_exporter.txt")
 
 
 def test_hpqs_dcgm_selection_is_awss_with_the_seed_fields_ecc_and_nvlink_errors():
     ours = observability.dcgm_fields()
     assert len(ours) == len(set(ours))
-    assert set(ours) <= names_from(DATA / "dcgm_exporter.txt"), set(ours) - names_from(DATA / "dcgm_exporter.txt")
+    assert set(ours) <= names_from(DATA / "dcgm_exporter.txt"), set(ours) - names_from(
+        DATA / "dcgm_exporter.txt"
+    )
     assert set(SEED_GPU_FIELDS) <= set(ours)
     assert {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"} <= set(ours)
     for line in Path(observability.DCGM_CSV).read_text().splitlines():
@@ -151,8 +170,11 @@ def test_the_five_dashboards_exist_and_are_importable_grafana_json():
         ids = [p["id"] for p in board["panels"]]
         assert len(ids) == len(set(ids)), name
         # The data source is a variable, so the JSON imports into any Grafana with a Prometheus source.
-        assert board["templating"]["list"][0] == {**board["templating"]["list"][0], "type": "datasource",
-                                                  "query": "prometheus"}
+        assert board["templating"]["list"][0] == {
+            **board["templating"]["list"][0],
+            "type": "datasource",
+            "query": "prometheus",
+        }
         for panel in board["panels"]:
             if panel["type"] != "row":
                 assert panel["targets"], (name, panel["title"])
@@ -175,12 +197,18 @@ def test_the_dashboards_show_the_seed_gpu_fields_and_the_sick_link_counters():
     assert {"hpq_result_verdict", "hpq_nccl_busbw_peak_gbps", "hpq_sweep_node_slow"} <= used
 
 
-@pytest.mark.parametrize("mutate, expect", [
-    (lambda e: e.replace("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTILIZATION"), "DCGM_FI_DEV_GPU_UTILIZATION"),
-    (lambda e: e.replace("DCGM_FI_DEV_GPU_UTIL", "dcgm_fi_dev_gpu_util"), "dcgm_fi_dev_gpu_util"),
-    (lambda e: e + ")", "does not parse"),
-    (lambda e: '{__name__=~"DCGM_.*"}', "without a metric name"),
-])
+@pytest.mark.parametrize(
+    "mutate, expect",
+    [
+        (
+            lambda e: e.replace("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTILIZATION"),
+            "DCGM_FI_DEV_GPU_UTILIZATION",
+        ),
+        (lambda e: e.replace("DCGM_FI_DEV_GPU_UTIL", "dcgm_fi_dev_gpu_util"), "dcgm_fi_dev_gpu_util"),
+        (lambda e: e + ")", "does not parse"),
+        (lambda e: '{__name__=~"DCGM_.*"}', "without a metric name"),
+    ],
+)
 def test_a_broken_twin_of_a_real_panel_fails_the_check(mutate, expect):
     board = copy.deepcopy(load_boards()["gpu"])
     panel = next(p for p in board["panels"] if p.get("title") == "GPU utilization")
@@ -192,8 +220,14 @@ def test_a_broken_twin_of_a_real_panel_fails_the_check(mutate, expect):
 
 def test_every_alert_expression_uses_only_emitted_metrics_and_the_five_alerts_exist():
     rules = load_rules()
-    assert {r["alert"] for r in rules} >= {"HpqGpuXidError", "HpqGpuUncorrectableEcc", "HpqEfaErrorSpike",
-                                           "HpqNodeSilent", "HpqSlurmNodeDrained", "HpqSlurmNodeDown"}
+    assert {r["alert"] for r in rules} >= {
+        "HpqGpuXidError",
+        "HpqGpuUncorrectableEcc",
+        "HpqEfaErrorSpike",
+        "HpqNodeSilent",
+        "HpqSlurmNodeDrained",
+        "HpqSlurmNodeDown",
+    }
     for rule in rules:
         assert selected_metrics(rule["expr"]) <= emitted(), rule["alert"]
     twin = dict(rules[0], expr=rules[0]["expr"].replace("XID", "XDI"))
@@ -208,15 +242,25 @@ def promtool() -> str:
 
 def test_promtool_accepts_the_rule_files():
     for path in observability.alert_rule_files():
-        done = subprocess.run([promtool(), "check", "rules", path], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [promtool(), "check", "rules", path], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-# Labels as the exporters attach them (dcgm-exporter: gpu, UUID, device, modelName, Hostname; the EFA collector:
-# device, port; the Slurm exporter's node collector: node, status, partition), plus the scrape's job and
-# instance and the cluster label hpq's collector adds.
-GPU = {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "dcgm_exporter", "gpu": "3",
-       "UUID": "GPU-7f1c", "device": "nvidia3", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "ip-10-1-0-5"}
+# Labels as the exporters attach them (dcgm-exporter: gpu, UUID, device, modelName, Hostname; the EFA
+# collector: device, port; the Slurm exporter's node collector: node, status, partition), plus the
+# scrape's job and instance and the cluster label hpq's collector adds.
+GPU = {
+    "cluster": "c1",
+    "instance": "ip-10-1-0-5",
+    "job": "dcgm_exporter",
+    "gpu": "3",
+    "UUID": "GPU-7f1c",
+    "device": "nvidia3",
+    "modelName": "NVIDIA H100 80GB HBM3",
+    "Hostname": "ip-10-1-0-5",
+}
 EFA = {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "efa_exporter", "device": "rdmap113s0", "port": "1"}
 SLURM = {"cluster": "c1", "instance": "ip-10-1-0-1", "job": "slurm_exporter", "partition": "gpu"}
 
@@ -233,36 +277,62 @@ def alert(name: str, labels: dict, severity: str) -> dict:
 CASES = {
     # name: (firing input, its alert labels, quiet twin input, eval time)
     "HpqGpuXidError": (
-        [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 0 79 79")], GPU,
-        [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 0 0 0")], "3m"),
-    "HpqGpuUncorrectableEcc": (
-        [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 2 2"), series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x3")],
+        [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 0 79 79")],
         GPU,
-        [series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0x3"), series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x3")],
-        "3m"),
+        [series("DCGM_FI_DEV_XID_ERRORS", GPU, "0 0 0 0")],
+        "3m",
+    ),
+    "HpqGpuUncorrectableEcc": (
+        [
+            series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0 0 2 2"),
+            series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x3"),
+        ],
+        GPU,
+        [
+            series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU, "0x3"),
+            series("DCGM_FI_DEV_ROW_REMAP_FAILURE", GPU, "0x3"),
+        ],
+        "3m",
+    ),
     "HpqEfaErrorSpike": (
         # A spike in one counter, on a driver that lacks impaired_remote_conn_events altogether.
-        [series("node_amazonefa_retrans_timeout_events", EFA, "7x5 9 12 12"),
-         series("node_amazonefa_unresponsive_remote_events", EFA, "0x8")],
+        [
+            series("node_amazonefa_retrans_timeout_events", EFA, "7x5 9 12 12"),
+            series("node_amazonefa_unresponsive_remote_events", EFA, "0x8"),
+        ],
         {k: EFA[k] for k in ("cluster", "instance", "device")},
         # High but flat counters: errors since boot, none now.
-        [series(n, EFA, "7x8") for n in EFA_SICK_LINK], "7m"),
+        [series(n, EFA, "7x8") for n in EFA_SICK_LINK],
+        "7m",
+    ),
     "HpqSlurmNodeDrained": (
         [series("slurm_node_status", dict(SLURM, node="ip-10-1-0-7", status="drained"), "1x30")],
         {"cluster": "c1", "node": "ip-10-1-0-7", "status": "drained"},
-        [series("slurm_node_status", dict(SLURM, node="ip-10-1-0-7", status="idle"), "1x30"),
-         series("slurm_node_status", dict(SLURM, node="ip-10-1-0-8", status="down"), "1x30")], "20m"),
+        [
+            series("slurm_node_status", dict(SLURM, node="ip-10-1-0-7", status="idle"), "1x30"),
+            series("slurm_node_status", dict(SLURM, node="ip-10-1-0-8", status="down"), "1x30"),
+        ],
+        "20m",
+    ),
     "HpqSlurmNodeDown": (
         [series("slurm_node_status", dict(SLURM, node="ip-10-1-0-8", status="down*"), "1x30")],
         {"cluster": "c1", "node": "ip-10-1-0-8", "status": "down*"},
-        [series("slurm_node_status", dict(SLURM, node="ip-10-1-0-8", status="drained"), "1x30")], "20m"),
+        [series("slurm_node_status", dict(SLURM, node="ip-10-1-0-8", status="drained"), "1x30")],
+        "20m",
+    ),
     "HpqNodeSilent": (
-        # ip-10-1-0-6 sends until minute 20 and then nothing (its collector died with it); ip-10-1-0-5 goes on.
-        [series("up", {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "node_exporter"}, "1x40"),
-         series("up", {"cluster": "c1", "instance": "ip-10-1-0-6", "job": "node_exporter"}, "1x20")],
+        # ip-10-1-0-6 sends until minute 20, then nothing (its collector died with it); ip-10-1-0-5 goes on.
+        [
+            series("up", {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "node_exporter"}, "1x40"),
+            series("up", {"cluster": "c1", "instance": "ip-10-1-0-6", "job": "node_exporter"}, "1x20"),
+        ],
         {"cluster": "c1", "instance": "ip-10-1-0-6"},
-        [series("up", {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "node_exporter"}, "1x40"),
-         series("up", {"cluster": "c1", "instance": "ip-10-1-0-6", "job": "node_exporter"}, "1x40")], "32m"),
+        [
+            series("up", {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "node_exporter"}, "1x40"),
+            series("up", {"cluster": "c1", "instance": "ip-10-1-0-6", "job": "node_exporter"}, "1x40"),
+        ],
+        "32m",
+    ),
 }
 
 
@@ -281,12 +351,22 @@ def rules_without_annotations(tmp_path: Path) -> list[str]:
 
 
 def run_promtool_test(tmp_path: Path, name: str, inputs: list, expected: list, eval_time: str) -> None:
-    spec = {"rule_files": rules_without_annotations(tmp_path), "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs,
-                       "alert_rule_test": [{"eval_time": eval_time, "alertname": name, "exp_alerts": expected}]}]}
+    spec = {
+        "rule_files": rules_without_annotations(tmp_path),
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": inputs,
+                "alert_rule_test": [{"eval_time": eval_time, "alertname": name, "exp_alerts": expected}],
+            }
+        ],
+    }
     path = tmp_path / (f"{name}.test.yaml")
     path.write_text(json.dumps(spec))  # JSON is YAML
-    done = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -301,4 +381,6 @@ def test_each_alert_fires_on_its_fault_and_stays_quiet_on_the_twin(tmp_path, nam
 def test_promtool_tells_a_wrong_expectation_so_the_alert_tests_can_fail(tmp_path):
     firing, labels, quiet, eval_time = CASES["HpqGpuXidError"]
     with pytest.raises(AssertionError, match="FAILED|exp:"):
-        run_promtool_test(tmp_path, "HpqGpuXidError", quiet, [alert("HpqGpuXidError", labels, "critical")], eval_time)
+        run_promtool_test(
+            tmp_path, "HpqGpuXidError", quiet, [alert("HpqGpuXidError", labels, "critical")], eval_time
+        )

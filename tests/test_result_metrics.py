@@ -43,16 +43,30 @@ def _parse(text: str) -> dict:
 
 
 def _series(parsed: dict, name: str, **labels) -> list:
-    return [v for (n, lab), v in parsed.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items())]
+    return [
+        v
+        for (n, lab), v in parsed.items()
+        if n == name and all(dict(lab).get(k) == x for k, x in labels.items())
+    ]
 
 
 def nccl_result(tmp_path: Path, hosts=("ip-10-1-0-1", "ip-10-1-0-2")) -> Path:
     """What run-nccl-test writes: its result dict (scripts/run_nccl_test.py) judged by launch.judge_log."""
     log = tmp_path / "nccl-run.log"
     shutil.copy(NCCL_LOG, log)
-    result = {"command": "run-nccl-test 2 8", "mode": "nccl-tests", "launcher": "slurm", "nodes": len(hosts),
-              "hosts": list(hosts), "processes_per_node": 8, "instance_type": "ml.p5.48xlarge",
-              "transport": "rdma", "environment": {}, "exit_status": 0, "log": str(log)}
+    result = {
+        "command": "run-nccl-test 2 8",
+        "mode": "nccl-tests",
+        "launcher": "slurm",
+        "nodes": len(hosts),
+        "hosts": list(hosts),
+        "processes_per_node": 8,
+        "instance_type": "ml.p5.48xlarge",
+        "transport": "rdma",
+        "environment": {},
+        "exit_status": 0,
+        "log": str(log),
+    }
     launch.judge_log("nccl-tests", str(log), 0, result, "ml.p5.48xlarge", len(hosts))
     return tmp_path / "nccl-run.json"
 
@@ -60,10 +74,17 @@ def nccl_result(tmp_path: Path, hosts=("ip-10-1-0-1", "ip-10-1-0-2")) -> Path:
 def sweep_result(tmp_path: Path) -> Path:
     """Every pair of 6 nodes; n6's pairs run at 30 GB/s, the others at 100: the sweep names n6 slow."""
     nodes = ["n1", "n2", "n3", "n4", "n5", "n6"]
-    pairs = [sweep.PairResult(i, (a, b), sweep.OK, busbw_gbps=30.0 if "n6" in (a, b) else 100.0)
-             for i, (a, b) in enumerate(itertools.combinations(nodes, 2))]
-    doc = sweep.build_report(nodes, pairs, len(pairs), 1 << 30, {"command": "run-nccl-test --sweep 4 8",
-                                                        "instance_type": "ml.p5.48xlarge"})
+    pairs = [
+        sweep.PairResult(i, (a, b), sweep.OK, busbw_gbps=30.0 if "n6" in (a, b) else 100.0)
+        for i, (a, b) in enumerate(itertools.combinations(nodes, 2))
+    ]
+    doc = sweep.build_report(
+        nodes,
+        pairs,
+        len(pairs),
+        1 << 30,
+        {"command": "run-nccl-test --sweep 4 8", "instance_type": "ml.p5.48xlarge"},
+    )
     path = tmp_path / "nccl-sweep.json"
     path.write_text(json.dumps(doc))
     return path
@@ -85,9 +106,20 @@ def nanogpt_result(tmp_path: Path, rc: int = 0) -> Path:
     log = tmp_path / "nanogpt.log"
     log.write_text("step 10 loss 3.2\n")
     metrics = {"tokens_per_s": 12345.5, "mfu": 0.41}
-    result = {"command": "run-nanogpt 2 8", "launcher": "slurm", "nodes": 2, "hosts": ["ip-10-1-0-1", "ip-10-1-0-2"],
-              "processes_per_node": 8, "instance_type": "ml.p5.48xlarge", "transport": "rdma", "environment": {},
-              "exit_status": rc, "log": str(log), "ckpt_dir": None, "metrics": metrics}
+    result = {
+        "command": "run-nanogpt 2 8",
+        "launcher": "slurm",
+        "nodes": 2,
+        "hosts": ["ip-10-1-0-1", "ip-10-1-0-2"],
+        "processes_per_node": 8,
+        "instance_type": "ml.p5.48xlarge",
+        "transport": "rdma",
+        "environment": {},
+        "exit_status": rc,
+        "log": str(log),
+        "ckpt_dir": None,
+        "metrics": metrics,
+    }
     verdict = run_nanogpt.judge(rc, str(log), metrics)
     result["ok"], result["verdict"] = verdict == "PASS", verdict
     path = tmp_path / "nanogpt.json"
@@ -98,17 +130,26 @@ def nanogpt_result(tmp_path: Path, rc: int = 0) -> Path:
 def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
     paths = [nccl_result(tmp_path), sweep_result(tmp_path), doctor_result(tmp_path), nanogpt_result(tmp_path)]
     outdir = tmp_path / "textfile"
-    rc = result_metrics.main([*map(str, paths), "--cluster", "c1", "--node", "ip-10-1-0-9",
-                              "--textfile-dir", str(outdir)])
+    rc = result_metrics.main(
+        [*map(str, paths), "--cluster", "c1", "--node", "ip-10-1-0-9", "--textfile-dir", str(outdir)]
+    )
     assert rc == 0
     assert sorted(os.listdir(outdir)) == ["hpq_results.prom"]  # no temporary file left behind
     parsed = _parse((outdir / "hpq_results.prom").read_text())
     nccl = json.loads(paths[0].read_text())
     for host in ("ip-10-1-0-1", "ip-10-1-0-2"):
-        assert _series(parsed, "hpq_nccl_busbw_peak_gbps", node=host, test="nccl", cluster="c1",
-                       instance_type="ml.p5.48xlarge") == [nccl["peak_busbw_gbps"]]
-        assert _series(parsed, "hpq_nccl_busbw_expected_gbps", node=host) == [nccl["verdict"]["expected_busbw_gbps"]]
-    # 2x H200 over NVLink is far below a p5 pair's expectation: the run's own verdict is FAIL, and so is the metric.
+        assert _series(
+            parsed,
+            "hpq_nccl_busbw_peak_gbps",
+            node=host,
+            test="nccl",
+            cluster="c1",
+            instance_type="ml.p5.48xlarge",
+        ) == [nccl["peak_busbw_gbps"]]
+        assert _series(parsed, "hpq_nccl_busbw_expected_gbps", node=host) == [
+            nccl["verdict"]["expected_busbw_gbps"]
+        ]
+    # 2x H200 over NVLink is far below a p5's expectation: the run's own verdict is FAIL, so is the metric.
     assert nccl["verdict"]["ok"] is False
     assert _series(parsed, "hpq_result_verdict", test="nccl", node="ip-10-1-0-1", verdict="FAIL") == [1.0]
     assert _series(parsed, "hpq_result_verdict", test="nccl", node="ip-10-1-0-1", verdict="PASS") == [0.0]
@@ -119,7 +160,9 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         assert _series(parsed, "hpq_sweep_node_slow", node=row["name"], test="nccl_sweep") == [slow]
         assert _series(parsed, "hpq_sweep_node_score_gbps", node=row["name"]) == [row["score_gbps"]]
     assert doc["slow_nodes"], "the fixture must make the sweep name a slow node"
-    assert _series(parsed, "hpq_result_verdict", node=doc["slow_nodes"][0], test="nccl_sweep", verdict="FAIL") == [1.0]
+    assert _series(
+        parsed, "hpq_result_verdict", node=doc["slow_nodes"][0], test="nccl_sweep", verdict="FAIL"
+    ) == [1.0]
     # The doctor is about this node only.
     assert _series(parsed, "hpq_doctor_findings", node="ip-10-1-0-9", severity=nc.SEVERITY_CRITICAL) == [1.0]
     assert _series(parsed, "hpq_result_verdict", test="doctor", node="ip-10-1-0-9", verdict="FAIL") == [1.0]
@@ -128,18 +171,28 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
     # Only the declared families, each with the declared labels.
     for (name, labels), _ in parsed.items():
         assert name in result_metrics.METRICS
-        assert {k for k, _ in labels} == set(result_metrics.COMMON_LABELS) | set(result_metrics.METRICS[name][2])
+        assert {k for k, _ in labels} == set(result_metrics.COMMON_LABELS) | set(
+            result_metrics.METRICS[name][2]
+        )
 
 
-@pytest.mark.parametrize("verdict, expected", [
-    ("PASS", "PASS"), ("INCONCLUSIVE", "INCONCLUSIVE"), ("fail", "FAIL"),
-    ({"ok": True, "exit_code": 0, "message": "PASS: 380 GB/s"}, "PASS"),
-    ({"ok": False, "exit_code": 1, "message": "FAIL: 12 GB/s"}, "FAIL"),
-    ({"ok": True, "verdict": "INCONCLUSIVE", "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
-    ({"ok": True, "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
-    # Broken twins: no verdict, or one that says nothing, is never PASS.
-    (None, "INCONCLUSIVE"), ({}, "INCONCLUSIVE"), ("maybe", "INCONCLUSIVE"), ({"message": "done"}, "INCONCLUSIVE"),
-])
+@pytest.mark.parametrize(
+    "verdict, expected",
+    [
+        ("PASS", "PASS"),
+        ("INCONCLUSIVE", "INCONCLUSIVE"),
+        ("fail", "FAIL"),
+        ({"ok": True, "exit_code": 0, "message": "PASS: 380 GB/s"}, "PASS"),
+        ({"ok": False, "exit_code": 1, "message": "FAIL: 12 GB/s"}, "FAIL"),
+        ({"ok": True, "verdict": "INCONCLUSIVE", "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
+        ({"ok": True, "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
+        # Broken twins: no verdict, or one that says nothing, is never PASS.
+        (None, "INCONCLUSIVE"),
+        ({}, "INCONCLUSIVE"),
+        ("maybe", "INCONCLUSIVE"),
+        ({"message": "done"}, "INCONCLUSIVE"),
+    ],
+)
 def test_the_verdict_is_the_results_own_and_missing_is_never_pass(verdict, expected):
     doc = {"command": "run-nccl-test 2 8"}
     if verdict is not None:
@@ -164,10 +217,15 @@ def test_a_newer_result_replaces_the_older_series(tmp_path):
         assert _series(parsed, "hpq_result_timestamp_seconds", node="ip-10-1-0-1") == [2_000_000.0]
 
 
-@pytest.mark.parametrize("content, why", [
-    ("not json", "not JSON"), ("[1, 2]", "not a JSON object"), ('{"hello": 1}', "not an hpq result"),
-    (b"\xff\xfe", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"hello": 1}', "not an hpq result"),
+        (b"\xff\xfe", "not JSON"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_leaves_the_old_file(tmp_path, capsys, content, why):
     outdir = tmp_path / "textfile"
     outdir.mkdir()
@@ -192,8 +250,12 @@ def test_a_missing_file_and_an_empty_cluster_are_refused(tmp_path, capsys):
 def test_it_runs_as_a_module_with_the_node_python(tmp_path):
     """The node runs ``python3 -m hpq.scripts.result_metrics``: the standard library only, no install."""
     path = nccl_result(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "hpq.scripts.result_metrics", str(path), "--cluster", "c1",
-                           "--stdout"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "hpq.scripts.result_metrics", str(path), "--cluster", "c1", "--stdout"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert _series(_parse(done.stdout), "hpq_result_verdict", verdict="FAIL", node="ip-10-1-0-2") == [1.0]
 
@@ -206,21 +268,36 @@ label_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, ma
 @example(cluster="a\\nb", node='say "hi"', itype="line\nfeed")  # a backslash then n: not a line feed
 @example(cluster="trailing\\", node="\\\\", itype="ml.p5.48xlarge")
 def test_any_label_value_round_trips_through_the_exposition_format(cluster, node, itype):
-    doc = {"command": "run-nccl-test 1 8", "hosts": [node], "instance_type": itype, "peak_busbw_gbps": 1.5,
-           "avg_busbw_gbps": 0.5, "wrong_total": 0, "verdict": {"ok": True, "message": "PASS: ok"}}
+    doc = {
+        "command": "run-nccl-test 1 8",
+        "hosts": [node],
+        "instance_type": itype,
+        "peak_busbw_gbps": 1.5,
+        "avg_busbw_gbps": 0.5,
+        "wrong_total": 0,
+        "verdict": {"ok": True, "message": "PASS: ok"},
+    }
     samples = result_metrics.Samples()
     result_metrics.add_result(samples, doc, cluster, "local", 123.0)
     text = samples.render()
     parsed = _parse(text)
-    assert _series(parsed, "hpq_nccl_busbw_peak_gbps", cluster=cluster, node=node, instance_type=itype) == [1.5]
+    assert _series(parsed, "hpq_nccl_busbw_peak_gbps", cluster=cluster, node=node, instance_type=itype) == [
+        1.5
+    ]
     assert len(parsed) == len(samples.series)
     # Round trip: what the parser read back is what was written, series for series.
     assert {(n, lab): v for (n, lab), v in samples.series.items()} == parsed
 
 
 def test_values_that_are_not_numbers_are_left_out_not_invented():
-    doc = {"command": "run-nccl-test 1 8", "hosts": ["n1"], "peak_busbw_gbps": None, "avg_busbw_gbps": "fast",
-           "wrong_total": True, "verdict": "FAIL"}
+    doc = {
+        "command": "run-nccl-test 1 8",
+        "hosts": ["n1"],
+        "peak_busbw_gbps": None,
+        "avg_busbw_gbps": "fast",
+        "wrong_total": True,
+        "verdict": "FAIL",
+    }
     samples = result_metrics.Samples()
     result_metrics.add_result(samples, doc, "c", "local", 1.0)
     names = {n for n, _ in samples.series}
