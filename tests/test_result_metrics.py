@@ -23,7 +23,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from hpq.lifecycle import catalog
+from hpq.lifecycle import bundle, catalog
 from hpq.scripts import launch, node_doctor, result_metrics, run_nanogpt, sweep
 from hpq.scripts import node_checks as nc
 
@@ -247,17 +247,37 @@ def test_a_missing_file_and_an_empty_cluster_are_refused(tmp_path, capsys):
     assert exc.value.code == 2
 
 
-def test_it_runs_as_a_module_with_the_node_python(tmp_path):
-    """The node runs ``python3 -m hpq.scripts.result_metrics``: the standard library only, no install."""
+def test_it_runs_from_the_node_bundle_alone_with_the_node_python(tmp_path):
+    """The node runs ``python3 -m hpq.scripts.result_metrics`` from the lifecycle bundle (lifecycle/bundle.py):
+    only the bundle's files, no site-packages (-S), the standard library only."""
+    root = tmp_path / "bundle"
+    for key, src in bundle.node_bundle_files().items():
+        dest = root / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(Path(src).read_bytes())
+    assert (root / "hpq" / "scripts" / "result_metrics.py").is_file()
     path = nccl_result(tmp_path)
+    outdir = tmp_path / "textfile"
     done = subprocess.run(
-        [sys.executable, "-m", "hpq.scripts.result_metrics", str(path), "--cluster", "c1", "--stdout"],
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "hpq.scripts.result_metrics",
+            str(path),
+            "--cluster",
+            "c1",
+            "--textfile-dir",
+            str(outdir),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=root,
     )
     assert done.returncode == 0, done.stderr
-    assert _series(_parse(done.stdout), "hpq_result_verdict", verdict="FAIL", node="ip-10-1-0-2") == [1.0]
+    text = (outdir / "hpq_results.prom").read_text()
+    assert _series(_parse(text), "hpq_result_verdict", verdict="FAIL", node="ip-10-1-0-2") == [1.0]
 
 
 label_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
