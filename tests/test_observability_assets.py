@@ -384,3 +384,34 @@ def test_promtool_tells_a_wrong_expectation_so_the_alert_tests_can_fail(tmp_path
         run_promtool_test(
             tmp_path, "HpqGpuXidError", quiet, [alert("HpqGpuXidError", labels, "critical")], eval_time
         )
+
+
+def test_the_gpu_fields_hpq_selects_are_real_on_an_h200():
+    """bench/nvml_dcgm_fields.py read each selected field through NVML on a lent H200 (driver 580.159.04,
+    2026-11-26; DCGM itself is not installed there): tests/data/observability/nvml_h200.json, unmodified.
+    Every field hpq selects must be in that capture (a new field needs a new capture), and every field a
+    dashboard or alert uses must have been read, except those NVML cannot give (Xid is an event,
+    DCGM_FI_PROF_* needs DCGM's profiler) and the NVLink counters, which this one-GPU machine does not
+    support."""
+    capture = json.loads((DATA / "nvml_h200.json").read_text())
+    fields = capture["gpus"][0]["fields"]
+    assert capture["gpus"][0]["name"] == "NVIDIA H200"
+    assert set(observability.dcgm_fields()) <= set(fields), set(observability.dcgm_fields()) - set(fields)
+    used = set()
+    for board in load_boards().values():
+        for _, expr in dashboard_queries(board):
+            used |= selected_metrics(expr)
+    for rule in load_rules():
+        used |= selected_metrics(rule["expr"])
+    nvlink = {f for f in fields if "_NVLINK_" in f}
+    for name in sorted(used & set(fields)):
+        status = fields[name]["status"]
+        if name in nvlink:
+            assert status == "error" and "Not Supported" in fields[name]["error"], name
+        elif name == "DCGM_FI_DEV_XID_ERRORS" or name.startswith("DCGM_FI_PROF_"):
+            assert status == "not_via_nvml", name
+        else:
+            assert status == "ok" and isinstance(fields[name]["value"], int), name
+    assert set(SEED_GPU_FIELDS) - {"DCGM_FI_DEV_XID_ERRORS"} <= {
+        f for f, v in fields.items() if v["status"] == "ok"
+    }
