@@ -322,3 +322,31 @@ def test_values_that_are_not_numbers_are_left_out_not_invented():
     result_metrics.add_result(samples, doc, "c", "local", 1.0)
     names = {n for n, _ in samples.series}
     assert names == {"hpq_result_verdict", "hpq_result_timestamp_seconds"}
+
+
+def test_it_keeps_to_python37_the_node_python_of_al2(tmp_path):
+    """Nodes on an AL2 HyperPod AMI have Python 3.7 (tests/test_lifecycle_python37.py says why): run the module
+    there from the bundle when a real 3.7 exists here, and always apply the same static 3.7 check."""
+    from hpq.tests.test_lifecycle_python37 import PY37_CANDIDATES, py37_offences
+
+    src = Path(result_metrics.__file__).read_text()
+    assert py37_offences(src, "result_metrics.py") == []
+    py37 = next((shutil.which(c) for c in PY37_CANDIDATES if shutil.which(c)), None)
+    if py37 is None:
+        return  # the static check above is the guard where no 3.7 interpreter exists
+    root = tmp_path
+    for key, src_path in bundle.node_bundle_files().items():
+        dest = root / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(Path(src_path).read_bytes())
+    doc = {"command": "run-nccl-test 1 8", "hosts": ["n1"], "peak_busbw_gbps": 3.5, "verdict": "PASS"}
+    (root / "r.json").write_text(json.dumps(doc))
+    done = subprocess.run(
+        [py37, "-S", "-m", "hpq.scripts.result_metrics", "r.json", "--cluster", "c", "--stdout"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _series(_parse(done.stdout), "hpq_nccl_busbw_peak_gbps", node="n1") == [3.5]
