@@ -361,3 +361,52 @@ def check(variant: str, region: str, values: dict[str, str], on_note: Any = None
     if errors:
         raise UsageError("pre-flight: " + "; ".join(errors))
     return failures
+
+
+# --- the quota step (hpq check-quotas' reading, cli/aws/quotas.py, inside deploy's pre-flight) ---------
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def quota_line(r: Any) -> str:
+    """'sagemaker/L-86822EDB (ml.g5.16xlarge for cluster usage) is 1, this deploy needs 2 (...)'."""
+    extra = f" ({_num(r.in_use)} in use + {_num(r.spec.needed_new)} new)" if r.in_use else ""
+    return (f"quota {r.spec.service}/{r.code or '?'} ({r.spec.title}) is {_num(r.applied)}, this deploy needs "
+            f"{_num(r.needed)}{extra}")
+
+
+def check_quotas(session: Any, variant: str, values: dict[str, str], previous: dict[str, str] | None = None,
+                 on_note: Any = None, sq: Any = None) -> list[Any]:
+    """The service quotas this deploy needs (an update: only what it adds), read as `hpq check-quotas` reads them.
+
+    A quota that is known and below the need is an ERROR (one line: quota code, value, need; exit 2) before
+    anything is created; a quota that cannot be read (API unreachable or refused, no such quota) is a WARNING,
+    never a pass.
+    """
+    from hpq.cfn.variants import VARIANTS
+    from hpq.cli.aws import quotas
+    from hpq.cli.aws.session import client
+
+    usage = quotas.Usage(client(session, "ec2"), client(session, "eks"))
+    specs = quotas.deploy_needs(values, previous, VARIANTS[variant].orchestrator, usage)
+    if not specs:
+        return []
+    results = quotas.check_specs(session, specs, sq)
+    fails = [r for r in results if r.status == quotas.FAIL]
+    unknown = [r for r in results if r.status == quotas.UNKNOWN]
+    if on_note:
+        for r in unknown:
+            why = " ".join((r.note or "not readable").split())
+            on_note(f"warning: quota {r.spec.service}/{r.code or '?'} ({r.spec.title}) not checked: "
+                    f"{why[:200] + ' ...' if len(why) > 200 else why}")
+        on_note(f"quotas ({'new stack' if previous is None else 'what this update adds'}): "
+                f"{len(results) - len(fails) - len(unknown)} pass, {len(fails)} fail, {len(unknown)} unknown")
+    if fails:
+        how = (f"; request an increase (aws service-quotas request-service-quota-increase --service-code "
+               f"{fails[0].spec.service} --quota-code {fails[0].code} --desired-value {int(fails[0].needed or 0)})")
+        raise UsageError("pre-flight: " + "; ".join(quota_line(r) for r in fails) + how)
+    return results
