@@ -61,7 +61,9 @@ REPLACED_BY: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("AWS::EC2::VPC", "/properties/CidrBlock"), ("AWS::EC2::Subnet", "/properties/VpcId"),
         ("AWS::EC2::SecurityGroup", "/properties/VpcId"), ("AWS::FSx::FileSystem", "/properties/SecurityGroupIds"),
         ("AWS::FSx::FileSystem", "/properties/SubnetIds"), ("AWS::SageMaker::Cluster", "/properties/VpcConfig")]),
-    "EksAvailabilityZoneId": ("the second EKS control-plane subnet (the EKS cluster is updated, not replaced)", [
+    "EksAvailabilityZoneId": ("an EKS control-plane subnet (the EKS cluster is updated, not replaced)", [
+        ("AWS::EC2::Subnet", "/properties/AvailabilityZoneId")]),
+    "EksSecondAvailabilityZoneId": ("an EKS control-plane subnet (the EKS cluster is updated, not replaced)", [
         ("AWS::EC2::Subnet", "/properties/AvailabilityZoneId")]),
 }
 # Parameters whose properties update in place (not createOnlyProperties): sizes, types, counts, versions.
