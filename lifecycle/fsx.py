@@ -402,14 +402,67 @@ def region(ctx, node) -> Optional[str]:
     return value or ctx.imds.region()
 
 
+def _from_hpq_cluster_config(node) -> bool:
+    return node.fsx_source.endswith("(%s)" % names.HPQ_CLUSTER_CONFIG)
+
+
+def _no_filesystem(ctx, node, reg, why: str = "") -> Degraded:
+    ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s%s: continuing without %s "
+                    "(the cluster works; nothing is shared between nodes)",
+                    names.CLUSTER_TAG_KEY, node.cluster_name, reg, why, names.FSX_MOUNT_POINT)
+    return Degraded("no FSx filesystem found (tag %s=%s)%s: continuing without %s" % (
+        names.CLUSTER_TAG_KEY, node.cluster_name, why, names.FSX_MOUNT_POINT))
+
+
+def discover(ctx, node, backoff: Dict):
+    """The cluster's filesystem by its tag, once AVAILABLE: (dns, mount name, origin), or Degraded when none."""
+    if not node.cluster_name:
+        ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
+                        names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
+        return Degraded("no cluster name: FSx not looked up, continuing without %s" % names.FSX_MOUNT_POINT)
+    reg = region(ctx, node)
+    fs = find_cluster_filesystem(node.cluster_name, reg, backoff=backoff)
+    if fs is None:
+        return _no_filesystem(ctx, node, reg)
+    fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log, backoff=backoff)
+    origin = "%s (tag %s=%s)" % (fs.get("FileSystemId"), names.CLUSTER_TAG_KEY, node.cluster_name)
+    return fs.get("DNSName"), (fs.get("LustreConfiguration") or {}).get("MountName"), origin
+
+
+def configured(ctx, node, backoff: Dict):
+    """The names a role file gives: (dns, mount name, origin), or Degraded.
+
+    hpq-cluster.json's names are the stack's filesystem's. When its DNS name does not resolve within the DNS
+    wait (HyperPod restarting systemd-resolved, or a filesystem deleted out of band), the tag lookup tells the
+    two apart: no filesystem carries the cluster's tag any more -> continue without /fsx, as discovery does;
+    one does -> mount it (its names, should they differ)."""
+    origin = node.fsx_source or "provisioning parameters"
+    dns, mount_name = checked_names(node.fsx_dns_name, node.fsx_mountname, origin)
+    ctx.log.info("FSx %s named by %s: no FSx API call needed", lustre_source(dns, mount_name), origin)
+    if not _from_hpq_cluster_config(node) or current_mount(ctx) is not None or not node.cluster_name:
+        return dns, mount_name, origin
+    if wait_for_name(ctx, dns, ctx.s.dns_wait_s):
+        return dns, mount_name, origin
+    ctx.log.warning("%s (from %s) does not resolve: asking the FSx API whether the filesystem still exists",
+                    dns, origin)
+    reg = region(ctx, node)
+    fs = find_cluster_filesystem(node.cluster_name, reg, backoff=backoff)
+    if fs is None:
+        return _no_filesystem(ctx, node, reg, "; %s names %s, which does not resolve" % (names.HPQ_CLUSTER_CONFIG, dns))
+    found = discover(ctx, node, backoff)
+    if not isinstance(found, Degraded) and found[0] != dns:
+        ctx.log.warning("%s names FSx %s but the filesystem tagged %s=%s is %s: mounting that one",
+                        names.HPQ_CLUSTER_CONFIG, dns, names.CLUSTER_TAG_KEY, node.cluster_name, found[0])
+    return found
+
+
 def run(ctx) -> str:
     node = identity.load_node(ctx)
     if node.orchestrator == EKS:
         return eks_modules_only(ctx)
     backoff = {"attempts": ctx.s.fsx_api_attempts, "log": ctx.log}
     if node.fsx_dns_name or node.fsx_mountname:
-        dns, mount_name, origin = node.fsx_dns_name, node.fsx_mountname, node.fsx_source or "provisioning parameters"
-        ctx.log.info("FSx named by %s: no FSx API call", origin)
+        found = configured(ctx, node, backoff)
     elif identity.roles_from_provisioning_parameters(node):
         # A cluster described by the documented provisioning_parameters.json (not one hpq deployed) has
         # FSx only when the file names it: AWS's reference mounts nothing without fsx_dns_name and
@@ -420,21 +473,10 @@ def run(ctx) -> str:
         return Degraded("%s names no FSx filesystem: continuing without %s" % (
             names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT))
     else:
-        if not node.cluster_name:
-            ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
-                            names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
-            return Degraded("no cluster name: FSx not looked up, continuing without %s" % names.FSX_MOUNT_POINT)
-        reg = region(ctx, node)
-        fs = find_cluster_filesystem(node.cluster_name, reg, backoff=backoff)
-        if fs is None:
-            ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s: continuing without %s "
-                            "(the cluster works; nothing is shared between nodes)",
-                            names.CLUSTER_TAG_KEY, node.cluster_name, reg, names.FSX_MOUNT_POINT)
-            return Degraded("no FSx filesystem found (tag %s=%s): continuing without %s" % (
-                names.CLUSTER_TAG_KEY, node.cluster_name, names.FSX_MOUNT_POINT))
-        fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log, backoff=backoff)
-        dns, mount_name = fs.get("DNSName"), (fs.get("LustreConfiguration") or {}).get("MountName")
-        origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)
+        found = discover(ctx, node, backoff)
+    if isinstance(found, Degraded):
+        return found
+    dns, mount_name, origin = found
     dns, mount_name = checked_names(dns, mount_name, origin)
     source = lustre_source(dns, mount_name)
     state = mount(ctx, dns, mount_name)

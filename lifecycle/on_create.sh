@@ -10,7 +10,7 @@
 # "[error] on_create_main.sh failed, waiting 60 seconds before exit, to make sure logs are uploaded", sync,
 # sleep 60, exit 1). A run that succeeds is never delayed.
 set -euo pipefail
-fail_wait="${HPQ_FAIL_LOG_WAIT_S-60}"
+fail_wait="${HPQ_FAIL_LOG_WAIT_S:-60}"  # unset or empty: 60
 # A number of seconds from 0 to 3600 (decimals allowed); anything else is one line and exit 2.
 if ! [[ "$fail_wait" =~ ^[0-9]{1,4}(\.[0-9]{1,3})?$ ]] || (( 10#${fail_wait%%.*} > 3600 )); then
     echo "hpq on_create: bad setting: HPQ_FAIL_LOG_WAIT_S must be a number of seconds from 0 to 3600, got '$fail_wait'" >&2

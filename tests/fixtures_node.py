@@ -338,5 +338,6 @@ def run_on_create(entry: Path, env: dict, *args: str, cwd: Path | None = None,
     directory (or, with ``cwd``, by its full path from somewhere else). A failure exits at once unless ``env``
     sets HPQ_FAIL_LOG_WAIT_S (the documented CloudWatch wait, 60 s on a node)."""
     argv = ["bash", entry.name if cwd is None else str(entry), *args]
-    return subprocess.run(argv, cwd=str(cwd or entry.parent), env=dict(clean_env(), HPQ_FAIL_LOG_WAIT_S="0", **env),
+    run_env = dict(clean_env(), **{"HPQ_FAIL_LOG_WAIT_S": "0", **env})
+    return subprocess.run(argv, cwd=str(cwd or entry.parent), env=run_env,
                           capture_output=True, text=True, timeout=timeout)
