@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Any, List, Optional
 
 BEGIN = "# BEGIN hpq managed: %s (do not edit; replaced on every lifecycle run)"
 END = "# END hpq managed: %s"
 _MARKERS = ("# BEGIN hpq managed", "# END hpq managed")
+_BLOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Inputs the lifecycle reads (resource_config.json, role files, node info) are small; anything past this is
 # not what HyperPod or hpq wrote.
 MAX_INPUT_BYTES = 16 * 1024 * 1024
@@ -187,7 +189,8 @@ def replace_block(text: str, name: str, body_lines: List[str], at_top: bool = Fa
     A new block goes at the end, or with ``at_top`` first (ssh configs: global options before any Host).
     A body line that is not exactly one line (line_problem) or looks like a block marker: LineRefused.
     """
-    check_line(name, "block name")
+    if not _BLOCK_NAME.fullmatch(name):
+        raise LineRefused("block name %r is not one word (letters, digits, '.', '_', '-')" % name)
     for line in body_lines:
         check_line(line, "line")
         if line.strip().startswith(_MARKERS):
