@@ -168,8 +168,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     stack(STORAGE, {"ClusterName": cluster, "NodeSubnetId": node_subnet, "SecurityGroupId": sg,
                     "StorageCapacityGiB": fsx_capacity, "PerUnitStorageThroughput": fsx_throughput})
     s3_params = {"ClusterName": cluster, "AssetsBucket": assets_bucket, "AssetsPrefix": assets_prefix}
-    if variant.slurm:
-        s3_params["EnableLoginGroup"] = login_on
+    if variant.slurm:  # hpq-cluster.json names the filesystem (cfn/s3.py): the nodes mount it without an API call
+        s3_params.update({"EnableLoginGroup": login_on, "FsxDnsName": _out(STORAGE, names.OUT_FSX_DNS),
+                          "FsxMountName": _out(STORAGE, names.OUT_FSX_MOUNT)})
     stack(S3, s3_params)
     iam_params = {"LifecycleBucketName": _out(S3, names.OUT_LIFECYCLE_BUCKET)}
     if variant.eks:
