@@ -303,6 +303,9 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
         "HPQ_SERVICE_MANAGER": "direct",
         # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (cli/rehearse/fsx.py).
         "HPQ_PROC_MOUNTS": MOUNTS_FILE,
+        # A failed OnCreate waits for HyperPod's agent to ship its log to CloudWatch (60 s by default); the
+        # rehearsal has no such agent and reads the log itself, so the documented wait is set to none.
+        "HPQ_FAIL_LOG_WAIT_S": "0",
     }
     env.update(extra)
     return env
