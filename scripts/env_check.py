@@ -104,16 +104,17 @@ def _source(key: str, value: str, inherited: Mapping[str, str]) -> str:
 
 
 def compare(blocks: Blocks, expected: Mapping[str, str], inherited: Mapping[str, str], label: str,
-            nodes: Optional[int] = None) -> List[str]:
+            nodes: Optional[int] = None, unjudged: Sequence[str] = ()) -> List[str]:
     """Problems, one line each: every node's transport variables must be exactly ``expected``'s.
 
     ``expected`` is filtered to the transport's own keys; ``inherited`` is the launching process's
-    environment (to name a variable's source); ``label`` names the expectation in messages.
+    environment (to name a variable's source); ``label`` names the expectation in messages;
+    ``unjudged`` keys (the launcher's own logging settings, e.g. NCCL_DEBUG) may be anything.
     """
-    want = {k: v for k, v in expected.items() if transport.owns(k)}
+    want = {k: v for k, v in expected.items() if transport.owns(k) and k not in unjudged}
     found: Dict[str, List[str]] = {}
     for host in sorted(blocks.nodes):
-        have = blocks.nodes[host]
+        have = {k: v for k, v in blocks.nodes[host].items() if k not in unjudged}
         for key in sorted(set(have) | set(want)):
             if key not in want:
                 msg = "%s=%s is set in the job but %s does not set it; %s" % (
@@ -136,7 +137,7 @@ def compare(blocks: Blocks, expected: Mapping[str, str], inherited: Mapping[str,
 
 
 def check(text: str, expected: Mapping[str, str], inherited: Mapping[str, str], label: str,
-          nodes: Optional[int] = None, required: bool = False) -> EnvCheck:
+          nodes: Optional[int] = None, required: bool = False, unjudged: Sequence[str] = ()) -> EnvCheck:
     """Parse ``text`` and compare.
 
     A text without any block is no opinion (``ok`` None, no problems): a foreign log. ``required``
@@ -149,5 +150,5 @@ def check(text: str, expected: Mapping[str, str], inherited: Mapping[str, str], 
             return EnvCheck(want, {}, ["the job printed no hpq-env block: its ranks' transport environment is "
                                        "unknown"], False)
         return EnvCheck(want, {}, [], None)
-    problems = compare(blocks, want, inherited, label, nodes)
+    problems = compare(blocks, want, inherited, label, nodes, unjudged)
     return EnvCheck(want, blocks.nodes, problems, not problems)
