@@ -203,3 +203,37 @@ def test_real_srun_leak_fails_the_job(slurm_cluster, tmp_path):  # noqa: F811
            "launched from" in res.stdout
     assert doc["environment_check"]["ok"] is False and doc["verdict"]["ok"] is False
 
+
+
+@pytest.mark.slow
+def test_documented_sbatch_pattern_keeps_the_submitters_transport_out(slurm_cluster, tmp_path):  # noqa: F811
+    """docs/validation.md's sbatch script, submitted with NCCL_NET_PLUGIN=none and FI_PROVIDER=tcp in the
+    submitting environment: the srun step on both workers has the worker's own settings (g5.16xlarge, TCP: its
+    NCCL_SOCKET_IFNAME, no FI_PROVIDER) and PATH. Broken twin: the same script without the --export line; the
+    submitter's FI_PROVIDER=tcp reaches the step (Slurm's default --export=ALL)."""
+    base = slurm_cluster.roots["node-1"].parent
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+
+    def submit(export_line: str, name: str) -> dict[str, dict[str, str]]:
+        script = tmp_path / f"{name}.sbatch"
+        # the fixture's nodes keep their root under BASE/<node>; on a cluster the path is /etc/profile.d/...
+        script.write_text(
+            "#!/bin/bash\n#SBATCH --nodes=2\n" + export_line +
+            f". {base}/$SLURMD_NODENAME/etc/profile.d/hpq-nccl.sh\nexport SLURM_EXPORT_ENV=ALL\n"
+            f"srun sh -c 'env | grep -E \"^(NCCL|FI|GLOO)_|^PATH=\" > {out}/{name}.$SLURMD_NODENAME'\n")
+        env = dict(slurm_cluster.env, NCCL_NET_PLUGIN="none", FI_PROVIDER="tcp", NCCL_SOCKET_IFNAME="eth9")
+        res = subprocess.run(["sbatch", "--wait", "-o", str(out / f"{name}.log"), str(script)], env=env,
+                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+        assert res.returncode == 0, res.stdout + res.stderr + (out / f"{name}.log").read_text(errors="replace")
+        return {n: dict(ln.split("=", 1) for ln in (out / f"{name}.{n}").read_text().splitlines())
+                for n in ("node-1", "node-2")}
+
+    worker = json.loads((slurm_cluster.roots["node-1"] / "etc/hpq/nccl-env.json").read_text())["variables"]
+    steps = submit("#SBATCH --export=PATH,HOME,USER,LANG\n", "documented")
+    for seen in steps.values():
+        assert "FI_PROVIDER" not in seen and seen["NCCL_SOCKET_IFNAME"] == worker["NCCL_SOCKET_IFNAME"] != "eth9"
+        assert seen["PATH"]
+    leaky = submit("", "default-export")
+    assert {seen.get("FI_PROVIDER") for seen in leaky.values()} == {"tcp"}
