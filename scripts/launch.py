@@ -75,6 +75,7 @@ def bundle_root() -> Optional[str]:
 
 
 KEEP_ENV = "HPQ_KEEP_ENV"
+EXPORT_ALL = "--export=ALL"  # srun(1): the tasks get srun's own environment (child_env), whatever SLURM_EXPORT_ENV says
 
 
 def kept_transport_env() -> Dict[str, str]:
@@ -230,7 +231,7 @@ def worker_environment(launcher: str, instance_type: Optional[str], python: Opti
     """The transport environment as a worker computes it (same function as the lifecycle)."""
     if launcher == "slurm" and in_allocation():
         chdir = ["--chdir", bundle_root() or ""] if bundle_root() else []
-        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1"] + chdir + [python or "python3", "-m",
+        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1", EXPORT_ALL] + chdir + [python or "python3", "-m",
                                                                        "hpq.scripts.nodeinfo"]
         if instance_type:
             cmd += ["--instance-type", instance_type]
@@ -350,12 +351,14 @@ def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args
     """srun of ``python -m module args``; ``report_env`` starts each task through ``env_check.wrap``.
 
     srun runs with the environment it is given (``child_env``: inherited transport variables already
-    removed) and passes all of it to the tasks (``--export=ALL``, Slurm's default, srun(1)).
+    removed) and passes all of it to the tasks (``--export=ALL``, Slurm's default, srun(1)), said
+    explicitly: inside an ``sbatch --export=NONE`` job srun would otherwise inherit that setting
+    (SLURM_EXPORT_ENV) and the ranks would get none of the worker's variables.
     """
     chdir = ["--chdir", bundle_root()] if bundle_root() else []
     program = [python, "-m", module] + list(args)
-    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
-            + chdir + list(extra) + (env_check.wrap(program) if report_env else program))
+    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1",
+             EXPORT_ALL] + chdir + list(extra) + (env_check.wrap(program) if report_env else program))
 
 
 def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],

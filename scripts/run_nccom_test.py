@@ -116,7 +116,8 @@ def _run(args, raw: List[str]) -> int:
         ncmd += ["--hosts"] + [launch_addr for launch_addr in hosts]
     ncmd += list(args.extra) + [NCCOM_OPS[args.op]]
     # started through env_check.wrap: the log shows the transport environment nccom-test really had
-    cmd = (["srun", "-N1", "-n1", "-w", hosts[0]] if launcher == "slurm" else []) + env_check.wrap(ncmd)
+    cmd = (["srun", "-N1", "-n1", launch.EXPORT_ALL, "-w", hosts[0]] if launcher == "slurm" else []) \
+        + env_check.wrap(ncmd)
     print("# run-nccom-test: %d node(s) x %d worker(s), instance type %s, transport %s" % (
         nodes, workers, itype or "unknown", wenv.get("transport") or "unknown"))
     if args.dry_run:
