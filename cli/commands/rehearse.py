@@ -147,6 +147,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
             raise UsageError(f"--instance-type {instance_type} is not a {VARIANTS[variant].accelerator_label} type "
                              f"for {variant}")
     env = _env_pairs(node_env, node_names(variant, workers, login))
+    _check_node_arguments(workers, instance_type, nccl_args, nanogpt_args, sweep_args if sweep else None)
     from hpq.cli.rehearse import prereqs
 
     prereqs.check(variant, validate=not no_validate or sweep)
@@ -167,6 +168,43 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)
+
+
+def _check_node_arguments(workers: int, instance_type: str | None, nccl_args: str | None,
+                          nanogpt_args: str | None, sweep_args: str | None) -> None:
+    """Parse what the rehearsal will pass to run-nccl-test and run-nanogpt with their own parsers, now.
+
+    Why: a word the node command refuses was found only after the cluster was built (minutes); the
+    command lines are built exactly as the rehearsal builds them (hpq.cli.rehearse.validate) and parsed
+    by hpq.scripts' parse_args, the code the nodes run.
+    """
+    import contextlib
+    import io
+    import shlex
+
+    from hpq.cli.rehearse import validate
+    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS
+    from hpq.errors import UsageError
+    from hpq.scripts import run_nanogpt, run_nccl_test
+
+    itype = instance_type or "ml.g5.xlarge"  # only decides whether GPUS_PER_NODE 1 is added
+    checks = [("--nccl-args", validate.nccl_command(workers, itype, DEFAULT_NCCL_ARGS if nccl_args is None
+                                                    else nccl_args), run_nccl_test.parse_args),
+              ("--nanogpt-args", validate.nanogpt_command(workers, itype, DEFAULT_NANOGPT_ARGS if nanogpt_args is None
+                                                          else nanogpt_args), run_nanogpt.parse_args)]
+    if sweep_args is not None:
+        checks.append(("--sweep-args", validate.sweep_command(max(workers, 2), itype, sweep_args, 60),
+                       run_nccl_test.parse_args))
+    for option, line, parse in checks:
+        words = shlex.split(line)
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+                parse(words[1:])
+        except SystemExit:
+            detail = " ".join(said.getvalue().split()) or "it only prints help"
+            detail = detail.removeprefix(f"{words[0]}: error: ").removesuffix(" (see --help)")
+            raise UsageError(f"{option}: {words[0]} refuses it: {detail}") from None
 
 
 def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str, ...], sweep_args: str | None,
