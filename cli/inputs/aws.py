@@ -230,8 +230,8 @@ def check_aws_inputs(region: str | None, profile: str | None, services: Iterable
 def check_botocore_configuration(profile: str | None, region: str | None, services: Iterable[str]) -> None:
     """Resolve the configuration as botocore will, before any call, so a bad setting is exit 2 now.
 
-    Creating a client reads every client setting from the environment and the config files and
-    validates it offline (retry_mode, max_attempts, defaults_mode, request_checksum_calculation,
+    Creating a client (the command's first service) reads every client setting from the environment
+    and the config files and validates it offline (retry_mode, max_attempts, defaults_mode, request_checksum_calculation,
     response_checksum_validation, sts_regional_endpoints, endpoint URLs, ...: botocore/configprovider.py,
     botocore/args.py); resolving the credential chain finds source_profile loops, credential_process
     programs that do not run and web identity token files that are missing. Without a region the
@@ -242,9 +242,9 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
 
     try:
         session = botocore.session.Session(profile=profile or None)
-        if region:
-            for service in services:
-                session.create_client(service, region_name=region)
+        services = tuple(services)
+        if region and services:  # one client checks every client-wide setting; more would cost ~0.2 s each
+            session.create_client(services[0], region_name=region)
         _check_web_identity(session)
         creds = session.get_credentials()
     except bex.ProfileNotFound as exc:
