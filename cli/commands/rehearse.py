@@ -134,11 +134,15 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     """
     from hpq.errors import UsageError
 
-    if login and not variant.startswith("slurm"):
-        raise UsageError("--login: EKS clusters have no login group")
-    if without_fsx and not variant.startswith("slurm"):
-        raise UsageError("--without-fsx rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
-                         "driver, which no rehearsal runs")
+    ctx = click.get_current_context()
+    inputs.refuse_inapplicable(ctx, {"login": variant.startswith("slurm")}, f"to {variant}",
+                               "EKS clusters have no login group")
+    inputs.refuse_inapplicable(ctx, {"without_fsx": variant.startswith("slurm")}, f"to {variant}",
+                               "it rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
+                               "driver, which no rehearsal runs")
+    inputs.refuse_inapplicable(ctx, {"throttles": sweep}, "without --sweep",
+                               "--throttle slows a worker's link for the pairwise sweep")
+    inputs.refuse_inapplicable(ctx, {"sweep_args": sweep}, "without --sweep")
     throttle = _sweep_options(variant, workers, sweep, throttles, sweep_args, nccl_args)
     if instance_type:  # inputs.VARIANT and inputs.ACCELERATED_TYPE have checked both names already
         from hpq.cfn.variants import VARIANTS
@@ -222,11 +226,7 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
     if any(w == "--expect" or w.startswith("--expect=") for w in words):
         raise UsageError("--expect: a rehearsal reports the bridge's bandwidth without judging it (it always "
                          "passes --expect none to run-nccl-test)")
-    if not sweep:
-        if throttles:
-            raise UsageError("--throttle slows a worker's link for the pairwise sweep: add --sweep")
-        if sweep_args is not None:
-            raise UsageError("--sweep-args only goes with --sweep")
+    if not sweep:  # --throttle and --sweep-args without --sweep: refused by the caller
         return {}
     if not variant.startswith("slurm"):
         raise UsageError(f"--sweep runs run-nccl-test --sweep through Slurm; {variant} has no Slurm")
