@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None, process_entry: bool = False) -> None:
         if sys.stderr is not None:
             sys.stderr.write("hpq: error: standard output is closed\n")
         sys.exit(EXIT_USAGE)
+    _close_unreadable_stdin()
     bad = _undecodable(args)
     if bad is not None:
         from hpq.cli.inputs import show
@@ -123,6 +124,26 @@ def main(argv: list[str] | None = None, process_entry: bool = False) -> None:
     if process_entry:
         _flush_stdout()
     sys.exit(code)
+
+
+def _close_unreadable_stdin() -> None:
+    """A stdin opened write-only (`0>file`) or not open at all reads like a closed one: every command
+    that reads stdin already answers a closed one with one line (it was EBADF: "internal error")."""
+    import fcntl
+
+    if sys.stdin is None:
+        return
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a file descriptor (an in-memory stream a caller put there)
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        sys.stdin = None
+        return
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        sys.stdin = None
 
 
 def _set_sigint(handler: Any) -> Any:
