@@ -80,7 +80,7 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
+@click.option("--workers", default=2, show_default=True, type=inputs.Count(1, 16, "worker nodes"), help="Worker nodes.")
 @click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
               help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
