@@ -5,8 +5,9 @@ names alone cannot tell hpq's root.json from the user's own (or an edited copy),
 anyone could have written would let a stranger's file name what hpq may overwrite. So
 ``.hpq-synth-files`` starts with a fixed header and lists ``<sha256>  <name>`` for each file hpq
 wrote; a file is replaced or removed only when its bytes still hash to what is listed.
-Anything else (a file not listed, an edited one, a manifest without the header, a link) is
-refused with exit 2 naming the path, before anything is written.
+Anything else (a file not listed, even one with the same bytes; an edited one; a manifest
+without the header; a link) is refused with exit 2 naming the path, before anything is rendered
+or written.
 """
 
 from __future__ import annotations
@@ -76,6 +77,34 @@ def manifest_text(files: dict[str, bytes]) -> bytes:
     return f"{MANIFEST_HEADER}\n{body}".encode()
 
 
+def precheck(out_dir: Path, trees: dict[str, list[str]]) -> None:
+    """Refuse before any work what no content can make writable: links, things in the way, foreign manifests."""
+    out_dir = Path(out_dir)
+    for sub, names in trees.items():
+        folder = out_dir / sub
+        atomic.check_no_links(folder / MANIFEST_FILE, out_dir)
+        fst = atomic.lstat_or_none(folder)
+        if fst is None:
+            continue
+        if not stat.S_ISDIR(fst.st_mode):
+            raise UsageError(f"{_show(folder)} is in the way: it exists and is not a folder")
+        listed = read_manifest(folder)
+        for name in names:
+            _check_owned(folder / name, listed, False)
+
+
+def _check_owned(path: Path, listed: dict[str, str], trust_existing: bool) -> os.stat_result | None:
+    """The target's lstat; refused unless absent, or a file hpq wrote and nobody changed since."""
+    cur = atomic.check_target(path)
+    if cur is None or trust_existing:
+        return cur
+    if path.name not in listed:
+        raise UsageError(f"{_show(path)} was not written by hpq; {_HINT}")
+    if _sha(_read(path, cur.st_size)) != listed[path.name]:
+        raise UsageError(f"{_show(path)} was changed since hpq wrote it; {_HINT}")
+    return cur
+
+
 def write_trees(out_dir: Path, trees: dict[str, dict[str, bytes]], trust_existing: bool = False) -> list[Path]:
     """Write OUT/<sub>/<name> for every tree; return every target path (written or already equal).
 
@@ -101,18 +130,9 @@ def write_trees(out_dir: Path, trees: dict[str, dict[str, bytes]], trust_existin
             for name, data in files.items():
                 path = folder / name
                 targets.append(path)
-                cur = atomic.check_target(path)
-                if cur is None:
-                    staged.append((path, data))
-                    continue
-                current = _read(path, len(data)) if cur.st_size == len(data) else None
-                if current == data:
+                cur = _check_owned(path, listed, trust_existing)
+                if cur is not None and cur.st_size == len(data) and _read(path, len(data)) == data:
                     continue  # unchanged: not rewritten, its modification time stays
-                if not trust_existing:
-                    if name not in listed:
-                        raise UsageError(f"{_show(path)} was not written by hpq; {_HINT}")
-                    if _sha(_read(path, cur.st_size)) != listed[name]:
-                        raise UsageError(f"{_show(path)} was changed since hpq wrote it; {_HINT}")
                 staged.append((path, data))
             for name, digest in listed.items():  # a file an earlier synth wrote and this one does not
                 path = folder / name

@@ -78,6 +78,18 @@ FIXTURES = {
     "my train.py": lambda p: p.write_text("print('training')\n"),
     "key.pem": lambda p: p.write_text("not really a key\n"),
     "blocked": lambda p: (p / "eks-trn" / "root.json").mkdir(parents=True),
+    # synth's writer (issue 21): a link out of the folder, a file hpq did not write, a forged manifest.
+    "linked": lambda p: ((p / "slurm-gpu").mkdir(parents=True), (p.parent / "outside.json").write_text("{}\n"),
+                         (p / "slurm-gpu" / "root.json").symlink_to(p.parent / "outside.json")),
+    "foreign": lambda p: ((p / "slurm-gpu").mkdir(parents=True),
+                          (p / "slurm-gpu" / "root.json").write_text('{"mine": true}\n')),
+    "forged": lambda p: ((p / "slurm-gpu").mkdir(parents=True),
+                         (p / "slurm-gpu" / ".hpq-synth-files").write_text("root.json\n")),
+    "badstate": lambda p: (p.mkdir(), (p / "last-synth-dir").write_bytes(b"/tmp/\xff\xfe\n")),
+    "nel.py": lambda p: p.write_text("print('a\u0085b')\n", encoding="utf-8"),
+    "loop.cfg": lambda p: p.write_text("[profile a]\nsource_profile = b\nrole_arn = arn:aws:iam::123456789012:role/x\n"
+                                       "[profile b]\nsource_profile = a\nrole_arn = arn:aws:iam::123456789012:role/y\n"),
+    "process.cfg": lambda p: p.write_text("[profile cp]\ncredential_process = /nonexistent/get-credentials\n"),
 }
 
 

@@ -92,6 +92,8 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
         raise UsageError(f"missing VARIANT (one of: {', '.join(VARIANTS)}) or --all")
     overrides = cfn_synth.parse_params(params)
     chosen = list(VARIANTS) if all_ else [variant]
+    # Links, folders in the way and foreign manifests are refused at once, before the slow rendering.
+    synth_out.precheck(Path(out), {name: [cfn_synth.ROOT_FILE, *cfn_synth.stack_files(name)] for name in chosen})
     # Render (and so validate) everything before writing anything.
     rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
     out_dir = Path(out)
