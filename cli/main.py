@@ -170,7 +170,7 @@ def _flush_stdout() -> None:
         _silence_stdout()
     except OSError as exc:
         _silence_stdout()
-        click.echo(f"hpq: error: cannot write standard output: {exc.strerror}", err=True)
+        click.echo(f"hpq: error: cannot write: {exc.strerror}", err=True)
         sys.exit(EXIT_FAILED)
 
 
