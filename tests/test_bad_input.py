@@ -89,6 +89,7 @@ FIXTURES = {
     "nel.py": lambda p: p.write_text("print('a\u0085b')\n", encoding="utf-8"),
     "loop.cfg": lambda p: p.write_text("[profile a]\nsource_profile = b\nrole_arn = arn:aws:iam::123456789012:role/x\n"
                                        "[profile b]\nsource_profile = a\nrole_arn = arn:aws:iam::123456789012:role/y\n"),
+    "kh.link": lambda p: ((p.parent / "outside_known_hosts").write_text(""), p.symlink_to(p.parent / "outside_known_hosts")),
     "process.cfg": lambda p: p.write_text("[profile cp]\ncredential_process = /nonexistent/get-credentials\n"),
 }
 
