@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -151,16 +152,26 @@ class Batch:
     def commit(self) -> None:
         """Rename every staged file over its target, then remove what was marked for removal."""
         folders = set()
+        # Ctrl-C waits until every rename is done (microseconds): never half of the new set in place.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             for tmp, target in self._staged:
                 os.replace(tmp, target)
                 folders.add(target.parent)
         except OSError as exc:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             # A rename in one folder of one file system does not fail for want of space; if it
             # fails at all, say so plainly (the files renamed so far are already complete).
             self.abort()
             raise OperationFailed(f"cannot rename into {_show(target)}: {exc.strerror}") from None
         self.committed = True
+        try:
+            self._finish(folders)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _finish(self, folders: set[Path]) -> None:
+        """Remove what was marked for removal, then sync the folders the renames changed."""
         for target in self._removals:
             try:
                 os.unlink(target)

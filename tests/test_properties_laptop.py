@@ -183,25 +183,33 @@ def _setup(base: Path, states: list[str], manifest: str) -> tuple[Path, Path]:
 
 
 @given(st.lists(st.sampled_from(STATES), min_size=3, max_size=3), st.sampled_from(MANIFESTS),
-       st.integers(0, 4), st.integers(0, 3))
-@example(["hpq", "hpq", "hpq"], "hpq", 0, 0)
-@example(["link-out", "absent", "absent"], "none", 0, 0)
-@example(["absent", "absent", "absent"], "link-out", 0, 0)
-@example(["edited", "absent", "absent"], "hpq", 0, 0)
-@example(["absent", "absent", "absent"], "none", 0, 2)
+       st.integers(0, 4), st.integers(0, 3), st.booleans())
+@example(["hpq", "hpq", "hpq"], "hpq", 0, 0, False)
+@example(["link-out", "absent", "absent"], "none", 0, 0, False)
+@example(["absent", "absent", "absent"], "link-out", 0, 0, False)
+@example(["edited", "absent", "absent"], "hpq", 0, 0, False)
+@example(["absent", "absent", "absent"], "none", 0, 2, False)
+@example(["hpq", "absent", "hpq"], "hpq", 3, 2, True)
 def test_synth_writer_is_all_or_nothing_and_stays_inside(tmp_path_factory, monkeypatch, states, manifest,
-                                                         keep, fail_at):
-    """``fail_at`` > 0: the disk fills up at that fsync (ENOSPC), as a full tmpfs would answer."""
+                                                         keep, fail_at, ctrl_c):
+    """``fail_at`` > 0: the disk fills up at that fsync (ENOSPC), as a full tmpfs would answer, or with
+    ``ctrl_c`` the user presses Ctrl-C there."""
     base = tmp_path_factory.mktemp("synth")
     out, outside = _setup(base, states, manifest)
     new = {n: f"new {n}\n".encode() for n in NAMES[:max(1, keep) if keep < 3 else 3]}
     before = _snapshot(base)
+    # hpq may write only where every target is absent or its own, unchanged, under its own manifest.
+    allowed = manifest in ("none", "hpq") and all(
+        state == "absent" or (state == "hpq" and manifest == "hpq")
+        for name, state in zip(NAMES, states, strict=True) if name in new)
     calls = {"n": 0}
     real_fsync = os.fsync
 
     def fsync(fd):
         calls["n"] += 1
         if fail_at and calls["n"] == fail_at:
+            if ctrl_c:
+                raise KeyboardInterrupt
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_fsync(fd)
 
@@ -209,14 +217,12 @@ def test_synth_writer_is_all_or_nothing_and_stays_inside(tmp_path_factory, monke
         m.setattr(atomic.os, "fsync", fsync)
         try:
             synth_out.write_trees(out, {"v": new})
-        except (UsageError, OperationFailed) as exc:
+        except (UsageError, OperationFailed, KeyboardInterrupt) as exc:
             assert "\n" not in str(exc)
             assert _snapshot(base) == before, "a refusal or a failure changed the tree"
-            allowed = manifest in ("none", "hpq") and all(
-                state == "absent" or (state == "hpq" and manifest == "hpq")
-                for name, state in zip(NAMES, states, strict=True) if name in new)
             assert not allowed or fail_at, f"refused a tree hpq owns: {exc}"
             return
+    assert allowed, "wrote over a link, a foreign or an edited file, or past a foreign manifest"
     after = _snapshot(base)
     assert outside.read_bytes() == b"the user's file\n"
     assert after["out/v/notes.txt"] == ("file", b"not hpq's\n")
