@@ -55,6 +55,36 @@ def test_param_type_answers_a_value_or_a_usage_line(text):
     assert sep and re.fullmatch(r"[A-Za-z0-9]+", key), value
 
 
+@pytest.fixture(scope="module")
+def root_specs():
+    from hpq.cfn import synth as cfn_synth
+
+    return {p["Name"]: p for p in cfn_synth.root_parameters("slurm-gpu")}
+
+
+@given(st.data(), st.one_of(ANY_TEXT, SHORTISH, st.from_regex(r"-?[0-9]{1,6}", fullmatch=True)))
+@example(None, "nan")
+@example(None, "2.5")
+@example(None, "٣")
+@example(None, "")
+def test_param_values_are_kept_as_given_or_refused(root_specs, data, value):
+    """Every root parameter's check (cfn/synth._check_value): the value exactly as given, or one usage line."""
+    from hpq.cfn import synth as cfn_synth
+    from hpq.cfn.variants import VARIANTS
+
+    key = data.draw(st.sampled_from(sorted(root_specs))) if data is not None else "WorkerCount"
+    spec = {k: v for k, v in root_specs[key].items() if k != "Name"}
+    try:
+        out = cfn_synth._check_value(VARIANTS["slurm-gpu"], key, value, spec)
+    except UsageError as exc:
+        assert "\n" not in str(exc).replace(repr(value), "")
+        return
+    assert out == value
+    if spec.get("Type") == "Number":
+        assert re.fullmatch(r"-?[0-9]+", value)
+        assert spec.get("MinValue", -10**12) <= int(value) <= spec.get("MaxValue", 10**12)
+
+
 @given(st.lists(st.one_of(ANY_TEXT, SHORTISH), max_size=3))
 @example(["worker-1:A=1"])
 @example([":A=1"])
