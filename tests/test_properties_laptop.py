@@ -118,6 +118,25 @@ def test_throttle_answers_worker_rates_or_a_usage_error(values, workers):
     assert all(0 <= index < workers for index in out)
 
 
+@given(st.one_of(ANY_TEXT, st.from_regex(r"[0-9]{0,5}(\.[0-9]{0,3})?", fullmatch=True), st.sampled_from(
+    ["nan", "inf", "-0", "1e3", "٣", "1_0", " 5", "+5", "0x10", "3600", "3600.0001"])))
+def test_numbers_are_ascii_finite_and_in_range(text):
+    """inputs.Count and inputs.Seconds: an ASCII number in range, or one usage line."""
+    import math
+
+    from hpq.cli import inputs
+
+    for kind in (inputs.PORT, inputs.Count(1, 16, "worker nodes"), inputs.POLL_SECONDS, inputs.Seconds(1, 86400)):
+        try:
+            number = kind.convert(text, None, None)
+        except click.BadParameter as exc:
+            assert "\n" not in exc.format_message()
+            continue
+        assert text.strip().isascii() and math.isfinite(number)
+        lo, hi = (kind.lo, kind.hi)
+        assert lo <= number <= hi
+
+
 # eks render --program: the manifest parses and the ConfigMap carries the file byte for byte.
 @given(st.text(st.characters(codec="utf-8"), max_size=200))
 @example("    indented first line\nx = 1\n")
