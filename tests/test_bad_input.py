@@ -271,3 +271,22 @@ def test_dry_run_writes_nothing(tmp_path):
                              env=_node_env(tmp_path), capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
     assert not (tmp_path / "hpq-results").exists()
+
+
+def test_aws_settings_check_does_not_run_credential_process(tmp_path):
+    """The up-front check resolves the configuration without running a credential_process (it may prompt
+    for a hardware key): the command itself runs it once, as without the check."""
+    calls = tmp_path / "calls"
+    program = tmp_path / "get-credentials"
+    program.write_text(f'#!/bin/sh\necho run >> {calls}\n'
+                       'echo \'{"Version": 1, "AccessKeyId": "AKIAIOSFODNN7EXAMPLE", "SecretAccessKey": "x"}\'\n')
+    program.chmod(0o755)
+    (tmp_path / "config").write_text(f"[profile p]\ncredential_process = {program}\n")
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(key)
+    env["AWS_CONFIG_FILE"] = str(tmp_path / "config")
+    res = subprocess.run([sys.executable, "-m", "hpq", "status", "hpq-slurm-gpu", "--region", "us-west-2", "--profile",
+                          "p"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "cannot reach AWS" in res.stderr, res.stderr  # got as far as the call
+    assert calls.read_text() == "run\n"

@@ -244,8 +244,15 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
         session = botocore.session.Session(profile=profile or None)
         services = tuple(services)
         if region and services:  # one client checks every client-wide setting; more would cost ~0.2 s each
-            session.create_client(services[0], region_name=region)
+            # Placeholder keys: the client is only built, never used, and must not run the credential chain
+            # (a credential_process would run twice; the chain is checked below, once).
+            session.create_client(services[0], region_name=region, aws_access_key_id="AKIDHPQSETTINGSCHECK",
+                                  aws_secret_access_key="unused")
         _check_web_identity(session)
+        process = _scoped(session).get("credential_process")
+        if process:  # check the program, do not run it: it may prompt (a hardware key), and the command runs it
+            _check_credential_process(process)
+            return
         creds = session.get_credentials()
     except bex.ProfileNotFound as exc:
         raise UsageError(f"{exc}; list them with `aws configure list-profiles`") from None
@@ -262,18 +269,42 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
                 raise UsageError(f"the AWS {label} {bad}")
 
 
+def _scoped(session: object) -> dict:
+    import botocore.exceptions as bex
+
+    try:
+        return session.get_scoped_config()  # type: ignore[attr-defined,no-any-return]
+    except bex.ProfileNotFound:
+        return {}
+
+
+def _check_credential_process(command: str) -> None:
+    """The profile's credential_process must name a program that exists and may be run (botocore splits
+    the setting with shlex and runs it at the first call, where a missing one was an uncaught OSError)."""
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"AWS credentials: credential_process {show(command)} cannot be split ({exc})") from None
+    if not words:
+        raise UsageError("AWS credentials: credential_process is empty")
+    program = words[0]
+    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK)
+                                                                 and os.path.isfile(program) else None)
+    if not found:
+        why = "No such file or directory" if not os.path.lexists(os.path.expanduser(program)) else "not executable"
+        raise UsageError(f"AWS credentials: cannot run {show(program)}: {why}")
+
+
 def _check_web_identity(session: object) -> None:
     """A web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE or the profile's) must be a readable file:
     botocore reads it only at the first call, where a missing one was an uncaught FileNotFoundError."""
-    import botocore.exceptions as bex
-
     path = os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
     source = "AWS_WEB_IDENTITY_TOKEN_FILE"
     if not path:
-        try:
-            path = session.get_scoped_config().get("web_identity_token_file")  # type: ignore[attr-defined]
-        except bex.ProfileNotFound:
-            return
+        path = _scoped(session).get("web_identity_token_file")
         source = "web_identity_token_file"
     if not path:
         return
