@@ -280,7 +280,8 @@ def _scoped(session: object) -> dict:
 
 def _check_credential_process(command: str) -> None:
     """The profile's credential_process must name a program that exists and may be run (botocore splits
-    the setting with shlex and runs it at the first call, where a missing one was an uncaught OSError)."""
+    the setting with shlex and runs it at the first call, where a missing one was an uncaught OSError).
+    The setting: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-sourcing-external.html"""
     import shlex
     import shutil
 
@@ -300,7 +301,8 @@ def _check_credential_process(command: str) -> None:
 
 def _check_web_identity(session: object) -> None:
     """A web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE or the profile's) must be a readable file:
-    botocore reads it only at the first call, where a missing one was an uncaught FileNotFoundError."""
+    botocore reads it only at the first call, where a missing one was an uncaught FileNotFoundError.
+    The settings: https://docs.aws.amazon.com/sdkref/latest/guide/feature-assume-role-credentials.html"""
     path = os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
     source = "AWS_WEB_IDENTITY_TOKEN_FILE"
     if not path:
