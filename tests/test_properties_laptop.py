@@ -30,15 +30,16 @@ from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.manifests import render as mrender
 from hpq.manifests import yamlsafe
 
-settings.register_profile("laptop", max_examples=60, deadline=2000, derandomize=True,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-settings.load_profile("laptop")
+# The budget, per test (a profile loaded here would change every other module's defaults in the same run).
+LAPTOP = settings(max_examples=60, deadline=2000, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 ANY_TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # every code point Python can hold as UTF-8
 SHORTISH = st.text(alphabet=st.sampled_from("ab=:_ 0.-\n\t\x00\u2028é1"), max_size=12)
 
 
 # --param KEY=VALUE (click type), --node-env, --throttle: a value or a UsageError, nothing else.
+@LAPTOP
 @given(st.one_of(ANY_TEXT, SHORTISH))
 @example("WorkerCount=٣")
 @example("=")
@@ -62,6 +63,7 @@ def root_specs():
     return {p["Name"]: p for p in cfn_synth.root_parameters("slurm-gpu")}
 
 
+@LAPTOP
 @given(st.data(), st.one_of(ANY_TEXT, SHORTISH, st.from_regex(r"-?[0-9]{1,6}", fullmatch=True)))
 @example(None, "nan")
 @example(None, "2.5")
@@ -85,6 +87,7 @@ def test_param_values_are_kept_as_given_or_refused(root_specs, data, value):
         assert spec.get("MinValue", -10**12) <= int(value) <= spec.get("MaxValue", 10**12)
 
 
+@LAPTOP
 @given(st.lists(st.one_of(ANY_TEXT, SHORTISH), max_size=3))
 @example(["worker-1:A=1"])
 @example([":A=1"])
@@ -104,6 +107,7 @@ def test_node_env_answers_pairs_or_a_usage_error(values):
             assert value.isprintable() or value == "", "a value that would split the node's environment file"
 
 
+@LAPTOP
 @given(st.lists(st.one_of(ANY_TEXT, st.from_regex(r"[0-9]{1,3}=[0-9]{1,4}[a-z]{3,5}", fullmatch=True)), max_size=3),
        st.integers(1, 16))
 @example(["٢=30mbit"], 4)
@@ -118,6 +122,7 @@ def test_throttle_answers_worker_rates_or_a_usage_error(values, workers):
     assert all(0 <= index < workers for index in out)
 
 
+@LAPTOP
 @given(st.one_of(ANY_TEXT, st.from_regex(r"[0-9]{0,5}(\.[0-9]{0,3})?", fullmatch=True), st.sampled_from(
     ["nan", "inf", "-0", "1e3", "٣", "1_0", " 5", "+5", "0x10", "3600", "3600.0001"])))
 def test_numbers_are_ascii_finite_and_in_range(text):
@@ -138,6 +143,7 @@ def test_numbers_are_ascii_finite_and_in_range(text):
 
 
 # eks render --program: the manifest parses and the ConfigMap carries the file byte for byte.
+@LAPTOP
 @given(st.text(st.characters(codec="utf-8"), max_size=200))
 @example("    indented first line\nx = 1\n")
 @example("a\r\nb\r\n")
@@ -163,6 +169,7 @@ def test_rendered_program_round_trips_or_is_refused(tmp_path_factory, source):
     assert docs[0]["data"] == {"train.py": source}
 
 
+@LAPTOP
 @given(st.text(st.characters(codec="utf-8", blacklist_categories=("Cs",)), max_size=60))
 @example("--lr '1e-3' \"two words\"")
 @example("a\u2028b")
@@ -231,6 +238,7 @@ def _setup(base: Path, states: list[str], manifest: str) -> tuple[Path, Path]:
     return out, outside
 
 
+@LAPTOP
 @given(st.lists(st.sampled_from(STATES), min_size=3, max_size=3), st.sampled_from(MANIFESTS),
        st.integers(0, 4), st.integers(0, 3), st.booleans())
 @example(["hpq", "hpq", "hpq"], "hpq", 0, 0, False)
