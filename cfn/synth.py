@@ -122,37 +122,22 @@ def write_variant(variant: str, out_dir: str | Path, size: str = "small",
     return write_files(synthesize(variant, size, params), Path(out_dir) / variant)
 
 
-# The files synth wrote into OUT/<variant>/, one name a line: the only ones it ever replaces or removes.
-# (Not *.json, so `hpq lint` never takes it for a template.)
+# The manifest of what synth wrote into OUT/<variant>/ (not *.json, so `hpq lint` never takes it for a template).
 MANIFEST_FILE = ".hpq-synth-files"
 
 
-def write_files(files: dict[str, dict], target: str | Path) -> list[Path]:
+def write_files(files: dict[str, dict], target: str | Path, trust_existing: bool = False) -> list[Path]:
     """Write what ``synthesize`` returned into target (OUT/<variant>); return the paths.
 
-    A file a previous synth wrote (listed in MANIFEST_FILE) that is no longer rendered is removed;
-    anything else in the folder is never touched. Unchanged files are not rewritten, so their
-    modification times stay put.
+    Through hpq.cli.synth_out: atomic, all or nothing, and only over files an earlier synth wrote
+    (``trust_existing`` for folders git tracks instead, such as the test goldens). A file a previous
+    synth wrote that is no longer rendered is removed; unchanged files keep their modification times.
     """
+    from hpq.cli import synth_out
+
     target = Path(target)
-    target.mkdir(parents=True, exist_ok=True)
-    manifest = target / MANIFEST_FILE
-    try:
-        previous = manifest.read_text(encoding="utf-8").split()
-    except (OSError, UnicodeDecodeError):
-        previous = []
-    for stale in previous:
-        if stale not in files and "/" not in stale and stale not in (".", ".."):
-            (target / stale).unlink(missing_ok=True)
-    written = []
-    for name, template in files.items():
-        path = target / name
-        text = to_json(template)
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-        written.append(path)
-    manifest.write_text("".join(f"{name}\n" for name in files), encoding="utf-8")
-    return written
+    data = {name: to_json(t).encode("utf-8") for name, t in files.items()}
+    return synth_out.write_trees(target.parent, {target.name: data}, trust_existing=trust_existing)
 
 
 def root_parameters(variant: str, size: str = "small") -> list[dict[str, Any]]:

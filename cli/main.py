@@ -9,8 +9,9 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import signal
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -92,51 +93,137 @@ def _undecodable(args: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: expected errors become one line on stderr and an exit code, never a traceback."""
+def main(argv: list[str] | None = None, process_entry: bool = False) -> None:
+    """Entry point: expected errors become one line on stderr and an exit code, never a traceback.
+
+    While a command runs, Ctrl-C is a KeyboardInterrupt so that its cleanups (``finally``, a
+    rehearsal's teardown) run; before it (``hpq.console``) and after it, when nothing is left
+    to clean up, Ctrl-C ends the process at once with one line and exit 130.
+    """
     args = sys.argv[1:] if argv is None else list(argv)
     if sys.stdout is None:  # `hpq ... >&-`: every command's answer would vanish without a word
         if sys.stderr is not None:
             sys.stderr.write("hpq: error: standard output is closed\n")
         sys.exit(EXIT_USAGE)
+    _close_unreadable_stdin()
     bad = _undecodable(args)
     if bad is not None:
         from hpq.cli.inputs import show
 
         click.echo(f"hpq: error: argument {show(bad)} is not valid UTF-8", err=True)
         sys.exit(EXIT_USAGE)
+    previous = _set_sigint(signal.default_int_handler)
     try:
         rv = cli.main(args=args, prog_name="hpq", standalone_mode=False)
-    except HpqError as exc:
-        click.echo(f"hpq: error: {one_line(str(exc))}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("hpq: aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        # Usage errors from click itself: one line, without click's multi-line usage block.
-        click.echo(f"hpq: error: {one_line(exc.format_message())}", err=True)
-        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("hpq: interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:  # `hpq eks render ... | head`: the reader left; not an error of ours
-        sys.stderr.close()
-        sys.exit(EXIT_FAILED)
+    except BaseException as exc:  # noqa: BLE001 - every way out becomes one line and an exit code
+        _after_command(previous, process_entry)
+        code = _exit_code(exc)
+    else:
+        _after_command(previous, process_entry)
+        code = rv if isinstance(rv, int) else 0
+    if process_entry:
+        _flush_stdout()
+    sys.exit(code)
+
+
+def _close_unreadable_stdin() -> None:
+    """A stdin opened write-only (`0>file`) or not open at all reads like a closed one: every command
+    that reads stdin already answers a closed one with one line (it was EBADF: "internal error")."""
+    import fcntl
+
+    if sys.stdin is None:
+        return
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a file descriptor (an in-memory stream a caller put there)
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        sys.stdin = None
+        return
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        sys.stdin = None
+
+
+def _set_sigint(handler: Any) -> Any:
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _after_command(previous: Any, process_entry: bool) -> None:
+    if process_entry:
+        from hpq.console import hard_interrupts
+
+        hard_interrupts()
+    elif previous is not None:
+        _set_sigint(previous)
+
+
+def _flush_stdout() -> None:
+    """Flush now, so that a reader that left (`| head`) is not a traceback at interpreter exit."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        _silence_stdout()
     except OSError as exc:
-        if exc.errno not in _DEVICE_ERRNOS:
-            _internal_error(exc)
+        _silence_stdout()
+        click.echo(f"hpq: error: cannot write: {exc.strerror}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _exit_code(exc: BaseException) -> int:
+    """Print the one line an exception deserves; return the exit code."""
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+    if isinstance(exc, HpqError):
+        _say(f"hpq: error: {one_line(str(exc))}")
+        return exc.exit_code
+    if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        _say("hpq: interrupted")
+        return 130
+    if isinstance(exc, click.ClickException):
+        # Usage errors from click itself: one line, without click's multi-line usage block.
+        _say(f"hpq: error: {one_line(exc.format_message())}")
+        return EXIT_USAGE if exc.exit_code == 2 else exc.exit_code
+    if isinstance(exc, BrokenPipeError):  # `hpq eks render ... | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return EXIT_FAILED
+    if isinstance(exc, OSError) and exc.errno in _DEVICE_ERRNOS:
         # A full disk or a broken device under our output or files: the machine's problem, not a bug.
         where = f" {exc.filename}" if exc.filename else ""
-        click.echo(f"hpq: error: cannot write{where}: {exc.strerror}", err=True)
-        sys.exit(EXIT_FAILED)
-    except Exception as exc:  # noqa: BLE001 - a bug: one line that says so; HPQ_DEBUG=1 shows the traceback
-        _internal_error(exc)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        _say(f"hpq: error: cannot write{where}: {exc.strerror}")
+        return EXIT_FAILED
+    if isinstance(exc, OSError) and exc.errno in _USER_ERRNOS:
+        where = f" {exc.filename}" if exc.filename else ""
+        _say(f"hpq: error: cannot use{where}: {exc.strerror}")
+        return EXIT_USAGE
+    if not isinstance(exc, Exception):
+        raise exc
+    _internal_error(exc)
+
+
+def _say(line: str) -> None:
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError, AttributeError):
+        pass  # stderr closed: the exit code still tells
 
 
 # errno values that mean the output's device failed (full, over quota, read-only, I/O error).
 _DEVICE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+# errno values that mean a path the user gave cannot be used as given (too long, a loop of links).
+_USER_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
 
 
 def _internal_error(exc: BaseException) -> NoReturn:
@@ -148,4 +235,4 @@ def _internal_error(exc: BaseException) -> NoReturn:
 
 
 if __name__ == "__main__":
-    main()
+    main(process_entry=True)

@@ -1,3 +1,3 @@
-from hpq.cli.main import main
+from hpq.console import main
 
 main()

@@ -20,6 +20,7 @@ from typing import Any
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
+from hpq.manifests import yamlsafe
 from hpq.scripts.args import NCCL_DEBUG_LEVELS  # the node commands' list: one for both
 
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
@@ -272,6 +273,11 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
     elif req.test == "nanogpt":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else PYTORCH_GPU_IMAGE)
         ctx.update(_program_context(req))
+        # The container's `sh -c` line, built here and emitted as one quoted YAML scalar.
+        ctx["torchrun_line"] = " ".join([
+            f"exec torchrun --nnodes {ctx['nodes']} --nproc_per_node {ctx['gpus']}",
+            '--node_rank "${PET_NODE_RANK:-$RANK}" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"',
+            ctx["program_target"], *ctx["program_args"]])
     return ctx
 
 
@@ -352,15 +358,17 @@ def _program_context(req: RenderRequest) -> dict[str, Any]:
         if path.exists() and not path.is_file():  # a FIFO would block the read forever, a folder fails late
             raise UsageError(f"training program {path} is not a regular file")
         try:
-            files = {path.name: path.read_text(encoding="utf-8")}
+            files = {path.name: path.read_bytes().decode("utf-8")}  # exact: no newline translation
         except OSError as exc:
             raise UsageError(f"cannot read training program {path}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise UsageError(f"training program {path} is not UTF-8 text") from None
+        yamlsafe.check(files[path.name], f"training program {path}")
         target = f"{PROGRAM_MOUNT}/{path.name}"
     else:
         files = module_files(NANOGPT_MODULE)
         target = f"-m {NANOGPT_MODULE}"
+    yamlsafe.check(req.program_args, "--program-args")
     size = sum(len(src.encode()) for src in files.values())
     if size > CONFIGMAP_LIMIT:
         raise UsageError(f"training program files total {size} bytes: over the {CONFIGMAP_LIMIT}-byte ConfigMap limit")
@@ -368,10 +376,12 @@ def _program_context(req: RenderRequest) -> dict[str, Any]:
         # ConfigMap keys cannot hold '/': key = path with '/' as '.', mapped back to the path on mount.
         "program_files": [{"key": rel.replace("/", "."), "path": rel, "source": src}
                           for rel, src in sorted(files.items())],
+        "program_data": {rel.replace("/", "."): src for rel, src in files.items()},
         "program_target": target,
         "program_mount": PROGRAM_MOUNT,
         # Words of a `sh -c` line: quoted, so an argument with spaces or '$' reaches the program as typed.
         "program_args": [shlex.quote(w) for w in _words(req.program_args)],
+
         "configmap": f"{req.name or 'hpq-nanogpt'}-program",
     }
 
@@ -404,8 +414,6 @@ def _resolve_fsx(req: RenderRequest, ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def _environment() -> Any:
-    import json
-
     import jinja2
 
     env = jinja2.Environment(
@@ -415,9 +423,11 @@ def _environment() -> Any:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    # JSON scalars are valid YAML scalars: quoting every value through json keeps "1", "^lo" and
-    # "none" strings exactly as they are (YAML would read 1 as int or 'no' as a bool).
-    env.filters["q"] = lambda v: json.dumps(v)
+    # Quoted scalars keep "1", "^lo" and "none" strings exactly as they are (YAML would read 1 as int
+    # or 'no' as a bool).
+    # Strings go through PyYAML's emitter (manifests/yamlsafe.py), which refuses what YAML cannot carry.
+    env.filters["q"] = yamlsafe.scalar
+    env.filters["block_mapping"] = yamlsafe.block_mapping
     env.filters["indent_block"] = lambda text, n: "\n".join((" " * n + line) if line else line
                                                             for line in str(text).splitlines())
     return env

@@ -117,8 +117,11 @@ def child_cwd() -> Optional[str]:
     return bundle_root()
 
 
-def results_dir(override: Optional[str] = None) -> str:
-    """Where logs and JSON results go: /fsx when it is mounted (shared, survives nodes), else home."""
+def results_dir(override: Optional[str] = None, create: bool = True) -> str:
+    """Where logs and JSON results go: /fsx when it is mounted (shared, survives nodes), else home.
+
+    ``create=False`` for --dry-run, which names the folder but writes nothing (not even the folder).
+    """
     path = override or os.environ.get("HPQ_RESULTS_DIR")
     if not path:
         fsx = os.environ.get("HPQ_FSX", names.FSX_MOUNT_POINT)
@@ -129,7 +132,8 @@ def results_dir(override: Optional[str] = None) -> str:
             path = shared
         else:
             path = os.path.join(os.path.expanduser("~"), "hpq-results")
-    os.makedirs(path, exist_ok=True)
+    if create:
+        os.makedirs(path, exist_ok=True)
     return path
 
 

@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
     env_vars.setdefault("PYTHONUNBUFFERED", "1")
     env = launch.child_env(env_vars, wenv.get("path_prepend") or ())
-    outdir = launch.results_dir(args.log_dir)
+    outdir = launch.results_dir(args.log_dir, create=not args.dry_run)
     base = os.path.join(outdir, "nanogpt-%s" % launch.run_stamp())
     ckpt_dir = args.ckpt_dir or os.path.join(outdir, "nanogpt", args.model)
     targs = ["--model", args.model, "--iters", str(args.iters), "--ckpt-every", str(args.ckpt_every),

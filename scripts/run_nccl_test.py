@@ -252,7 +252,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
         env_vars["LD_LIBRARY_PATH"] = ld
     env = launch.child_env(env_vars, wenv.get("path_prepend") or ())
 
-    outdir = launch.results_dir(args.log_dir)
+    outdir = launch.results_dir(args.log_dir, create=not args.dry_run)
     base = os.path.join(outdir, "nccl-test-%s" % launch.run_stamp())
     binary = None if args.builtin else find_nccl_tests(args.op, args.binary)
     mpirun = find_mpirun() if binary and launcher == "slurm" else None

@@ -78,6 +78,19 @@ FIXTURES = {
     "my train.py": lambda p: p.write_text("print('training')\n"),
     "key.pem": lambda p: p.write_text("not really a key\n"),
     "blocked": lambda p: (p / "eks-trn" / "root.json").mkdir(parents=True),
+    # synth's writer (issue 21): a link out of the folder, a file hpq did not write, a forged manifest.
+    "linked": lambda p: ((p / "slurm-gpu").mkdir(parents=True), (p.parent / "outside.json").write_text("{}\n"),
+                         (p / "slurm-gpu" / "root.json").symlink_to(p.parent / "outside.json")),
+    "foreign": lambda p: ((p / "slurm-gpu").mkdir(parents=True),
+                          (p / "slurm-gpu" / "root.json").write_text('{"mine": true}\n')),
+    "forged": lambda p: ((p / "slurm-gpu").mkdir(parents=True),
+                         (p / "slurm-gpu" / ".hpq-synth-files").write_text("root.json\n")),
+    "badstate": lambda p: (p.mkdir(), (p / "last-synth-dir").write_bytes(b"/tmp/\xff\xfe\n")),
+    "nel.py": lambda p: p.write_text("print('a\u0085b')\n", encoding="utf-8"),
+    "loop.cfg": lambda p: p.write_text("[profile a]\nsource_profile = b\nrole_arn = arn:aws:iam::123456789012:role/x\n"
+                                       "[profile b]\nsource_profile = a\nrole_arn = arn:aws:iam::123456789012:role/y\n"),
+    "kh.link": lambda p: ((p.parent / "outside_known_hosts").write_text(""), p.symlink_to(p.parent / "outside_known_hosts")),
+    "process.cfg": lambda p: p.write_text("[profile cp]\ncredential_process = /nonexistent/get-credentials\n"),
 }
 
 
@@ -201,3 +214,79 @@ def test_full_disk_under_the_output_is_a_plain_error_not_a_bug(args, tmp_path):
         res = subprocess.run([sys.executable, "-m", "hpq", *args], cwd=tmp_path, env=env, stdout=full,
                              stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 1 and res.stderr.strip() == "hpq: error: cannot write: No space left on device"
+
+
+def test_write_only_standard_input_reads_as_closed(tmp_path):
+    """`hpq nccl-report - 0>file`: reading fd 0 was EBADF, an "internal error"; now the closed-stdin line."""
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    sink = os.open(tmp_path / "sink", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        res = subprocess.run([sys.executable, "-m", "hpq", "nccl-report", "-"], cwd=tmp_path, env=env, stdin=sink,
+                             capture_output=True, text=True, timeout=30)
+    finally:
+        os.close(sink)
+    assert (res.returncode, res.stderr.strip()) == (
+        2, "hpq: error: FILE '-' reads standard input, which is closed: pipe a log in or give a file")
+
+
+# The node commands, through their real bin wrappers (hpq.scripts.entry): a closed stdout is refused before
+# anything runs; Ctrl-C while the command runs is one line and exit 130.
+NODE_COMMANDS = ["run-nccl-test", "run-nccom-test", "run-nanogpt"]
+BIN = Path(__file__).resolve().parents[1] / "scripts" / "bin"
+
+
+def _node_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp_path), "HPQ_LAUNCHER_PYTHON": sys.executable}
+
+
+@pytest.mark.parametrize("name", NODE_COMMANDS)
+def test_node_command_with_stdout_closed_is_one_line(name, tmp_path):
+    res = subprocess.run([str(BIN / name), "--launcher", "local", "--dry-run"], cwd=tmp_path, env=_node_env(tmp_path),
+                         stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    assert (res.returncode, res.stderr.strip()) == (2, f"{name}: error: standard output is closed")
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_node_command_ctrl_c_mid_run_is_one_line_and_130(tmp_path):
+    """SIGINT while run-nccl-test waits on a child (here the torch probe of a --python that hangs)."""
+    import signal
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([str(BIN / "run-nccl-test"), "--launcher", "local", "--builtin", "--python", str(fake),
+                             "--dry-run"], cwd=tmp_path, env=_node_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # main is running once it has printed its first line
+    assert first.startswith("# run-nccl-test:"), first
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.strip()) == (130, "run-nccl-test: interrupted")
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    """`--dry-run` names the results folder but does not create ~/hpq-results."""
+    for name in ("run-nccl-test", "run-nanogpt"):
+        res = subprocess.run([str(BIN / name), "--launcher", "local", "--dry-run"], cwd=tmp_path,
+                             env=_node_env(tmp_path), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "hpq-results").exists()
+
+
+def test_aws_settings_check_does_not_run_credential_process(tmp_path):
+    """The up-front check resolves the configuration without running a credential_process (it may prompt
+    for a hardware key): the command itself runs it once, as without the check."""
+    calls = tmp_path / "calls"
+    program = tmp_path / "get-credentials"
+    program.write_text(f'#!/bin/sh\necho run >> {calls}\n'
+                       'echo \'{"Version": 1, "AccessKeyId": "AKIAIOSFODNN7EXAMPLE", "SecretAccessKey": "x"}\'\n')
+    program.chmod(0o755)
+    (tmp_path / "config").write_text(f"[profile p]\ncredential_process = {program}\n")
+    env = base_env(tmp_path, f"http://127.0.0.1:{free_port()}")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(key)
+    env["AWS_CONFIG_FILE"] = str(tmp_path / "config")
+    res = subprocess.run([sys.executable, "-m", "hpq", "status", "hpq-slurm-gpu", "--region", "us-west-2", "--profile",
+                          "p"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "cannot reach AWS" in res.stderr, res.stderr  # got as far as the call
+    assert calls.read_text() == "run\n"

@@ -292,20 +292,29 @@ def test_every_help_example_works_when_pasted(tmp_path, monkeypatch, capsys):
 
 
 def test_synth_replaces_only_what_it_wrote(tmp_path, monkeypatch):
-    """A user's own files in OUT/<variant>/ survive; a file an older synth wrote and no longer renders goes."""
-    monkeypatch.setenv("HPQ_STATE_DIR", str(tmp_path / "state"))
+    """A user's own files in OUT/<variant>/ survive; a file an earlier synth wrote and no longer renders goes;
+    a manifest without hpq's header (an older or a stranger's list of names) is refused, not trusted."""
+    import hashlib
+
+    from hpq.cli import synth_out
+
+    env = {**os.environ, "HPQ_STATE_DIR": str(tmp_path / "s")}
     target = tmp_path / "out" / "slurm-gpu"
     target.mkdir(parents=True)
     (target / "notes.json").write_text('{"mine": true}')
     (target / "Old.json").write_text("{}")
     (target / cfn_synth.MANIFEST_FILE).write_text("Old.json\nroot.json\n")
-    res = subprocess.run([sys.executable, "-m", "hpq", "synth", "slurm-gpu", "-o", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120, env={**os.environ,
-                                                                           "HPQ_STATE_DIR": str(tmp_path / "s")})
+    run = [sys.executable, "-m", "hpq", "synth", "slurm-gpu", "-o", str(tmp_path / "out")]
+    res = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    assert "was not written by this hpq" in res.stderr and (target / "Old.json").exists()
+    digest = hashlib.sha256(b"{}").hexdigest()
+    (target / cfn_synth.MANIFEST_FILE).write_text(f"{synth_out.MANIFEST_HEADER}\n{digest}  Old.json\n")
+    res = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert (target / "notes.json").read_text() == '{"mine": true}'
     assert not (target / "Old.json").exists()
-    listed = (target / cfn_synth.MANIFEST_FILE).read_text().split()
+    listed = synth_out.read_manifest(target)
     assert "root.json" in listed and "notes.json" not in listed
     assert sorted(listed) == sorted(Path(p).name for p in res.stdout.split())
 

@@ -93,11 +93,10 @@ def helm_layer() -> HelmLayer:
 def extract_binary(member: str, dest_dir: str) -> str:
     """Write one executable of the layer (``helm/helm``) under dest_dir; return its path."""
     import os
-    import stat
+
+    from hpq.cli import atomic
 
     data = zipfile.ZipFile(io.BytesIO(helm_layer().body)).read(member)
     path = os.path.join(dest_dir, os.path.basename(member))
-    with open(path, "wb") as fh:
-        fh.write(data)
-    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    atomic.write_file(path, data, mode=0o755)
     return path

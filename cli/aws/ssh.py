@@ -14,8 +14,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
+from hpq.cli import atomic
 from hpq.errors import OperationFailed, UsageError
 
 DEFAULT_USER = "ubuntu"
@@ -56,11 +58,23 @@ def _client(target: SshTarget) -> Any:
     path = os.path.expanduser(target.known_hosts) if target.known_hosts else None
     if path:
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        client.load_host_keys(path)  # AutoAddPolicy then saves a first-seen key back to this file
+        if atomic.check_target(Path(path)) is None:
+            atomic.write_file(path, b"", mode=0o600)
+        client.load_host_keys(path)
+
+    class PinFirstKey(paramiko.MissingHostKeyPolicy):
+        """paramiko's AutoAddPolicy, saving through hpq's atomic writer: its save_host_keys truncates the
+        file in place and follows a symlink; this never leaves half a file and refuses a link (exit 2)."""
+
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            keys = client.get_host_keys()
+            keys.add(hostname, key.get_name(), key)
+            if path:
+                lines = [f"{host} {kind} {k.get_base64()}\n" for host, kinds in keys.items() for kind, k in kinds.items()]
+                atomic.write_file(path, "".join(lines), mode=0o600)
+
     # The SSM tunnel authenticates the node through IAM; pin its key on first use, refuse if it changes.
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.set_missing_host_key_policy(PinFirstKey())
     return client
 
 

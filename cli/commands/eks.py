@@ -15,7 +15,6 @@ import click
 
 from hpq.cli import inputs
 from hpq.cli.aws.session import aws_options, output_option
-from hpq.errors import UsageError
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
@@ -23,7 +22,8 @@ _JOBS = ("nccl-test", "nanogpt", "validate")
 RENDER_OPTIONS = {
     "instance_type": _JOBS, "gpus": _JOBS, "image": _JOBS, "fsx_claim": _JOBS, "nccl_debug": _JOBS,
     "program": ("nanogpt",), "program_args": ("nanogpt",), "mpirun": ("nccl-test",),
-    "fsx_id": ("fsx",), "fsx_dns": ("fsx",), "fsx_mount_name": ("fsx",),
+    "fsx_id": ("fsx",), "fsx_dns": ("fsx",), "fsx_mount_name": ("fsx",), "fsx_capacity": ("fsx",),
+    "nodes": _JOBS,
 }
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
 # A ConfigMap holds at most 1 MiB (manifests.render.CONFIGMAP_LIMIT); a bigger program cannot ship.
@@ -108,11 +108,8 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     """
     from hpq.manifests.render import render
 
-    given = click.get_current_context().params
-    unused = ["--" + p.replace("_", "-") for p, tests in RENDER_OPTIONS.items()
-              if given[p] not in (None, "") and test not in tests]
-    if unused:
-        raise UsageError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to {test}")
+    inputs.refuse_inapplicable(click.get_current_context(),
+                               {p: test in tests for p, tests in RENDER_OPTIONS.items()}, f"to {test}")
     req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
                    name=name, program=program, program_args=program_args, fsx_claim=fsx_claim,
                    nccl_debug=nccl_debug, mpirun=mpirun, fsx_id=fsx_id, fsx_dns=fsx_dns,

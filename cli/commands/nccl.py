@@ -14,11 +14,13 @@ from hpq.lifecycle import catalog, transport
 def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(env.variables, indent=2, sort_keys=True) + "\n"
-    if fmt == "k8s":
+    if fmt == "k8s":  # through the manifests' YAML emitter, as hpq eks render writes the same env
+        from hpq.manifests import yamlsafe
+
         lines = ["env:"]
         for item in env.k8s_env():
-            lines.append(f"  - name: {item['name']}")
-            lines.append(f"    value: {json.dumps(item['value'])}")
+            lines.append(f"  - name: {item['name']}")  # NAME: [A-Z0-9_] from hpq.lifecycle.transport
+            lines.append(f"    value: {yamlsafe.scalar(item['value'], 'an environment value')}")
         return "\n".join(lines) + "\n"
     out = [f"# hpq nccl-env {env.instance_type}: transport {env.transport}, torch backend {env.torch_backend}"]
     out += [f"# note: {n}" for n in env.notes]

@@ -80,7 +80,7 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
 
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="Worker nodes.")
+@click.option("--workers", default=2, show_default=True, type=inputs.Count(1, 16, "worker nodes"), help="Worker nodes.")
 @click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
               help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
@@ -134,11 +134,15 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     """
     from hpq.errors import UsageError
 
-    if login and not variant.startswith("slurm"):
-        raise UsageError("--login: EKS clusters have no login group")
-    if without_fsx and not variant.startswith("slurm"):
-        raise UsageError("--without-fsx rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
-                         "driver, which no rehearsal runs")
+    ctx = click.get_current_context()
+    inputs.refuse_inapplicable(ctx, {"login": variant.startswith("slurm")}, f"to {variant}",
+                               "EKS clusters have no login group")
+    inputs.refuse_inapplicable(ctx, {"without_fsx": variant.startswith("slurm")}, f"to {variant}",
+                               "it rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
+                               "driver, which no rehearsal runs")
+    inputs.refuse_inapplicable(ctx, {"throttles": sweep}, "without --sweep",
+                               "--throttle slows a worker's link for the pairwise sweep")
+    inputs.refuse_inapplicable(ctx, {"sweep_args": sweep}, "without --sweep")
     throttle = _sweep_options(variant, workers, sweep, throttles, sweep_args, nccl_args)
     if instance_type:  # inputs.VARIANT and inputs.ACCELERATED_TYPE have checked both names already
         from hpq.cfn.variants import VARIANTS
@@ -147,6 +151,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
             raise UsageError(f"--instance-type {instance_type} is not a {VARIANTS[variant].accelerator_label} type "
                              f"for {variant}")
     env = _env_pairs(node_env, node_names(variant, workers, login))
+    _check_node_arguments(workers, instance_type, nccl_args, nanogpt_args, sweep_args if sweep else None)
     from hpq.cli.rehearse import prereqs
 
     prereqs.check(variant, validate=not no_validate or sweep)
@@ -169,6 +174,43 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     sys.exit(code)
 
 
+def _check_node_arguments(workers: int, instance_type: str | None, nccl_args: str | None,
+                          nanogpt_args: str | None, sweep_args: str | None) -> None:
+    """Parse what the rehearsal will pass to run-nccl-test and run-nanogpt with their own parsers, now.
+
+    Why: a word the node command refuses was found only after the cluster was built (minutes); the
+    command lines are built exactly as the rehearsal builds them (hpq.cli.rehearse.validate) and parsed
+    by hpq.scripts' parse_args, the code the nodes run.
+    """
+    import contextlib
+    import io
+    import shlex
+
+    from hpq.cli.rehearse import validate
+    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS
+    from hpq.errors import UsageError
+    from hpq.scripts import run_nanogpt, run_nccl_test
+
+    itype = instance_type or "ml.g5.xlarge"  # only decides whether GPUS_PER_NODE 1 is added
+    checks = [("--nccl-args", validate.nccl_command(workers, itype, DEFAULT_NCCL_ARGS if nccl_args is None
+                                                    else nccl_args), run_nccl_test.parse_args),
+              ("--nanogpt-args", validate.nanogpt_command(workers, itype, DEFAULT_NANOGPT_ARGS if nanogpt_args is None
+                                                          else nanogpt_args), run_nanogpt.parse_args)]
+    if sweep_args is not None:
+        checks.append(("--sweep-args", validate.sweep_command(max(workers, 2), itype, sweep_args, 60),
+                       run_nccl_test.parse_args))
+    for option, line, parse in checks:
+        words = shlex.split(line)
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+                parse(words[1:])
+        except SystemExit:
+            detail = " ".join(said.getvalue().split()) or "it only prints help"
+            detail = detail.removeprefix(f"{words[0]}: error: ").removesuffix(" (see --help)")
+            raise UsageError(f"{option}: {words[0]} refuses it: {detail}") from None
+
+
 def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str, ...], sweep_args: str | None,
                    nccl_args: str | None) -> dict[int, str]:
     """Check --sweep, --throttle, --sweep-args (and --expect in --nccl-args) before anything is created."""
@@ -184,11 +226,7 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
     if any(w == "--expect" or w.startswith("--expect=") for w in words):
         raise UsageError("--expect: a rehearsal reports the bridge's bandwidth without judging it (it always "
                          "passes --expect none to run-nccl-test)")
-    if not sweep:
-        if throttles:
-            raise UsageError("--throttle slows a worker's link for the pairwise sweep: add --sweep")
-        if sweep_args is not None:
-            raise UsageError("--sweep-args only goes with --sweep")
+    if not sweep:  # --throttle and --sweep-args without --sweep: refused by the caller
         return {}
     if not variant.startswith("slurm"):
         raise UsageError(f"--sweep runs run-nccl-test --sweep through Slurm; {variant} has no Slurm")

@@ -38,7 +38,7 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
     from hpq.cli.aws.session import client, make_session
 
     if host and not proxy_command:
-        raise UsageError("--host is only used with --proxy-command (without it, hpq reaches the node through SSM)")
+        raise UsageError(inputs.not_applicable(["--host"], "without --proxy-command", "hpq reaches the node through SSM"))
     cl = None
     if proxy_command and host:
         name = host
@@ -170,8 +170,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     if sweep and nodes is not None and nodes < 2:
         raise UsageError("--sweep measures pairs of nodes: NODES must be at least 2 (or left out: every idle node)")
     wanted = nccl_report.parse_expect(expect) if expect is not None else None
-    if sweep and wanted is not None:
-        raise UsageError("--expect judges a single run; --sweep compares the nodes with each other")
+    inputs.refuse_inapplicable(click.get_current_context(), {"expect": not sweep}, "with --sweep",
+                               "--expect judges a single run; --sweep compares the nodes with each other")
     target, cl = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     if sweep:
         _remote_sweep(target, runner, nodes, gpus, shlex.split(extra), output)

@@ -56,6 +56,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
     from hpq.cli.aws import stacks as aws_stacks
     from hpq.cli.aws.session import client, make_session
 
+    inputs.refuse_inapplicable(click.get_current_context(), {"poll_seconds": follow}, "without --follow")
     cfn = client(make_session(region, profile), "cloudformation")
     info = aws_stacks.describe(cfn, stack)
     if follow and not aws_stacks.is_terminal(info.status):

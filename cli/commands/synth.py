@@ -11,11 +11,13 @@ from pathlib import Path
 
 import click
 
-from hpq.cli import inputs
-from hpq.errors import OperationFailed, UsageError
+from hpq.cli import atomic, inputs, synth_out
+from hpq.cli.inputs import show
+from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.lifecycle.names import VARIANTS
 
 DEFAULT_OUT = "out"
+STATE_MAX_BYTES = 8192  # one absolute path (PATH_MAX is 4096 on Linux)
 
 
 def _state_file() -> Path:
@@ -25,28 +27,45 @@ def _state_file() -> Path:
     return Path(base) / "last-synth-dir"
 
 
+def _check_state_file(state: Path) -> None:
+    """Refuse, before anything is written, a state file hpq could only replace by breaking a link."""
+    atomic.check_no_links(state, state.parent)
+    atomic.check_target(state)
+
+
 def _remember(out_dir: Path) -> None:
+    state = _state_file()
     try:
-        state = _state_file()
-        state.parent.mkdir(parents=True, exist_ok=True)
-        state.write_text(str(out_dir.resolve()) + "\n", encoding="utf-8")
-    except OSError:
-        pass  # remembering is a convenience only
+        atomic.Batch().mkdirs(state.parent)
+        atomic.write_file(state, str(out_dir.resolve()) + "\n")
+    except (OSError, HpqError):
+        pass  # remembering is a convenience only: the templates are written already
 
 
 def _last_dir() -> Path:
+    state = _state_file()
     try:
-        text = _state_file().read_text(encoding="utf-8").strip()
+        with open(state, "rb") as fh:
+            raw = fh.read(STATE_MAX_BYTES + 1)
     except OSError:
-        text = ""
-    return Path(text) if text and Path(text).is_dir() else Path(DEFAULT_OUT)
+        return Path(DEFAULT_OUT)
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise UsageError(f"{show(str(state))} is not UTF-8 text: remove it (hpq synth writes it again)") from None
+    if len(raw) > STATE_MAX_BYTES or "\n" in text or "\0" in text:
+        raise UsageError(f"{show(str(state))} is not one folder path: remove it (hpq synth writes it again)")
+    return Path(text) if text and os.path.isdir(text) else Path(DEFAULT_OUT)
 
 
 @click.command("synth")
 @click.argument("variant", required=False, metavar="[VARIANT]", type=inputs.VARIANT)
 @click.option("--all", "all_", is_flag=True, help="Render all four variants.")
 @click.option("-o", "--out", "out", type=inputs.OutputDir(), default=DEFAULT_OUT, show_default=True,
-              help="Output folder; each variant goes to OUT/<variant>/ (only files hpq wrote there are replaced).")
+              help="Output folder; each variant goes to OUT/<variant>/. Only files hpq wrote there (listed with their "
+                   "hashes in OUT/<variant>/.hpq-synth-files) are replaced; any other file, an edited one or a "
+                   "symbolic link is refused (exit 2). All or nothing: every file is written beside its target "
+                   "first and renamed into place only when all are written, so a failure leaves OUT as it was.")
 @click.option("--size", default="small", show_default=True, type=inputs.SIZE,
               help="Size preset: small, medium or large.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
@@ -72,25 +91,21 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
         raise UsageError(f"missing VARIANT (one of: {', '.join(VARIANTS)}) or --all")
     overrides = cfn_synth.parse_params(params)
     chosen = list(VARIANTS) if all_ else [variant]
+    # Links, folders in the way and foreign manifests are refused at once, before the slow rendering.
+    synth_out.precheck(Path(out), {name: [cfn_synth.ROOT_FILE, *cfn_synth.stack_files(name)] for name in chosen})
     # Render (and so validate) everything before writing anything.
     rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
     for note in dict.fromkeys(n for name in chosen for n in cfn_synth.calendar_notes(name, overrides)):
         click.echo(f"hpq: warning: {note}", err=True)
     out_dir = Path(out)
-    for name, files in rendered.items():  # every target checked before the first write: all or nothing
-        for path in [out_dir / name] + [out_dir / name / f for f in (*files, cfn_synth.MANIFEST_FILE)]:
-            is_dir_target = path == out_dir / name
-            if path.exists() and not (path.is_dir() if is_dir_target else path.is_file()):
-                raise UsageError(f"{path} is in the way: it exists and is not a {'folder' if is_dir_target else 'file'}")
-    total = 0
-    for name, files in rendered.items():
-        try:
-            written = cfn_synth.write_files(files, out_dir / name)
-        except OSError as exc:
-            raise UsageError(f"cannot write templates under {out_dir}: {exc.strerror or exc}") from None
-        for path in written:
-            click.echo(str(path))
-        total += len(written)
+    state = _state_file()
+    _check_state_file(state)
+    trees = {name: {f: cfn_synth.to_json(t).encode("utf-8") for f, t in files.items()}
+             for name, files in rendered.items()}
+    written = synth_out.write_trees(out_dir, trees)
+    for path in written:
+        click.echo(str(path))
+    total = len(written)
     _remember(out_dir)
     click.echo(f"hpq: wrote {total} templates for {', '.join(chosen)} ({size}) under {out_dir}", err=True)
 

@@ -127,7 +127,11 @@ from hpq.cli.inputs.numbers import (  # noqa: F401
     Seconds,
 )
 from hpq.cli.inputs.options import (  # noqa: F401
+    given,
     non_empty_command,
+    not_applicable,
+    option_flag,
+    refuse_inapplicable,
     refuse_repeated_options,
     unique_keys,
 )

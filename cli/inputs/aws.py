@@ -115,6 +115,20 @@ _ENV_CHOICES = {
 }
 
 
+# Credentials from the environment (botocore.credentials.EnvProvider): a newline or space in one of them
+# was a ValueError inside the HTTP layer at the first request.
+_CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def credential_problem(value: str) -> str | None:
+    """Why a credential value cannot be sent in an HTTP header, or None."""
+    if not value:
+        return "is set but empty: unset it or give the value"
+    if not value.isascii() or any(ch.isspace() or not ch.isprintable() for ch in value):
+        return "holds white space, control or non-ASCII characters: copy it again without them"
+    return None
+
+
 def check_aws_environment(environ: dict[str, str] | None = None) -> None:
     """Endpoints, retry settings and the files botocore will read, checked before any client exists."""
     env = os.environ if environ is None else environ
@@ -125,8 +139,17 @@ def check_aws_environment(environ: dict[str, str] | None = None) -> None:
             raise UsageError(f"AWS_MAX_ATTEMPTS={show(value)} must be a whole number of attempts, at least 1")
     for key, allowed in _ENV_CHOICES.items():
         value = env.get(key)
-        if value and value.strip().lower() not in allowed:
+        # Exactly as botocore compares them: 'Standard' is refused at the first client, so here too.
+        if value is not None and (value.lower() if allowed == ("true", "false") else value) not in allowed:
             raise UsageError(f"{key}={show(value)} must be one of: {', '.join(allowed)}")
+    for key in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if key in env and not env[key].strip():  # '' would fall through to another region source
+            raise UsageError(f"{key} is set but empty: unset it or name a region (like us-west-2)")
+    for key in _CREDENTIAL_VARIABLES:
+        if key in env:
+            bad = credential_problem(env[key])
+            if bad:
+                raise UsageError(f"{key} {bad}")
     for key in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         value = env.get(key)
         if not value:
@@ -194,11 +217,102 @@ def check_aws_inputs(region: str | None, profile: str | None, services: Iterable
     check_aws_environment()
     check_profile(profile)
     chosen = resolve_region(region, profile)
-    if not chosen:  # some paths need no AWS at all (hpq remote --proxy-command); client() insists later
-        return None
-    source = "--region" if region else next((k for k in ("AWS_REGION", "AWS_DEFAULT_REGION")
-                                             if os.environ.get(k) == chosen), "the profile's region")
-    bad = region_problem(chosen, services)
-    if bad:
-        raise UsageError(f"{source} {show(chosen)} {bad}")
+    if chosen:
+        source = "--region" if region else next((k for k in ("AWS_REGION", "AWS_DEFAULT_REGION")
+                                                 if os.environ.get(k) == chosen), "the profile's region")
+        bad = region_problem(chosen, services)
+        if bad:
+            raise UsageError(f"{source} {show(chosen)} {bad}")
+    check_botocore_configuration(profile, chosen, services)
     return chosen
+
+
+def check_botocore_configuration(profile: str | None, region: str | None, services: Iterable[str]) -> None:
+    """Resolve the configuration as botocore will, before any call, so a bad setting is exit 2 now.
+
+    Creating a client (the command's first service) reads every client setting from the environment
+    and the config files and validates it offline (retry_mode, max_attempts, defaults_mode, request_checksum_calculation,
+    response_checksum_validation, sts_regional_endpoints, endpoint URLs, ...: botocore/configprovider.py,
+    botocore/args.py); resolving the credential chain finds source_profile loops, credential_process
+    programs that do not run and web identity token files that are missing. Without a region the
+    client check is left to the command (some paths need no AWS: hpq remote --proxy-command).
+    """
+    import botocore.exceptions as bex
+    import botocore.session
+
+    try:
+        session = botocore.session.Session(profile=profile or None)
+        services = tuple(services)
+        if region and services:  # one client checks every client-wide setting; more would cost ~0.2 s each
+            # Placeholder keys: the client is only built, never used, and must not run the credential chain
+            # (a credential_process would run twice; the chain is checked below, once).
+            session.create_client(services[0], region_name=region, aws_access_key_id="AKIDHPQSETTINGSCHECK",
+                                  aws_secret_access_key="unused")
+        _check_web_identity(session)
+        process = _scoped(session).get("credential_process")
+        if process:  # check the program, do not run it: it may prompt (a hardware key), and the command runs it
+            _check_credential_process(process)
+            return
+        creds = session.get_credentials()
+    except bex.ProfileNotFound as exc:
+        raise UsageError(f"{exc}; list them with `aws configure list-profiles`") from None
+    except (bex.BotoCoreError, ValueError) as exc:
+        raise UsageError(f"AWS configuration: {' '.join(str(exc).split())}") from None
+    except OSError as exc:  # credential_process: the program does not exist or cannot run
+        what = f" {show(exc.filename)}" if exc.filename else ""
+        raise UsageError(f"AWS credentials: cannot run{what}: {exc.strerror or exc}") from None
+    if type(creds).__name__ == "Credentials":  # static (not refreshable): what will be sent as is
+        for label, value in (("access key id", creds.access_key), ("secret access key", creds.secret_key),
+                             ("session token", creds.token)):
+            bad = credential_problem(value) if value is not None else None
+            if bad:
+                raise UsageError(f"the AWS {label} {bad}")
+
+
+def _scoped(session: object) -> dict:
+    import botocore.exceptions as bex
+
+    try:
+        return session.get_scoped_config()  # type: ignore[attr-defined,no-any-return]
+    except bex.ProfileNotFound:
+        return {}
+
+
+def _check_credential_process(command: str) -> None:
+    """The profile's credential_process must name a program that exists and may be run (botocore splits
+    the setting with shlex and runs it at the first call, where a missing one was an uncaught OSError).
+    The setting: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-sourcing-external.html"""
+    import shlex
+    import shutil
+
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"AWS credentials: credential_process {show(command)} cannot be split ({exc})") from None
+    if not words:
+        raise UsageError("AWS credentials: credential_process is empty")
+    program = words[0]
+    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK)
+                                                                 and os.path.isfile(program) else None)
+    if not found:
+        why = "No such file or directory" if not os.path.lexists(os.path.expanduser(program)) else "not executable"
+        raise UsageError(f"AWS credentials: cannot run {show(program)}: {why}")
+
+
+def _check_web_identity(session: object) -> None:
+    """A web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE or the profile's) must be a readable file:
+    botocore reads it only at the first call, where a missing one was an uncaught FileNotFoundError.
+    The settings: https://docs.aws.amazon.com/sdkref/latest/guide/feature-assume-role-credentials.html"""
+    path = os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE")
+    source = "AWS_WEB_IDENTITY_TOKEN_FILE"
+    if not path:
+        path = _scoped(session).get("web_identity_token_file")
+        source = "web_identity_token_file"
+    if not path:
+        return
+    try:
+        mode = os.stat(os.path.expanduser(path)).st_mode
+    except OSError as exc:
+        raise UsageError(f"{source}={show(path)}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{source}={show(path)} is {file_kind(mode)}, not a regular file")

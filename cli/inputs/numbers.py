@@ -82,6 +82,9 @@ FSX_CAPACITY = FsxCapacity(allow_none=False)
 EBS_GIB = Count(1, EBS_GIB_MAX, "GiB per node")
 
 
+_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}")
+
+
 class Seconds(click.ParamType):
     """A finite, positive number of seconds (``nan``, ``inf`` and 0 are refused)."""
 
@@ -91,6 +94,9 @@ class Seconds(click.ParamType):
         self.lo, self.hi = lo, hi
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+            # float() also takes '٣', '1_0', 'nan' and 'inf': one spelling per number, ASCII digits.
+            self.fail(f"{show(value)} must be a number of seconds between {self.lo:g} and {self.hi:g}", param, ctx)
         try:
             number = float(value)
         except (TypeError, ValueError):

@@ -59,3 +59,37 @@ def refuse_repeated_options(command: click.Command) -> click.Command:
 
     command.parse_args = parse_args  # type: ignore[method-assign]
     return command
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave option ``name`` (command line or its environment variable), not its default."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def option_flag(ctx: click.Context, name: str) -> str:
+    """How the user spells option ``name`` (its long form)."""
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return max(param.opts, key=len)
+    return "--" + name.replace("_", "-")
+
+
+def not_applicable(flags: list[str], where: str, why: str = "") -> str:
+    """The one wording for options that do not apply: '--x does not apply to fsx: why'."""
+    verb = "does" if len(flags) == 1 else "do"
+    return f"{', '.join(flags)} {verb} not apply {where}" + (f": {why}" if why else "")
+
+
+def refuse_inapplicable(ctx: click.Context, applies: dict[str, bool], where: str, why: str = "") -> None:
+    """Refuse every option in ``applies`` that the user gave where it does not apply (exit 2, one line).
+
+    Every command refuses an option that would be ignored the same way, whether or not the value
+    equals the default: an option given is an option meant.
+    """
+    from hpq.errors import UsageError
+
+    unused = [option_flag(ctx, name) for name, ok in applies.items() if not ok and given(ctx, name)]
+    if unused:
+        raise UsageError(not_applicable(unused, where, why))

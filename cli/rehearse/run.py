@@ -151,7 +151,12 @@ class Rehearsal:
             path = None
             if self.state is not None:
                 path = os.path.join(self.state.logdir, "traceback.txt")
-                Path(path).write_text(trace)
+                from hpq.cli import atomic
+
+                try:
+                    atomic.write_file(path, trace)
+                except (OSError, HpqError):
+                    path = None
             failure = Failure(self._current_stage, f"internal error: {type(exc).__name__}: {exc}", log=path,
                               last_lines=trace.strip().splitlines()[-TAIL_LINES:])
         finally:

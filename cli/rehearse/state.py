@@ -54,10 +54,10 @@ class RunState:
         return STATE_DIR / f"{self.run_id}.json"
 
     def save(self) -> None:
+        from hpq.cli import atomic
+
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, self.path)
+        atomic.write_file(self.path, json.dumps(asdict(self), indent=2) + "\n")
 
     def node(self, name: str) -> NodeState | None:
         for n in self.nodes:
