@@ -162,3 +162,13 @@ def test_teardown_names_what_it_cannot_remove_and_keeps_the_state_file(tmp_path,
     assert problems and problems[0].startswith(f"process slurmd (pid {os.getpid()}): still running")
     assert any("kept: something of the run still uses it" in p for p in problems)
     assert st.path.exists() and Path(st.workdir).exists()
+
+
+def test_a_run_id_is_claimed_once_so_concurrent_rehearsals_never_share_one(tmp_path, monkeypatch):
+    """Two rehearsals that drew the same run id: the second's claim fails (it draws again), the first's
+    record is untouched."""
+    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    first, second = _state(tmp_path), _state(tmp_path / "b")
+    assert first.claim() is True
+    assert second.claim() is False
+    assert state_mod.RunState.load(first.path) == first
