@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as s
 
 from hpq.cli.commands import rehearse as cmd
+from hpq.cli.rehearse import procs, throttle
 from hpq.cli.rehearse import state as state_mod
-from hpq.cli.rehearse import throttle
 from hpq.errors import EXIT_USAGE, UsageError
 
 RUN = "0a1b2c"
@@ -227,3 +227,34 @@ def test_node_env_any_specs(workers, login, specs):
     back = [f"{node + ':' if node else ''}{k}={v}" for node, kv in env.items() for k, v in kv.items()]
     assert parse_run(["--workers", str(workers)] + (["--login"] if login else []) +
                      [a for v in back for a in ("--node-env", v)])["env"] == env
+
+
+@given(name=word | s.sampled_from(["controller", "worker-2", "ip-10-100-3-21", "10.100.3.22", "worker-9", ""]))
+def test_shell_node_any_name(name):
+    """`hpq rehearse shell NODE`: a node of the run (by name, hostname or address) or KeyError, which the
+    command turns into one exit-2 line listing the nodes."""
+    from hpq.cli.rehearse.run import shell_command
+
+    st = state_mod.from_dict(valid_state())
+    me = procs.identify(os.getpid())
+    for n in st.nodes:  # a live holder: this process stands in for it (pid and start time recorded)
+        n.holder_pid, n.holder_start = me.pid, me.start
+    try:
+        argv = shell_command(st, name or None)
+    except KeyError:
+        assert name and st.node(name) is None
+        return
+    node = st.node(name) if name else st.nodes[0]
+    assert node is not None and argv[:3] == ["nsenter", "--target", str(node.holder_pid)]
+
+
+def test_shell_refuses_a_node_whose_holder_pid_is_now_another_process():
+    """The recorded holder pid is alive but started at another time (pid reused): no nsenter into it."""
+    from hpq.cli.rehearse.node import NodeError
+    from hpq.cli.rehearse.run import shell_command
+
+    st = state_mod.from_dict(valid_state())
+    me = procs.identify(os.getpid())
+    st.nodes[0].holder_pid, st.nodes[0].holder_start = me.pid, me.start + 1
+    with pytest.raises(NodeError, match="is not running"):
+        shell_command(st, "controller")

@@ -710,6 +710,11 @@ def shell_command(st: state_mod.RunState, node_name: str | None) -> list[str]:
         or (st.nodes[0] if st.nodes else None)
     if ns is None:
         raise KeyError(node_name or "")
+    if state_mod.holder(ns) is None:  # never enter the namespaces of whatever process reuses the pid now
+        from hpq.cli.rehearse.node import NodeError
+
+        raise NodeError(f"node {ns.name} of rehearsal {st.run_id} is not running (its holder process is gone): "
+                        f"remove the rest with `hpq rehearse down --run {st.run_id}`")
     return ["nsenter", "--target", str(ns.holder_pid), "--mount", "--uts", "--net", "--root", "--wd",
             "env", "-i", "TERM=" + os.environ.get("TERM", "xterm"), "HOME=/root", "PATH=" + _node_path(),
             "/bin/bash", "--login"]

@@ -279,15 +279,15 @@ def node_processes(st: RunState) -> set[procs.Proc]:
                 net.add(ino)
         if n.mnt_ns:
             mnt.add(n.mnt_ns)
-        holder = _holder(n)
-        if holder is not None:
-            ino = procs.ns_inode(f"/proc/{holder.pid}/ns/mnt")
+        h = holder(n)
+        if h is not None:
+            ino = procs.ns_inode(f"/proc/{h.pid}/ns/mnt")
             if ino:
                 mnt.add(ino)
     return procs.in_namespaces(net, mnt)
 
 
-def _holder(n: NodeState) -> procs.Proc | None:
+def holder(n: NodeState) -> procs.Proc | None:
     """The node's holder process, only if that pid is still the one the run started."""
     if not n.holder_pid:
         return None
@@ -307,7 +307,7 @@ def teardown(st: RunState, keep_logs: bool = True, own_children: bool = False) -
     ``own_children``: also every descendant of this process (the rehearsal itself tearing down, as the
     subreaper of everything it started)."""
     problems: list[str] = []
-    holders = {h for h in (_holder(n) for n in st.nodes) if h is not None}
+    holders = {h for h in (holder(n) for n in st.nodes) if h is not None}
 
     def find() -> set[procs.Proc]:
         found = node_processes(st) | {h for h in holders if procs.exists(h)}
