@@ -424,3 +424,29 @@ def test_login_node_registers_with_slurm_and_no_fsx_key_job_skips_it(env):
     keys = {s["name"]: s for s in ctl["steps"]}["ssh-keys"]
     assert keys["status"] == "warning" and "not reached" in keys["detail"]
     assert leftovers(r["run_id"], res) == []
+
+
+def test_two_rehearsals_at_once_on_one_host(env):
+    """Rehearsals may run side by side (docs/rehearse.md, "Two rehearsals at once"): every name carries the run
+    id, the /24s differ, each passes, and each one's leftover check, looking at its own run only, is clean
+    although the other's daemons ran (or still run) next to it."""
+    results: dict[int, subprocess.CompletedProcess] = {}
+
+    def one(i: int) -> None:
+        results[i] = rehearse(env, "--workers", "1", "--no-validate", "--output", "json")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=900)
+    runs = []
+    for res in results.values():
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout))
+    assert len(runs) == 2 and runs[0]["run_id"] != runs[1]["run_id"]
+    assert runs[0]["network"]["subnet"] != runs[1]["network"]["subnet"]
+    assert runs[0]["network"]["bridge"] != runs[1]["network"]["bridge"]
+    for r, res in zip(runs, results.values(), strict=True):
+        assert r["result"] == "pass" and r["teardown"]["ok"] is True
+        assert leftovers(r["run_id"], res) == []

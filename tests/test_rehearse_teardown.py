@@ -172,3 +172,39 @@ def test_a_run_id_is_claimed_once_so_concurrent_rehearsals_never_share_one(tmp_p
     assert first.claim() is True
     assert second.claim() is False
     assert state_mod.RunState.load(first.path) == first
+
+
+def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_path, monkeypatch):
+    """The checks passed but teardown could not remove everything: exit 1, result fail, the failure names
+    stage teardown and each item, and the "removed" line is not printed. Twin: a clean teardown passes."""
+    import io
+
+    from hpq.cli.rehearse import report
+    from hpq.cli.rehearse import run as run_mod
+
+    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(run_mod.procs, "become_subreaper", lambda: True)  # pytest must not become one
+    for left in (["process slurmd (pid 4242): still running after TERM and KILL (state D)"], []):
+        seen: list = []
+        monkeypatch.setattr(state_mod, "teardown", lambda st, seen=seen, left=left, **kw: seen.append(kw) or list(left))
+        err = io.StringIO()
+        r = run_mod.Rehearsal(run_mod.Options(), run_mod.Progress(err))
+
+        def stages(r=r) -> None:
+            r.state = _state(tmp_path / r.run_id, r.run_id)
+            r.state.save()
+
+        monkeypatch.setattr(r, "_stages", stages)
+        result, code = r.execute()
+        assert seen == [{"own_children": True}]  # the run tears down its own descendants too
+        if left:
+            assert code == 1 and result["result"] == "fail" and result["teardown"]["ok"] is False
+            assert result["failure"]["stage"] == "teardown" and left[0] in result["failure"]["cause"]
+            assert "removed" not in err.getvalue() and "left behind: " + left[0] in err.getvalue()
+            text = io.StringIO()
+            report.emit(result, "table", out=io.StringIO(), err=text)
+            assert text.getvalue().startswith("hpq: error: rehearsal failed at stage teardown: left behind: process")
+        else:
+            assert code == 0 and result["result"] == "pass" and result["teardown"] == {
+                "ok": True, "left": [], "seconds": result["teardown"]["seconds"]}
+            assert "every process, mount, namespace, link and temp directory removed" in err.getvalue()
