@@ -308,8 +308,11 @@ def test_broken_lifecycle_step_names_node_step_cause_and_log(env):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_lifecycle_tears_everything_down(env, sig):
+    # As a terminal's foreground job has it: SIGINT at its default. A test run started in the background of a
+    # non-interactive shell inherits SIGINT ignored (POSIX), and Python then leaves it ignored.
     proc = subprocess.Popen([sys.executable, "-m", "hpq", "rehearse", "--no-validate"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     watch = Watch().start(proc)
     assert proc.stderr is not None
     seen = ""
