@@ -33,8 +33,7 @@ def valid_state(tmp: str = "/tmp") -> dict:
     """A state as a three-node rehearsal writes it (RunState.save), the starting point of mutations."""
     work = f"{tmp}/hpq-rehearse-{RUN}-k2j4"
     nodes = [{"name": name, "netns": f"hpq-{RUN}-{name}", "host_iface": f"hpq{RUN}n{i}", "holder_pid": 4000 + i,
-              "ip": f"10.100.3.{ip}", "hostname": f"ip-10-100-3-{ip}", "role": role, "holder_start": 123456 + i,
-              "net_ns": 4026532000 + i, "mnt_ns": 4026533000 + i}
+              "ip": f"10.100.3.{ip}", "hostname": f"ip-10-100-3-{ip}", "role": role, "holder_start": 123456 + i}
              for i, (name, role, ip) in enumerate([("controller", "controller", 10), ("worker-1", "worker", 21),
                                                     ("worker-2", "worker", 22)])]
     return {"run_id": RUN, "variant": "slurm-gpu", "pid": 999, "started": 1764000000.5, "workdir": work,
@@ -94,7 +93,7 @@ def test_a_real_state_file_round_trips(state_dir):
     path = state_dir / f"{RUN}.json"
     path.write_text(json.dumps(valid_state()))
     st = state_mod.RunState.load(path)
-    assert st.nodes[1].name == "worker-1" and st.nodes[1].mnt_ns == 4026533001
+    assert st.nodes[1].name == "worker-1" and st.nodes[1].holder_start == 123457
     check_state_file(path)
 
 

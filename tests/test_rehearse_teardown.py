@@ -127,7 +127,6 @@ def test_teardown_stops_the_processes_of_a_node_namespace_and_checks_everything_
     subprocess.run(["ip", "netns", "add", n.netns], check=True)
     subprocess.run(["ip", "link", "add", n.host_iface, "type", "veth", "peer", "name", n.host_iface + "p",
                     "netns", n.netns], check=True)
-    n.net_ns = procs.ns_inode(f"/run/netns/{n.netns}")
     st.save()
     node = subprocess.Popen(["ip", "netns", "exec", n.netns, "sh", "-c", RESISTANT_TREE],
                             stdout=subprocess.PIPE, start_new_session=True)

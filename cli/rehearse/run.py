@@ -297,7 +297,6 @@ class Rehearsal:
             assert st is not None
             netns.create_node_link(spec.netns, spec.host_iface, p.bridge, spec.ip, p.prefix_len, p.gateway,
                                    plan_mod.NODE_IFACE)
-            st.net_ns = procs.ns_inode(f"/run/netns/{spec.netns}")  # its processes are the namespace's
             self.state.save()
             node = Node(spec, Path(self.state.workdir) / "nodes" / spec.name)
             node.create(self.state.fsx_export or None, data_volume=self._has_data_volume(spec.group))
@@ -305,7 +304,6 @@ class Rehearsal:
             holder = procs.identify(node.holder_pid) if node.holder_pid else None
             st.holder_pid = node.holder_pid
             st.holder_start = holder.start if holder else None
-            st.mnt_ns = procs.ns_inode(f"/proc/{node.holder_pid}/ns/mnt")
             self.state.save()
             image.boot(node, hosts, munge_key, (keyfile.with_suffix(".pub")).read_text(), torch_python,
                        fsx.MOUNT_LUSTRE, fsx.SEED_MOUNTS)

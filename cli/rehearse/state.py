@@ -1,9 +1,12 @@
 """What a rehearsal created, on disk, so it can be removed: by the run itself or by ``hpq rehearse down``.
 
 The state file is written before each thing is created and updated after, so even a rehearsal
-killed with SIGKILL leaves a record of everything it may have left. It also records each node's
-namespaces by inode (``net_ns``, ``mnt_ns``): the processes of a node are the processes in those
-namespaces (``procs.in_namespaces``), whoever started them and whatever they are called.
+killed with SIGKILL leaves a record of everything it may have left. The processes of a node are
+the processes in its namespaces (``node_processes``), whoever started them and whatever they are
+called. A namespace is known by its inode only while something proves it is still the node's (its
+name under /run/netns, the holder process identified by pid and start time, a process already
+found in it): the kernel reuses the inode number of a namespace that is gone, so a number kept in
+the state file alone could name another rehearsal's namespace.
 
 Teardown is idempotent, verified and bounded (``teardown``): every process of every node is
 stopped (TERM, KILL) and waited for until ``/proc`` no longer lists it; then the namespaces, the
@@ -57,8 +60,6 @@ class NodeState:
     hostname: str = ""
     role: str = ""
     holder_start: int | None = None  # the holder's start time (procs.Proc.start): a reused pid is not it
-    net_ns: int | None = None  # inode of the node's network namespace
-    mnt_ns: int | None = None  # inode of the node's mount namespace (the holder's)
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _node_from(data: Any, run_id: str) -> NodeState:
     for key in ("name", "netns", "host_iface", "ip", "hostname", "role"):
         if key in d:
             _typed(d, key, str)
-    for key in ("holder_pid", "holder_start", "net_ns", "mnt_ns"):
+    for key in ("holder_pid", "holder_start"):
         if key in d:
             _count(d, key)
     n = NodeState(**d)
@@ -270,21 +271,23 @@ def owner_alive(st: RunState) -> bool:
 
 
 def node_processes(st: RunState) -> set[procs.Proc]:
-    """The processes of ``st``'s nodes now: those in a node's network or mount namespace."""
+    """The processes of ``st``'s nodes now: those in a node's network namespace (by its name, or the holder's)
+    and those in the mount namespace of any of them (the node's root)."""
     net: set[int] = set()
-    mnt: set[int] = set()
     for n in st.nodes:
-        for ino in (n.net_ns, procs.ns_inode(f"/run/netns/{n.netns}")):
-            if ino:
-                net.add(ino)
-        if n.mnt_ns:
-            mnt.add(n.mnt_ns)
+        ino = procs.ns_inode(f"/run/netns/{n.netns}")
+        if ino:
+            net.add(ino)
         h = holder(n)
         if h is not None:
-            ino = procs.ns_inode(f"/proc/{h.pid}/ns/mnt")
+            ino = procs.ns_inode(f"/proc/{h.pid}/ns/net")
             if ino:
-                mnt.add(ino)
-    return procs.in_namespaces(net, mnt)
+                net.add(ino)
+    found = procs.in_namespaces(net=net)
+    mnt = {ino for ino in (procs.ns_inode(f"/proc/{p.pid}/ns/mnt") for p in found) if ino}
+    mnt.discard(procs.ns_inode("/proc/self/ns/mnt") or -1)  # `ip netns exec` and nsenter children may share ours
+    mnt.discard(procs.ns_inode("/proc/1/ns/mnt") or -1)
+    return found | procs.in_namespaces(mnt=mnt)
 
 
 def holder(n: NodeState) -> procs.Proc | None:
@@ -294,7 +297,7 @@ def holder(n: NodeState) -> procs.Proc | None:
     p = procs.identify(n.holder_pid)
     if p is None or (n.holder_start is not None and p.start != n.holder_start):
         return None
-    if n.holder_start is None and n.net_ns is None:  # an old record: trust the pid only inside the node's netns
+    if n.holder_start is None:  # an old record: trust the pid only inside the node's netns
         ino = procs.ns_inode(f"/run/netns/{n.netns}")
         if not ino or procs.ns_inode(f"/proc/{p.pid}/ns/net") != ino:
             return None
@@ -353,6 +356,8 @@ def _remove_rest(st: RunState, keep_logs: bool, processes_left: bool) -> list[st
     """One pass over namespaces, links, mounts and directories; what is still there afterwards."""
     problems: list[str] = []
     for n in st.nodes:
+        if processes_left:  # the name is how a later `hpq rehearse down` finds what is left in it
+            continue
         netns.delete_netns(n.netns)
         netns.delete_link(n.host_iface)
         if netns.netns_exists(n.netns):
