@@ -207,3 +207,20 @@ def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_pat
             assert code == 0 and result["result"] == "pass" and result["teardown"] == {
                 "ok": True, "left": [], "seconds": result["teardown"]["seconds"]}
             assert "every process, mount, namespace, link and temp directory removed" in err.getvalue()
+
+
+def test_the_suites_exit_check_catches_a_process_left_behind(tmp_path):
+    """The check tests/test_rehearse.py makes of every rehearsal can fail: a command that exits while a
+    detached child of it still runs (what a teardown that reports done too early looks like) is caught,
+    and that child only, not the processes of anything else on the host."""
+    from hpq.tests.test_rehearse import leftovers, watched
+
+    res = watched(["sh", "-c", "setsid sleep 30 </dev/null >/dev/null 2>&1 & sleep 0.5; echo started"],
+                  dict(os.environ), run_id="f0f0f0")
+    left = leftovers("f0f0f0", res)
+    for (pid, start), comm in res.watch.seen.items():  # stop the sleeper: by its pid and start time only
+        p = procs.Proc(pid, start, comm)
+        if procs.running(p):
+            os.kill(pid, 9)
+    assert res.stdout.strip() == "started"
+    assert len(left) == 1 and left[0].startswith("process sleep (pid "), left

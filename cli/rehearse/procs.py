@@ -1,8 +1,8 @@
 """Which processes belong to a rehearsal, and stopping them until ``/proc`` shows them gone.
 
 A node's processes are found by namespace, not by name or by a pid list taken once: every process
-whose network or mount namespace is one of the node's (the namespace inodes recorded in the state
-file when the node was made). That set includes what the lifecycle's service manager started
+whose network or mount namespace is one of the node's (``state.node_processes`` says which those
+are). That set includes what the lifecycle's service manager started
 (slurmd, slurmctld, munged, sshd), what they forked, the IMDS stand-in (``ip netns exec``), every
 ``nsenter`` the rehearsal ran on the node, and whatever a ``hpq rehearse shell`` left running.
 While the rehearsal's own process runs, it is the *child subreaper* of everything it starts
