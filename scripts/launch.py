@@ -8,6 +8,11 @@ Shared by ``run-nccl-test``, ``run-nanogpt`` and ``run-nccom-test``. Standard li
   hpq.scripts.nodeinfo``): the controller is a CPU instance and would pick the wrong one.
 - Without Slurm (a single GPU box, the benchmark machine) ``--launcher local`` starts one
   process per GPU on this host with an ``env://`` rendezvous.
+- The ranks get exactly the worker's transport environment (``child_env``): srun passes the
+  launching process's environment on (``--export=ALL``, Slurm's default), and so do the mpirun daemons
+  it starts, so every transport variable inherited from the submitting node (a CPU controller's
+  ``NCCL_NET_PLUGIN=none``) that the worker does not set is removed before the launch, not merged.
+  ``HPQ_KEEP_ENV=NAME,...`` keeps the named ones on purpose (e.g. ``NCCL_NVLS_ENABLE``).
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from hpq.lifecycle import catalog, names
-from hpq.scripts import distenv, nccl_report, nodeinfo
+from hpq.lifecycle import catalog, names, transport
+from hpq.scripts import distenv, env_check, nccl_report, nodeinfo
 
 TORCH_PYTHONS = (
     "/opt/conda/envs/pytorch/bin/python3",
@@ -69,9 +74,30 @@ def bundle_root() -> Optional[str]:
     return None
 
 
-def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str] = ()) -> Dict[str, str]:
-    """This process's environment plus ``extra``, with the bundle on PYTHONPATH when needed."""
+KEEP_ENV = "HPQ_KEEP_ENV"
+EXPORT_ALL = "--export=ALL"  # srun(1): the tasks get srun's own environment (child_env), whatever SLURM_EXPORT_ENV says
+
+
+def kept_transport_env() -> Dict[str, str]:
+    """Inherited transport variables the user named in ``HPQ_KEEP_ENV`` (comma-separated), as set here."""
+    names_ = [n.strip() for n in os.environ.get(KEEP_ENV, "").split(",") if n.strip()]
+    return {n: os.environ[n] for n in names_ if n in os.environ and transport.owns(n)}
+
+
+def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str] = (),
+              inherit_transport: bool = False) -> Dict[str, str]:
+    """This process's environment plus ``extra``, with the bundle on PYTHONPATH when needed.
+
+    Transport variables (``transport.owns``) come from ``extra`` only, plus those ``HPQ_KEEP_ENV``
+    names: any other one this process inherited is removed, so a job started from a CPU node never
+    carries that node's settings. ``inherit_transport`` keeps them (the salloc re-run of the command
+    itself, which reads the user's NCCL_DEBUG and strips when it launches the ranks).
+    """
     env = dict(os.environ)
+    if not inherit_transport:
+        keep = set(extra or {}) | set(kept_transport_env())
+        for key in [k for k in env if transport.owns(k) and k not in keep]:
+            del env[key]
     root = bundle_root()
     if root:
         parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -147,7 +173,7 @@ def reexec_under_salloc(module: str, argv: Sequence[str], nodes: int, tasks_per_
         cmd += [sys.executable, "-c", BOOT % module, root] + list(argv)
     else:
         cmd += [sys.executable, "-m", module] + list(argv)
-    env = child_env({"HPQ_IN_SALLOC": "1"})
+    env = child_env({"HPQ_IN_SALLOC": "1"}, inherit_transport=True)
     print("+ " + " ".join(cmd), flush=True)
     try:
         return subprocess.call(cmd, env=env)
@@ -205,7 +231,7 @@ def worker_environment(launcher: str, instance_type: Optional[str], python: Opti
     """The transport environment as a worker computes it (same function as the lifecycle)."""
     if launcher == "slurm" and in_allocation():
         chdir = ["--chdir", bundle_root() or ""] if bundle_root() else []
-        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1"] + chdir + [python or "python3", "-m",
+        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1", EXPORT_ALL] + chdir + [python or "python3", "-m",
                                                                        "hpq.scripts.nodeinfo"]
         if instance_type:
             cmd += ["--instance-type", instance_type]
@@ -278,8 +304,13 @@ def tee(cmd: List[str], env: Dict[str, str], log: TextIO, echo: bool = True) -> 
         raise
 
 
-def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[str, str], log: TextIO) -> int:
-    """One process per rank on this host, env:// rendezvous on a free loopback port."""
+def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[str, str], log: TextIO,
+              report_env: bool = False) -> int:
+    """One process per rank on this host, env:// rendezvous on a free loopback port.
+
+    ``report_env``: each rank starts through ``env_check.wrap`` (rank 0 prints its transport variables).
+    """
+    wrapper = env_check.wrap([]) if report_env else []
     port = distenv.free_port()
     procs = []
     print("+ local launch: %d x %s -m %s %s" % (nprocs, python, module, " ".join(args)), flush=True)
@@ -291,7 +322,7 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
         for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
             e.pop(k, None)
         out = subprocess.PIPE if rank == 0 else None
-        procs.append(subprocess.Popen([python, "-m", module] + args, env=e, stdout=out, cwd=child_cwd(),
+        procs.append(subprocess.Popen(wrapper + [python, "-m", module] + args, env=e, stdout=out, cwd=child_cwd(),
                                       stderr=subprocess.STDOUT if rank == 0 else None,
                                       universal_newlines=True, bufsize=1, errors="replace"))
     rc = 0
@@ -316,20 +347,30 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
 
 
 def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args: List[str],
-                 extra: Sequence[str] = ()) -> List[str]:
+                 extra: Sequence[str] = (), report_env: bool = False) -> List[str]:
+    """srun of ``python -m module args``; ``report_env`` starts each task through ``env_check.wrap``.
+
+    srun runs with the environment it is given (``child_env``: inherited transport variables already
+    removed) and passes all of it to the tasks (``--export=ALL``, Slurm's default, srun(1)), said
+    explicitly: inside an ``sbatch --export=NONE`` job srun would otherwise inherit that setting
+    (SLURM_EXPORT_ENV) and the ranks would get none of the worker's variables.
+    """
     chdir = ["--chdir", bundle_root()] if bundle_root() else []
-    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
-            + chdir + list(extra) + [python, "-m", module] + list(args))
+    program = [python, "-m", module] + list(args)
+    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1",
+             EXPORT_ALL] + chdir + list(extra) + (env_check.wrap(program) if report_env else program))
 
 
 def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],
-              nodes: Optional[int] = None, expect: Optional[object] = None) -> int:
+              nodes: Optional[int] = None, expect: Optional[object] = None,
+              env: Optional[env_check.EnvCheck] = None) -> int:
     """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
 
     One ending for run-nccl-test and run-nccom-test: a run without result rows, with wrong
     elements, short of the catalog's figure for its node count (the log's rank lines, else
     ``nodes``; ``expect`` as ``nccl_report.evaluate`` takes it), or whose program exited non-zero
-    is a failure (1).
+    is a failure (1). So is a job whose ranks' transport environment (``env``, env_check) differs
+    from the worker type's; ``env`` with no opinion (no block in the log) changes nothing.
     """
     base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
     with open(log_path, errors="replace") as fh:
@@ -356,6 +397,13 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
             what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
             report.wrong_total))
+    if env is not None:  # issue 19: the ranks' own transport environment (env_check), FAIL when not the worker's
+        result["environment_check"] = env.to_dict()
+        if env.problems:
+            code = 1
+            message = "FAIL: the job's transport environment is not the worker type's: %s\n%s" % (
+                "; ".join(env.problems), message)
+            result["verdict"].update(ok=False, exit_code=1, message=message)
     print(message)
     write_json(base + ".json", result)
     print("# log: %s\n# result: %s.json" % (log_path, base))
