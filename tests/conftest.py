@@ -9,6 +9,14 @@ itself (``patch = subprocess`` in pyproject.toml). Node-side code, though, runs 
 own python3 (/usr/bin/python3, as on a HyperPod node), which has no coverage installed: a folder
 holding only a link to the coverage package and a ``sitecustomize`` that starts it goes first on
 PYTHONPATH, so those processes are measured too. Without --cov nothing of this happens.
+
+Hypothesis (the property tests) runs under one registered profile, ``ci``, unless
+``HYPOTHESIS_PROFILE`` names another: derandomized (the examples follow from each test's own code,
+so every run of the suite tries the same inputs and a failure in CI is one a developer reproduces
+with the same command), a fixed number of examples and a per-example deadline (the suite's time
+stays bounded: a few seconds per property test), no example database written into the checkout.
+``HYPOTHESIS_PROFILE=explore`` searches randomly and longer, to find new cases; each one found is
+kept in its test as an ``@example``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,20 @@ def _measure_node_python() -> None:
 
 
 _measure_node_python()
+
+
+def _hypothesis_profiles() -> None:
+    try:
+        from hypothesis import settings
+    except ImportError:  # only the property tests need it; they fail on their own import
+        return
+    settings.register_profile("ci", derandomize=True, max_examples=60, deadline=2000, database=None,
+                              print_blob=True)
+    settings.register_profile("explore", max_examples=2000, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()
 
 
 @pytest.hookimpl(trylast=True)

@@ -220,7 +220,8 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def _stop(pids: list[tuple[str, int]]) -> None:
-    """SIGTERM by PID, slurmd first, then slurmctld, munged last; SIGKILL what is left after 5 s."""
+    """SIGTERM by PID, slurmd first, then slurmctld, munged last; SIGKILL what is left after 5 s, and wait (up to
+    10 s in all) until it has exited."""
     order = {"slurmd.service": 0, "slurmctld.service": 1, "munge.service": 2}
     waves: dict[int, list[int]] = {}
     for name, pid in pids:
@@ -241,6 +242,9 @@ def _stop(pids: list[tuple[str, int]]) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        while alive and time.time() - t0 < 10:  # gone before the next test starts, not merely signalled
+            time.sleep(0.05)
+            alive = [p for p in alive if pid_alive(p)]
 
 
 def _check_host() -> None:

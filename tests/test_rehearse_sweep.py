@@ -18,7 +18,7 @@ import pytest
 
 from hpq.cli.rehearse import netns, throttle
 from hpq.errors import UsageError
-from hpq.tests.test_rehearse import _root, daemons_outside_host_netns, env, leftovers, rehearse  # noqa: F401
+from hpq.tests.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
 
 GBPS_30MBIT = 30e6 / 8 / 1e9  # 0.00375 GB/s
 
@@ -49,7 +49,6 @@ def test_rates_are_read_as_tc_reads_them(scratch_netns):
 
 @pytest.mark.slow
 def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
-    before = daemons_outside_host_netns()
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
                    "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
@@ -71,12 +70,11 @@ def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
     assert "--pairs-at-once 1" in s["command"] and s["evidence"][third]
     err = res.stderr
     assert err.index("--throttle 2=30mbit: egress of ens5 limited") < err.index("sweep: ssh ")  # before the sweep
-    assert leftovers(r["run_id"], before) == []
+    assert leftovers(r["run_id"], res) == []
 
 
 @pytest.mark.slow
 def test_unthrottled_sweep_names_none(env):  # noqa: F811
-    before = daemons_outside_host_netns()
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
@@ -85,4 +83,4 @@ def test_unthrottled_sweep_names_none(env):  # noqa: F811
     assert s["remote_exit_code"] == 0 and s["throttled"] == [] and s["failed_pairs"] == 0
     assert len(s["scores"]) == 4 and all(v > 0.05 for v in s["scores"].values()), s["scores"]
     assert r["nccl"] is None and r["nanogpt"] is None  # --no-validate: only the sweep ran
-    assert leftovers(r["run_id"], before) == []
+    assert leftovers(r["run_id"], res) == []

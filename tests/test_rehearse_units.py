@@ -282,14 +282,15 @@ def test_report_names_node_step_cause_and_log():
 
 def test_state_round_trip_and_idempotent_teardown(tmp_path, monkeypatch):
     monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
-    st = state_mod.RunState("abcdef", "slurm-gpu", 1, 0.0, str(tmp_path / "work"), str(tmp_path / "logs"),
+    work = tmp_path / "hpq-rehearse-abcdef-x"
+    st = state_mod.RunState("abcdef", "slurm-gpu", 1, 0.0, str(work), str(tmp_path / "logs" / "abcdef"),
                             nodes=[state_mod.NodeState("worker-1", "hpq-abcdef-worker-1", "hpqabcdefn0")])
-    (tmp_path / "work" / "nodes").mkdir(parents=True)
+    (work / "nodes").mkdir(parents=True)
     st.save()
     loaded = state_mod.RunState.load(st.path)
     assert loaded == st and loaded.node("worker-1").netns == "hpq-abcdef-worker-1"
     assert state_mod.teardown(loaded) == []  # nothing of it exists: nothing to complain about
-    assert not (tmp_path / "work").exists() and not st.path.exists()
+    assert not work.exists() and not st.path.exists()
     assert state_mod.teardown(loaded) == []
 
 

@@ -268,6 +268,10 @@ def shell_cmd(node: str | None, run_id: str | None) -> None:
 def down_cmd(run_id: str | None) -> None:
     """Remove a kept (or abandoned) rehearsal: processes, mounts, namespaces, links, temp dirs.
 
+    Returns once every process of its nodes has exited and left the process table and each
+    namespace, link, mount and directory is checked gone ("removed"); exit 1 names what is
+    still there after the deadline. A state file hpq cannot trust is named and left alone (exit 2).
+
     \b
     Examples:
       sudo hpq rehearse down
@@ -276,12 +280,14 @@ def down_cmd(run_id: str | None) -> None:
     from hpq.cli.rehearse import state as state_mod
     from hpq.errors import OperationFailed, UsageError
 
-    states = state_mod.all_states()
+    bad: list[str] = []
+    states = state_mod.all_states(bad)
     if run_id:
         states = [s for s in states if s.run_id == run_id]
-        if not states:
+        bad = [b for b in bad if f"/{run_id}.json" in b]
+        if not states and not bad:
             raise UsageError(f"no rehearsal {run_id!r} recorded in {state_mod.STATE_DIR}")
-    if not states:
+    if not states and not bad:
         click.echo("no rehearsal to remove")
         return
     problems: list[str] = []
@@ -294,17 +300,21 @@ def down_cmd(run_id: str | None) -> None:
         click.echo(f"rehearsal {st.run_id}: " + ("removed" if not left else "left behind: " + "; ".join(left)))
     if problems:
         raise OperationFailed("teardown incomplete")
+    if bad:
+        raise UsageError(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
 
 
 def _pick_state(run_id: str | None) -> Any:
     from hpq.cli.rehearse import state as state_mod
     from hpq.errors import UsageError
 
-    states = [s for s in state_mod.all_states() if s.keep or not state_mod.owner_alive(s)]
+    bad: list[str] = []
+    states = [s for s in state_mod.all_states(bad) if s.keep or not state_mod.owner_alive(s)]
     if run_id:
         states = [s for s in states if s.run_id == run_id]
+        bad = [b for b in bad if f"/{run_id}.json" in b]
     if not states:
-        raise UsageError("no kept rehearsal: run `hpq rehearse --keep` first")
+        raise UsageError(bad[0] if bad else "no kept rehearsal: run `hpq rehearse --keep` first")
     if len(states) > 1:
         raise UsageError("several kept rehearsals: pick one with --run " + " / ".join(s.run_id for s in states))
     return states[0]

@@ -135,11 +135,6 @@ def netns_exists(name: str) -> bool:
     return os.path.exists(f"/run/netns/{name}")
 
 
-def netns_pids(name: str) -> list[int]:
-    res = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30)
-    return [int(p) for p in res.stdout.split() if p.isdigit()]
-
-
 def delete_netns(name: str) -> None:
     if netns_exists(name):
         ip("netns", "del", name, check=False)

@@ -16,7 +16,8 @@ the bridge. ``fi_info`` is not installed here, so the probe leaves the catalog's
 
 A *holder* process (``sleep infinity``) keeps the mount and UTS namespaces alive; every
 command that runs "on the node" enters them with ``nsenter``. Teardown needs no unmounting:
-when the last process of the namespace is gone, the kernel drops its mounts.
+when the last process of the namespace is gone, the kernel drops its mounts; which processes
+those are, and stopping them, is ``procs`` and ``state.teardown``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpq.cli.rehearse import netns
 from hpq.cli.rehearse.plan import NodeSpec
 from hpq.errors import OperationFailed
 
@@ -212,33 +212,3 @@ class Node:
         """Write a file on the node (through its namespaces, so the overlay sees a normal write)."""
         self.sh('set -e; mkdir -p "$(dirname "$1")"; umask 077; cat > "$1"; chmod "$2" "$1"; chown "$3" "$1"',
                 path, oct(mode)[2:], owner, input=data)
-
-
-def stop_namespace_processes(netns_name: str, grace: float = 5.0) -> int:
-    """SIGTERM every process in the node's network namespace, SIGKILL what is left after ``grace``."""
-    import signal
-
-    pids = netns.netns_pids(netns_name)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + wait
-        while time.time() < deadline:
-            pids = [p for p in pids if process_alive(p)]
-            if not pids:
-                return 0
-            time.sleep(0.05)
-        pids = netns.netns_pids(netns_name) or pids
-    return len([p for p in pids if process_alive(p)])
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, or one whose /proc entry is gone, is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

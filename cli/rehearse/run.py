@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpq.cli.rehearse import aws, fsx, hyperpod, image, netns, validate
+from hpq.cli.rehearse import aws, fsx, hyperpod, image, netns, procs, validate
 from hpq.cli.rehearse import plan as plan_mod
 from hpq.cli.rehearse import state as state_mod
 from hpq.cli.rehearse.node import Node
@@ -125,6 +125,9 @@ class Rehearsal:
         usage: HpqError | None = None
         interrupted: Interrupted | None = None
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+        # Daemons the nodes start detach from their parents: as the subreaper, this process inherits them
+        # (not PID 1), so teardown reaps them itself and they leave the process table before it returns.
+        procs.become_subreaper()
 
         def on_signal(signum: int, frame: Any) -> None:
             raise Interrupted(signum)
@@ -168,6 +171,11 @@ class Rehearsal:
             return self.result, 128 + interrupted.signum
         if usage is not None:
             return self.result, usage.exit_code
+        if failure is None and self.result.get("teardown", {}).get("ok") is False:
+            self.result["result"] = "fail"
+            self.result["failure"] = {"stage": "teardown", "node": None, "step": None, "log": None, "last_lines": [],
+                                      "cause": "left behind: " + "; ".join(self.result["teardown"]["left"])}
+            return self.result, EXIT_FAILED
         return self.result, EXIT_FAILED if failure else EXIT_OK
 
     _current_stage = "setup"
@@ -204,11 +212,18 @@ class Rehearsal:
 
         o = self.opts
         itype = catalog.normalize(o.instance_type or default_worker_type(o.variant, o.workers))
-        workdir = tempfile.mkdtemp(prefix=f"hpq-rehearse-{self.run_id}-")
-        logdir = os.path.join(LOG_BASE, self.run_id)
+        me = procs.identify(os.getpid())
+        while True:  # a run id no other rehearsal on this host has recorded (they run side by side)
+            workdir = tempfile.mkdtemp(prefix=f"hpq-rehearse-{self.run_id}-")
+            logdir = os.path.join(LOG_BASE, self.run_id)
+            st = state_mod.RunState(self.run_id, o.variant, os.getpid(), time.time(), workdir, logdir, keep=o.keep,
+                                    pid_start=me.start if me else None)
+            if st.claim():
+                break
+            os.rmdir(workdir)
+            self.run_id = plan_mod.new_run_id()
+        self.state = st
         os.makedirs(logdir, exist_ok=True)
-        self.state = state_mod.RunState(self.run_id, o.variant, os.getpid(), time.time(), workdir, logdir, keep=o.keep)
-        self.state.save()
         with netns.host_lock():
             subnet = netns.pick_subnet(self.run_id)
             self.plan = plan_mod.new_plan(self.run_id, o.variant, o.workers, itype, o.login, subnet)
@@ -283,15 +298,17 @@ class Rehearsal:
         torch_python = _torch_python() if p.orchestrator == "slurm" else None
         rc = hyperpod.resource_config(p, d.cluster_arn)
         for spec in p.nodes:
+            st = self.state.node(spec.name)
+            assert st is not None
             netns.create_node_link(spec.netns, spec.host_iface, p.bridge, spec.ip, p.prefix_len, p.gateway,
                                    plan_mod.NODE_IFACE)
             node = Node(spec, Path(self.state.workdir) / "nodes" / spec.name)
             node.create(self.state.fsx_export or None, data_volume=self._has_data_volume(spec.group),
                         efa_devices=_efa_devices(spec))
             self.nodes[spec.name] = node
-            st = self.state.node(spec.name)
-            assert st is not None
+            holder = procs.identify(node.holder_pid) if node.holder_pid else None
             st.holder_pid = node.holder_pid
+            st.holder_start = holder.start if holder else None
             self.state.save()
             image.boot(node, hosts, munge_key, (keyfile.with_suffix(".pub")).read_text(), torch_python,
                        fsx.MOUNT_LUSTRE, fsx.SEED_MOUNTS)
@@ -610,7 +627,9 @@ class Rehearsal:
             else:
                 if self.moto is not None:
                     self.moto.stop()
-                problems = state_mod.teardown(self.state)
+                t = time.time()
+                problems = state_mod.teardown(self.state, own_children=True)
+                self.result["teardown"] = {"ok": not problems, "left": problems, "seconds": round(time.time() - t, 1)}
                 if not failed and self.state.logdir:
                     import shutil
 
@@ -623,8 +642,7 @@ class Rehearsal:
                         pass
                 if problems:
                     self.say("teardown", "left behind: " + "; ".join(problems))
-                    self.result.setdefault("teardown_problems", problems)
-                else:
+                else:  # said only once /proc, the mount table and the links show none of it (state.teardown)
                     self.say("teardown", "every process, mount, namespace, link and temp directory removed")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -713,6 +731,11 @@ def shell_command(st: state_mod.RunState, node_name: str | None) -> list[str]:
         or (st.nodes[0] if st.nodes else None)
     if ns is None:
         raise KeyError(node_name or "")
+    if state_mod.holder(ns) is None:  # never enter the namespaces of whatever process reuses the pid now
+        from hpq.cli.rehearse.node import NodeError
+
+        raise NodeError(f"node {ns.name} of rehearsal {st.run_id} is not running (its holder process is gone): "
+                        f"remove the rest with `hpq rehearse down --run {st.run_id}`")
     return ["nsenter", "--target", str(ns.holder_pid), "--mount", "--uts", "--net", "--root", "--wd",
             "env", "-i", "TERM=" + os.environ.get("TERM", "xterm"), "HOME=/root", "PATH=" + _node_path(),
             "/bin/bash", "--login"]
