@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
 from hpq.scripts import args as checks
-from hpq.scripts import launch
+from hpq.scripts import launch, verdicts
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -131,7 +131,7 @@ def _run(args, raw: List[str]) -> int:
     result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
                                  "environment": env_vars, "exit_status": rc, "log": log_path}
-    return launch.judge_log("nccom-test", log_path, rc, result, itype, nodes)
+    return verdicts.judge_log("nccom-test", log_path, rc, result, itype, nodes)
 
 
 if __name__ == "__main__":
