@@ -278,8 +278,11 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     vals = [s for s in scores.values() if s is not None]
     if parts:
         outcome = FAIL_OUTCOME
-        number = "%d slow node(s), %d failed pair(s)" % (len(j.slow), len(bad))
-        message = outcome_headline(outcome, number, "none", "; ".join(parts) + ".")
+        if j.slow:  # "N slow node(s): A (x GB/s) vs the cluster median y GB/s; ..." reads as number vs expectation
+            message = "FAIL: " + "; ".join(parts) + "."
+        else:
+            message = outcome_headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
+                                       "every pair measured", "; ".join(parts) + ".")
         if j.slow:
             message += " Drain or exclude the slow node(s) (commands above)."
     elif missing:

@@ -130,9 +130,8 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     recorder(home / "build/all_reduce_perf",
              f'echo "$@" > {args_file}\ncat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
     env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
-    # one node: judged against the one-node (NVLink) figure; the real 2x H200 log (peak ~349 GB/s) clears
-    # p4d's 230.8 GB/s (NVIDIA/nccl#527)
-    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type", "p4d.24xlarge"],
+    # one node, judged against your own figure (--expect): the real 2x H200 log (peak ~349 GB/s) clears 300
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--expect", "300"],
                      env, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert args_file.read_text().split() == ["-b", "8", "-e", "16G", "-f", "2", "-n", "20", "-w", "5", "-c", "1",
@@ -143,11 +142,15 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     doc = json.loads(results[0].read_text())
     assert doc["mode"] == "nccl-tests" and doc["row_count"] == 32 and doc["verdict"]["ok"]
     assert Path(doc["log"]).exists() and Path(doc["log"]).parent == results[0].parent
-    # seed 004's 3 GB/s inside one p4d node: exit 1, and the reason is NVLink (one node), not EFA
+    # seed 004's 3 GB/s inside one p5 node (480 GB/s published): exit 1, the reason is NVLink, not EFA
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
-                                                   "p4d.24xlarge"], env, tmp_path)
+                                                   "p5.48xlarge"], env, tmp_path)
     assert res.returncode == 1 and "NVLink" in res.stdout and "EFA was not used" not in res.stdout
+    # inside one p4d node: no published figure, so INCONCLUSIVE (exit 3), not a pass
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
+                                                   "p4d.24xlarge"], env, tmp_path)
+    assert res.returncode == 3 and "no published figure for ml.p4d.24xlarge at 1 node" in res.stdout
     # good rows but the program crashed at the end: a failure; a type the catalog lacks: judged without one
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\nexit 3\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
@@ -156,7 +159,7 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
                                                    "ml.p9.96xlarge"], env, tmp_path)
-    assert res.returncode == 0 and "unknown instance type 'ml.p9.96xlarge'" in res.stdout, res.stdout[-2000:] + res.stderr
+    assert res.returncode == 3 and "unknown instance type 'ml.p9.96xlarge'" in res.stdout, res.stdout[-2000:] + res.stderr
     # an unwritable log directory: one line, exit 1, no traceback
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--log-dir", "/proc/hpq"],
                      env, tmp_path)
@@ -170,12 +173,12 @@ def test_run_nccl_test_expect_decides_what_the_bandwidth_is_judged_against(tmp_p
     (home / "build").mkdir(parents=True)
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
     env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
-    base = ["1", "2", "--launcher", "local", "--instance-type", "p4d.24xlarge"]
+    base = ["1", "2", "--launcher", "local", "--instance-type", "p5.48xlarge"]
 
     def run(*extra: str) -> subprocess.CompletedProcess:
         return run_module("hpq.scripts.run_nccl_test", base + list(extra), env, tmp_path)
 
-    assert run().returncode == 1  # 3 GB/s inside one p4d: far below its NVLink figure
+    assert run().returncode == 1  # 3 GB/s inside one p5: far below its NVLink figure
     res = run("--expect", "none")
     assert res.returncode == 0 and "reported, not judged (--expect none)" in res.stdout, res.stdout[-2000:]
     latest = max((tmp_path / "results").glob("nccl-test-*.json"), key=lambda p: p.stat().st_mtime_ns)
@@ -191,10 +194,14 @@ def test_run_nccl_test_expect_decides_what_the_bandwidth_is_judged_against(tmp_p
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and error in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("itype,rdma", [("ml.g5.48xlarge", "0"), ("ml.p4d.24xlarge", "1")])
-def test_mpirun_command_from_allocation(tmp_path, itype, rdma):
+@pytest.mark.parametrize("itype,rdma,busbw", [("ml.g5.48xlarge", "0", 12.0), ("ml.p4d.24xlarge", "1", 78.33)])
+def test_mpirun_command_from_allocation(tmp_path, itype, rdma, busbw):
     """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (records what it
-    got, prints a real log); the transport comes from the real function on a fake node with one EFA device."""
+    got, prints an all_reduce_perf log of the two nodes over EFA at the type's 2-node figure, in nccl-tests'
+    format, tests/nccl_logs.py); the transport comes from the real function on a fake node with one EFA device."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info
+
+    (tmp_path / "run.txt").write_text(allreduce_log(["node-1", "node-2"], 2, busbw, nccl_info=efa_info("node-1")))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     rec = tmp_path / "mpirun.rec"
@@ -202,7 +209,7 @@ def test_mpirun_command_from_allocation(tmp_path, itype, rdma):
     recorder(bindir / "salloc", "exit 99\n")
     recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
     recorder(bindir / "mpirun", f'echo "ARGS $*" > {rec}\nenv | sort >> {rec}\n'
-                                f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
+                                f'cat {tmp_path / "run.txt"}\n')
     recorder(tmp_path / "all_reduce_perf", "exit 98\n")
     env = base_env(tmp_path) | {
         "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
@@ -247,7 +254,8 @@ def test_nccom_test_standin(tmp_path):
     env = base_env(tmp_path)
     res = run_module("hpq.scripts.run_nccom_test", ["1", "--launcher", "local", "--binary", str(fake),
                                                     "--instance-type", "trn1.32xlarge"], env, tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # one trn1 node: no published figure for all NeuronCores of one node, so INCONCLUSIVE (exit 3)
+    assert res.returncode == 3 and "INCONCLUSIVE: " in res.stdout, res.stdout + res.stderr
     args, path = rec.read_text().splitlines()
     assert args.split()[:4] == ["-r", "32", "-N", "1"] and args.split()[-1] == "allr"
     assert "/opt/aws/neuron/bin" in path
