@@ -68,7 +68,7 @@ def test_aws_published_2x_p4de_run_passes_and_its_half_fails(itype):
     for busbw in (41.0, 78.33 / 2):
         low = rep.evaluate(rep.parse_text(efa_log(2, busbw, gpu="NVIDIA A100-SXM4-80GB")), itype)
         assert low.outcome == oc.FAIL and low.exit_code == 1, low.message
-        assert low.message.startswith("FAIL: %.2f GB/s" % busbw) and "pass at 70%" in low.message
+        assert low.message.startswith(f"FAIL: {busbw:.2f} GB/s") and "pass at 70%" in low.message
 
 
 def test_the_published_table_alone_is_judged_on_what_it_is():
@@ -123,7 +123,7 @@ def test_socket_on_an_efa_type_fails_whatever_the_bandwidth(itype, busbw):
     assert v.outcome == oc.FAIL and v.exit_code == 1, v.message
     assert v.checks["transport"].outcome == oc.FAIL
     assert "TCP sockets, not EFA" in v.message.splitlines()[0]
-    assert "hpq nccl-env %s" % itype in v.message
+    assert f"hpq nccl-env {itype}" in v.message
     # The twin: the same bandwidth over EFA is judged on its bandwidth (or has no figure).
     efa = rep.evaluate(rep.parse_text(allreduce_log(hosts(2), 1, busbw, nccl_info=efa_info(hosts(2)[0]))), itype)
     assert efa.checks["transport"].outcome == oc.PASS and efa.outcome != oc.FAIL or itype == "ml.g5.8xlarge"
@@ -162,7 +162,7 @@ def test_trainium_without_a_figure_is_inconclusive(itype):
             "134217728 67108864 bf16 30000 4.4 4.4\nAvg bus bandwidth: 4.4GB/s\n")
     v = rep.evaluate(rep.parse_text(text), itype, nodes=2)
     assert v.outcome == oc.INCONCLUSIVE and v.exit_code == 3, v.message
-    assert "no published figure for %s at 2 nodes" % itype in v.message.splitlines()[0]
+    assert f"no published figure for {itype} at 2 nodes" in v.message.splitlines()[0]
     assert "not a measurement" in v.message  # the line-rate level is labelled as what it is
 
 
