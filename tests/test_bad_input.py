@@ -78,6 +78,15 @@ FIXTURES = {
     "my train.py": lambda p: p.write_text("print('training')\n"),
     "key.pem": lambda p: p.write_text("not really a key\n"),
     "blocked": lambda p: (p / "eks-trn" / "root.json").mkdir(parents=True),
+    # benchmark logs that once took quadratic time or unbounded memory (issue 21): a 2 MB line of '#', an
+    # NCCL "Using network" line padded with 100k spaces, a sparse file past nccl-report's 64 MiB limit, and
+    # result rows whose every value is impossible (nan busbw, negative #wrong)
+    "hashes.log": lambda p: p.write_text("#" * 2_000_000 + "\n"),
+    "spaces.log": lambda p: p.write_text("h:1:2 [0] NCCL INFO Using network" + " " * 100_000 + "x\n"),
+    "huge.log": lambda p: p.open("wb").truncate((64 << 20) + 1),
+    "nan.log": lambda p: p.write_text("#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                                      "1048576 262144 float sum -1 10.0 1.0 nan 0 10.0 1.0 1.0 -5\n"
+                                      "# Avg bus bandwidth : 1.0\n"),
 }
 
 
