@@ -385,7 +385,8 @@ class _Parser:
         self.lineno += 1
         if raw.endswith("\r"):
             raw = raw[:-1]
-        label = _LABEL_RE.match(raw)
+        first = raw[:1]
+        label = _LABEL_RE.match(raw) if first.isdigit() or first in " \t[" else None
         key = int(label.group(1) or label.group(2)) if label else -1
         line = raw[label.end():] if label else raw
         stripped = line.lstrip()
@@ -413,7 +414,7 @@ class _Parser:
             if m:
                 self.backend = m.group(1)
             return
-        cols = _header_columns(line)
+        cols = _header_columns(line) if "busbw" in line else None
         if cols is not None:
             runs = self._runs(key)
             if runs[-1].started:
