@@ -72,23 +72,23 @@ _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"}
 # it holds (no nested or open-ended lazy quantifiers: issue 21's 100k-space "Using network" line).
 # The value may be glued to its unit (nccom-test: "43.6901GB/s") or be "-nan" (nccl-tests' %g).
 _AVG_RE = re.compile(r"Avg bus bandwidth\s{0,64}:\s{0,64}([-+]?(?:nan|inf|\d{1,40}(?:\.\d{0,40})?(?:e[-+]?\d{1,4})?))",
-                     re.IGNORECASE)
-_OOB_RE = re.compile(r"Out of bounds values\s{0,64}:\s{0,64}(\d{1,20})", re.IGNORECASE)
+                     re.IGNORECASE | re.ASCII)
+_OOB_RE = re.compile(r"Out of bounds values\s{0,64}:\s{0,64}(\d{1,20})", re.IGNORECASE | re.ASCII)
 # srun --label "0: ", mpirun --tag-output "[1,0]<stdout>:" (job, rank)
-_LABEL_RE = re.compile(r"^[ \t]{0,64}(?:(\d{1,9}):\s|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>:\s?)")
+_LABEL_RE = re.compile(r"^[ \t]{0,64}(?:(\d{1,9}):\s|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>:\s?)", re.ASCII)
 # nccl-tests' device lines: "#  Rank  0 Group  0 Pid  18892 on node-a device  0 [0x1b] NVIDIA H100"
 # (older releases and hpq's built-in benchmark print no "Group").
 _RANK_RE = re.compile(r"^#[ \t]{0,64}Rank[ \t]{1,64}(\d{1,9})[ \t]{1,64}(?:Group[ \t]{1,64}\d{1,9}[ \t]{1,64})?"
-                      r"Pid[ \t]{1,64}\d{1,12}[ \t]{1,64}on[ \t]{1,64}(\S{1,255})[ \t]{1,64}device\b")
+                      r"Pid[ \t]{1,64}\d{1,12}[ \t]{1,64}on[ \t]{1,64}(\S{1,255})[ \t]{1,64}device\b", re.ASCII)
 # NCCL_DEBUG=INFO: "NCCL INFO Using network AWS Libfabric", "... via NET/Socket/0", ".../GDRDMA";
 # aws-ofi-nccl: "NET/OFI Selected provider is efa" (older: "Selected Provider is efa").
 _USING_NET = "NCCL INFO Using network "
-_NET_NAME_RE = re.compile(r"^[A-Za-z][\w ]*$")
-_VIA_NET_RE = re.compile(r"\bvia NET/([A-Za-z][\w ]{0,%d}?)/\d{1,6}(/GDRDMA)?" % MAX_NET_NAME)
-_OFI_PROVIDER_RE = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w;-]{1,%d})" % MAX_NET_NAME)
+_NET_NAME_RE = re.compile(r"^[A-Za-z][\w ]*$", re.ASCII)
+_VIA_NET_RE = re.compile(r"\bvia NET/([A-Za-z][\w ]{0,%d}?)/\d{1,6}(/GDRDMA)?" % MAX_NET_NAME, re.ASCII)
+_OFI_PROVIDER_RE = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w;-]{1,%d})" % MAX_NET_NAME, re.ASCII)
 # hpq's built-in benchmark: "# hpq built-in benchmark: all_reduce, torch.distributed backend gloo, ..."
-_BUILTIN_RE = re.compile(r"# hpq built-in benchmark: [\w ]{0,64}, torch\.distributed backend (\w{1,16})")
-_DTYPE_RE = re.compile(r"^[A-Za-z]\w{0,31}$")
+_BUILTIN_RE = re.compile(r"# hpq built-in benchmark: [\w ]{0,64}, torch\.distributed backend (\w{1,16})", re.ASCII)
+_DTYPE_RE = re.compile(r"^[A-Za-z]\w{0,31}$", re.ASCII)
 
 
 class ReportError(UsageError):
@@ -207,14 +207,22 @@ class Verdict:
 
 
 def _num(tok: str) -> Optional[float]:
+    """A number as printf prints it: ASCII only (float() also takes '٣' and '1_000', no benchmark prints them)."""
+    if not tok.isascii() or "_" in tok:
+        return None
     try:
         return float(tok)
     except ValueError:
         return None
 
 
+_ASCII_DIGITS = frozenset("0123456789")
+
+
 def _int(tok: str) -> Optional[int]:
-    if not tok.lstrip("-+").isdigit() or len(tok) > 20:
+    """An ASCII integer (str.isdigit also accepts '²', which int() refuses), at most 20 characters."""
+    body = tok[1:] if tok[:1] in "-+" else tok
+    if not body or len(tok) > 20 or not set(body) <= _ASCII_DIGITS:
         return None
     return int(tok)
 

@@ -105,6 +105,9 @@ def test_any_log_gives_a_verdict_or_a_usage_error(text, itype, nodes, expect):
 
 @SETTINGS
 @given(st.text(max_size=2000), st.sampled_from(TYPES))
+@example("²", None)  # found by Hypothesis: str.isdigit() accepts it, int() does not
+@example("²  ² float sum -1 1 1 1 0 1 1 1 0\n# Avg bus bandwidth : 1\n", "ml.p5.48xlarge")
+@example("1_000 2 float sum -1 1 1 1 0 1 1 1 0\n# Avg bus bandwidth : ٣\n", None)
 def test_any_text_at_all(text, itype):
     check(text, itype, 2, "catalog")
 
