@@ -436,3 +436,58 @@ def bundle_root_for_tests(tmp_path: Path) -> Path:
     for d in [root, *root.rglob("*")]:
         d.chmod(0o755 if d.is_dir() else 0o644)
     return root
+
+
+# ---------------------------------------------------------------------------- run-nanogpt's verdict
+
+NANOGPT_PASS_LOG = """ranks on: 0=ip-10-1-0-7, 1=ip-10-1-0-8
+iter 0: loss 4.1700 | 12.3 ms
+iter 100: loss 3.0500 | 11.9 ms
+loss 4.1700 -> 3.0500: falls; ranks agree (checksum 1.234560e+02, spread 0)
+RESULT: PASS
+"""
+
+
+def nanogpt_metrics(**over) -> dict:
+    """The keys hpq's nanoGPT writes (scripts/nanogpt.py ``result``), values of a healthy 2-rank run."""
+    m = {"first_loss": 4.17, "final_loss": 3.05, "loss_fell": True, "ranks_agree": True, "world_size": 2,
+         "checksum": 123.456, "checksum_spread": 0.0, "tokens_per_s": 50000.0, "neuron_devices_unused": False}
+    m.update(over)
+    return m
+
+
+@pytest.mark.parametrize("log, metrics, rc, outcome, words", [
+    (NANOGPT_PASS_LOG, nanogpt_metrics(), 0, "PASS", "all 2 rank(s) agree"),
+    (NANOGPT_PASS_LOG, None, 0, "PASS", "loss fell"),  # rank 0's file on another node: the log says it all
+    ("", None, 0, "INCONCLUSIVE", "printed no training result"),  # run-nanogpt --python /bin/true
+    (NANOGPT_PASS_LOG, nanogpt_metrics(final_loss=float("nan")), 0, "FAIL", "not finite"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(checksum=float("inf")), 0, "FAIL", "checksum"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(world_size=1), 0, "FAIL", "1 rank(s) trained, 2 were started"),
+    (NANOGPT_PASS_LOG.replace("falls", "DID NOT FALL"), nanogpt_metrics(final_loss=4.5, loss_fell=False), 0,
+     "FAIL", "did not fall"),
+    (NANOGPT_PASS_LOG.replace("ranks agree", "ranks DISAGREE"), nanogpt_metrics(ranks_agree=False), 0, "FAIL",
+     "different weights"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(), 1, "FAIL", "exited with status 1"),
+    (NANOGPT_PASS_LOG.replace("RESULT: PASS", "RESULT: " + "INCONCLUSIVE: the model trained on the host CPUs"),
+     nanogpt_metrics(neuron_devices_unused=True), 0, "INCONCLUSIVE", "Neuron devices were not used"),
+    ("ranks on: 0=a, 1=b\nloss nan -> nan: DID NOT FALL; ranks agree (checksum nan, spread nan)\n", None, 0, "FAIL",
+     "not finite"),
+])
+def test_nanogpt_verdict_needs_finite_metrics_from_every_rank(tmp_path, log, metrics, rc, outcome, words):
+    """Issue 19: `run-nanogpt --python /bin/true` reported PASS with no metrics. PASS now needs a finite loss
+    that fell, every started rank, agreeing weights and exit 0; each broken twin names what is missing."""
+    from hpq.scripts import run_nanogpt
+
+    path = tmp_path / "run.log"
+    path.write_text(log)
+    verdict, message = run_nanogpt.judge(rc, str(path), metrics, 2)
+    assert verdict == outcome and message.startswith(outcome + ": ") and words in message, message
+
+
+def test_run_nanogpt_with_bin_true_is_not_a_pass(tmp_path):
+    res = run_module("hpq.scripts.run_nanogpt", ["1", "1", "--launcher", "local", "--python", "/bin/true",
+                                                 "--ckpt-every", "0"], base_env(tmp_path), tmp_path)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "# INCONCLUSIVE: no loss reported" in res.stdout and "PASS" not in res.stdout
+    doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
+    assert doc["verdict"] == doc["outcome"] == "INCONCLUSIVE" and doc["ok"] is False
