@@ -837,7 +837,7 @@ def _data_check(report: NcclReport) -> Check:
 
 
 def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None,
-             expect: Union[str, float, None] = None) -> Verdict:
+             expect: Union[str, float, None] = None, stand_in_network: bool = False) -> Verdict:
     """PASS only when every check holds: the run is complete and alone in its log, its values are possible,
     no element is wrong, the transport is the type's (EFA where the catalog says so), and the peak
     reaches the pass fraction of the healthy figure for the type and the run's node count.
@@ -846,7 +846,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     what the launcher started). ``expect`` ``none`` waives the bandwidth check (reported, not
     judged); a number is the user's own figure in GB/s, held to the same pass fraction. A type or
     node count without a figure, an unknown node count, or a log that does not say its transport on
-    an EFA type is INCONCLUSIVE: never PASS.
+    an EFA type is INCONCLUSIVE: never PASS. ``stand_in_network``: the run crossed a network that stands
+    in for the type's (the rehearsal's veth bridge), so the transport is not judged, and says so.
     """
     from hpq.lifecycle import catalog  # local: keeps parse_text importable with no catalog
 
@@ -875,7 +876,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         "complete": _complete_check(report),
         "values": _values_check(report, entry),
         "data": _data_check(report),
-        "transport": _transport_check(report, entry, run_nodes),
+        "transport": (Check(outcome_mod.NOT_JUDGED, "a stand-in network (rehearsal): no EFA to use")
+                      if stand_in_network else _transport_check(report, entry, run_nodes)),
     }
     where = ("" if run_nodes is None else " on %d node%s" % (run_nodes, "" if run_nodes == 1 else "s"))
     number = "%.2f GB/s peak busbw at %s%s" % (report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes), where)

@@ -491,3 +491,47 @@ def test_run_nanogpt_with_bin_true_is_not_a_pass(tmp_path):
     assert "# INCONCLUSIVE: no loss reported" in res.stdout and "PASS" not in res.stdout
     doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
     assert doc["verdict"] == doc["outcome"] == "INCONCLUSIVE" and doc["ok"] is False
+
+
+@pytest.mark.parametrize("itype, busbw, info, code, words", [
+    ("ml.g5.48xlarge", 8.99, "socket", 1, "TCP sockets, not EFA"),  # issue 19: passed on bandwidth alone
+    ("ml.g5.48xlarge", 12.0, "efa", 0, "PASS: "),
+    ("ml.p4d.24xlarge", float("inf"), "efa", 1, "impossible values"),
+    ("ml.p4d.24xlarge", 1e300, "efa", 1, "physical limit of 650 GB/s"),
+    ("ml.p4d.24xlarge", 78.33, None, 3, "does not say which network"),
+])
+def test_run_nccl_tests_own_verdict_on_two_nodes(tmp_path, itype, busbw, info, code, words):
+    """run-nccl-test judges its own log with the same checks as hpq nccl-report: the transport NCCL names, the
+    values' physical limit; stand-ins as in test_mpirun_command_from_allocation print the chosen log."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info, socket_info
+
+    lines = {"efa": efa_info("node-1"), "socket": socket_info("node-1"), None: []}[info]
+    text = allreduce_log(["node-1", "node-2"], 2, min(busbw, 78.33), nccl_info=lines)
+    if busbw > 1e6:  # the 1 GiB row's out-of-place busbw made impossible
+        row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("1073741824 "))
+        text = text.replace(row, row.replace(f" {row.split()[7]} ", f" {busbw} ", 1))
+    (tmp_path / "run.txt").write_text(text)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    recorder(bindir / "srun", 'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n')
+    recorder(bindir / "salloc", "exit 99\n")
+    recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
+    recorder(bindir / "mpirun", f'cat {tmp_path / "run.txt"}\n')
+    recorder(tmp_path / "all_reduce_perf", "exit 98\n")
+    env = base_env(tmp_path) | {
+        "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
+        "HPQ_ROOT": str(fake_node(tmp_path / "node", efa=True))}
+    res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
+                                                   "--instance-type", itype], env, tmp_path)
+    assert res.returncode == code and words in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+    doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text(),
+                     parse_constant=lambda t: pytest.fail("non-standard JSON token " + t))
+    assert doc["outcome"] == {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}[code]
+
+
+def test_debug_subsys_always_names_the_network():
+    from hpq.scripts.run_nccl_test import debug_subsys
+
+    assert debug_subsys("INFO", None) == "INIT,NET"
+    assert debug_subsys("INFO", "COLL") == "INIT,NET,COLL" and debug_subsys("INFO", "ALL") == "ALL"
+    assert debug_subsys("INFO", "^NET") == "INIT,NET" and debug_subsys("WARN", "X") == "X"

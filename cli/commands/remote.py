@@ -86,7 +86,8 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
 
 
 def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
-                 nodes: int | None = None, expect: str | float | None = None) -> tuple[dict[str, Any], int, str]:
+                 nodes: int | None = None, expect: str | float | None = None,
+                 stand_in_network: bool = False) -> tuple[dict[str, Any], int, str]:
     """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report` (node count from
     the output's rank lines, else NODES; ``expect`` as `hpq nccl-report --expect`)."""
     from hpq.errors import HpqError
@@ -102,12 +103,15 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
         code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
         return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
                  "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
-    verdict = nccl_report.evaluate(report, instance_type, nodes, expect)
+    verdict = nccl_report.evaluate(report, instance_type, nodes, expect, stand_in_network)
     data = nccl_report.report_to_dict(report, verdict)
     data["remote_exit_code"] = remote_code
     # The remote ran the same checks: its INCONCLUSIVE (3) can only lower a local PASS; any other non-zero
     # status (the run failed, bad arguments, Ctrl-C) is a FAIL of the run whatever its rows say.
     code, message = verdict.exit_code, verdict.message
+    if stand_in_network and remote_code == oc.EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
+                                                                                      expect, text):
+        remote_code = 0  # the remote judged the stand-in network as the type's own: that FAIL is not the run's
     if remote_code == oc.EXIT_INCONCLUSIVE and verdict.outcome == oc.PASS:
         code = oc.EXIT_INCONCLUSIVE
         message = oc.headline(oc.INCONCLUSIVE, verdict.number,
@@ -122,6 +126,18 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
         data["outcome"] = judged
         data["verdict"].update(outcome=judged, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     return data, code, message
+
+
+def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int | None, expect: Any,
+                              text: str) -> bool:
+    """Whether the node's own FAIL (exit 1) can only have come from the transport check: the same log judged
+    as the node judged it fails that check alone, and the benchmark itself did not exit non-zero."""
+    from hpq.scripts import nccl_report
+    from hpq.scripts import outcome as oc
+
+    real = nccl_report.evaluate(report, instance_type, nodes, expect)
+    failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
+    return failed == {"transport"} and "exited with status" not in text
 
 
 def worker_instance_type(cl: Any) -> str | None:
