@@ -6,6 +6,11 @@ naming that first worker (the Neuron docs require it for several nodes) and Open
 to run as root (nccom-test refuses otherwise, and HyperPod sessions are root). The transport
 environment comes from the same function as the lifecycle. The output is parsed by the
 same code as ``hpq nccl-report``; log and JSON land next to run-nccl-test's.
+
+Exit 0 PASS (complete, possible values, at least 70% of the healthy figure for the type and node
+count), 1 FAIL (short of it, impossible values, a run that failed or was cut off), 3 INCONCLUSIVE
+(no figure for the type and node count: one node, trn1n, trn2), 2 bad arguments, 130 Ctrl-C.
+nccom-test prints no transport, so it is not judged (Neuron uses EFA between instances).
 """
 
 from __future__ import annotations

@@ -373,18 +373,25 @@ def format_report(doc: Dict) -> str:
     return "\n".join(lines)
 
 
+# A sweep's own JSON is the last object it prints: only this many of the last lines that open an object are
+# tried, so a text of many '{' lines that never close costs linear time, not one scan of the rest per line.
+EXTRACT_TRIES = 8
+
+
 def extract_json(text: str) -> Optional[Dict]:
     """The last sweep result object in ``text`` (``--output json`` captured over SSH), else None."""
     decoder = json.JSONDecoder()
-    found = None
+    starts: List[int] = []
     offset = 0
     for line in text.splitlines(True):
         if line.startswith("{"):
-            try:
-                obj, _ = decoder.raw_decode(text, offset)
-            except ValueError:
-                obj = None
-            if isinstance(obj, dict) and "slow_nodes" in obj:
-                found = obj
+            starts.append(offset)
         offset += len(line)
-    return found
+    for start in reversed(starts[-EXTRACT_TRIES:]):
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "slow_nodes" in obj:
+            return obj
+    return None

@@ -250,3 +250,14 @@ def test_default_size_by_transport():
     assert sweep.default_size("efa-sendrecv", False) == 256 << 20
     assert sweep.default_size("tcp", False) < 256 << 20
     assert sweep.default_size("tcp", True) < sweep.default_size("tcp", False)
+
+
+def test_extract_json_is_linear_on_unclosed_objects():
+    """Issue 21's class for the SSH capture: 20k lines that open an object and never close it, then the result."""
+    import time
+
+    doc = sweep.build_report(["a", "b", "c"], [PairResult(1, ("a", "b"), OK, busbw_gbps=10.0)], 1, 1 << 20)
+    junk = '{"x": [1,\n' * 20_000
+    start = time.monotonic()
+    assert sweep.extract_json(junk + json.dumps(doc, indent=2) + "\n")["hosts"] == ["a", "b", "c"]
+    assert time.monotonic() - start < 2.0
