@@ -785,10 +785,11 @@ def _transport_check(report: NcclReport, entry, run_nodes: Optional[int]) -> Che
         return Check(outcome_mod.INCONCLUSIVE, "the log does not say which network NCCL used; %s" % DEBUG_HINT)
     what = {NET_SOCKET: "TCP sockets, not EFA", NET_MIXED: "a mix of networks: some ranks did not use EFA",
             NET_OTHER: "a network other than EFA"}[seen]
-    return Check(outcome_mod.FAIL, "the log says %s: %s. %s's transport is EFA (%d interface%s in the catalog). %s" % (
-        _net_words(report), what, entry.name, entry.efa_interfaces, "" if entry.efa_interfaces == 1 else "s",
-        _efa_checks(entry)) if entry.accelerator == catalog.GPU else
-        "the log says %s: %s." % (_net_words(report), what))
+    detail = "the log says %s: %s. %s's transport is EFA (%d interface%s in the catalog)" % (
+        _net_words(report), what, entry.name, entry.efa_interfaces, "" if entry.efa_interfaces == 1 else "s")
+    if entry.accelerator == catalog.GPU:
+        detail += ". " + _efa_checks(entry)
+    return Check(outcome_mod.FAIL, detail)
 
 
 def _values_check(report: NcclReport, entry) -> Check:
@@ -912,7 +913,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
             expectation = "%g GB/s you expect (--expect)" % expected
             source = figure.source
         else:
-            expectation = "%g GB/s %s for %d x %s" % (expected, kind, figure.nodes, entry.name)
+            expectation = "%g GB/s %s for %d x %s" % (expected, {catalog.SEED: "seed-measured (not published)"}.get(
+                kind, kind), figure.nodes, entry.name)
             source = figure.source + (" [software: %s]" % figure.software if figure.software else "")
             if run_nodes is not None and run_nodes < figure.nodes:
                 expectation += " (the next published node count above %d)" % run_nodes
