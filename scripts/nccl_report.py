@@ -173,6 +173,7 @@ class Check:
 
     outcome: str
     detail: str
+    short: str = ""  # the headline's reason when the detail's first clause would repeat the headline
 
     def to_dict(self) -> Dict[str, str]:
         return {"outcome": self.outcome, "detail": self.detail}
@@ -930,12 +931,13 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
             if entry is not None:
                 advice += " " + _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes,
                                                   report.network)
-            checks["bandwidth"] = Check(outcome_mod.FAIL, detail + "." + advice)
+            checks["bandwidth"] = Check(outcome_mod.FAIL, detail + "." + advice, "only %.0f%% of it; pass at %.0f%%" % (
+                (fraction or 0) * 100, fraction_needed * 100))
     outcome = outcome_mod.combine(c.outcome for c in checks.values())
     order = ["values", "data", "transport", "bandwidth", "complete"]
     deciding = [k for k in order if checks[k].outcome == outcome] if outcome != outcome_mod.PASS else []
     if deciding:
-        reason = _short(checks[deciding[0]].detail)
+        reason = checks[deciding[0]].short or _short(checks[deciding[0]].detail)
     else:
         reason = "%s%s" % ("%.0f%% of the figure" % (fraction * 100) if fraction is not None else "complete and clean",
                            ", EFA confirmed" if checks["transport"].outcome == outcome_mod.PASS else "")
