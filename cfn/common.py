@@ -19,11 +19,19 @@ HANDLER_DIR = Path(__file__).resolve().parent / "handlers"
 ZIPFILE_MAX_BYTES = 1_000_000
 
 LAMBDA_RUNTIME = "python3.12"
+# HyperPod's own partition: it adds every node of a Slurm cluster, login nodes included, to the universal
+# partition "dev" (SageMaker HyperPod developer guide, getting started with the AWS CLI for Slurm,
+# smcluster-getting-started-slurm-cli.html: "All nodes are automatically added to the universal dev partition";
+# DESIGN 0b). A group that names "dev" itself puts its nodes in that partition twice over, with the login nodes.
+HYPERPOD_UNIVERSAL_PARTITION = "dev"
 # The one Slurm partition of the worker group: HyperPod's API-driven Slurm configuration puts the workers
-# in it (ClusterSlurmConfig.PartitionNames, at most one), and hpq-cluster.json tells the nodes its name.
-# "dev" is the partition HyperPod's agent defines by default and AWS's samples use
-# (awslabs/awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/README.md, partition_name "dev").
-SLURM_PARTITION = "dev"
+# in it (ClusterSlurmConfig.PartitionNames: at most one, pattern [a-zA-Z0-9](-*[a-zA-Z0-9])*; SageMaker API
+# reference API_ClusterSlurmConfig.html), and hpq-cluster.json tells the nodes its name. Only Compute groups
+# name one: the controller and login groups (NodeType Controller / Login) have no PartitionNames, so login nodes
+# are only in HyperPod's universal partition, as AWS's API-driven configuration documents them.
+SLURM_PARTITION = "workers"
+SLURM_PARTITION_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+assert SLURM_PARTITION != HYPERPOD_UNIVERSAL_PARTITION
 TEMPLATE_VERSION = "2010-09-09"
 
 
@@ -145,17 +153,19 @@ def log_group_path(suffix: str) -> str:
     return f"/hpq/${{AWS::StackName}}/{suffix}"
 
 
-def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: int = 30) -> logs.LogGroup:
+def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: int = 30,
+                        path: str | None = None, description: str | None = None, **extra: Any) -> logs.LogGroup:
     """A log group named after its stack, encrypted with a key of its own that CloudWatch Logs may use for this
     log group only.
 
     CloudWatch Logs encrypts with the key itself, as the service principal logs.<region>.<url suffix>, and the
     key policy must allow it, limited by the encryption context kms:EncryptionContext:aws:logs:arn to the log
     group's ARN (CloudWatch Logs User Guide, "Encrypt log data in CloudWatch Logs using AWS KMS",
-    encrypt-log-data-kms.html). The writer (a Lambda function's role) needs no KMS permission of its own."""
-    path = log_group_path(suffix)
+    encrypt-log-data-kms.html). The writer (a Lambda function's role) needs no KMS permission of its own.
+    ``path`` (an Fn::Sub text) names a log group another service writes to by name instead."""
+    path = path or log_group_path(suffix)
     group_arn = Sub(f"arn:${{AWS::Partition}}:logs:${{AWS::Region}}:${{AWS::AccountId}}:log-group:{path}")
-    key = kms_key(t, f"{logical}Key", f"Encrypts the log group /hpq/<stack>/{suffix}.", {
+    key = kms_key(t, f"{logical}Key", description or f"Encrypts the log group /hpq/<stack>/{suffix}.", {
         "Sid": "CloudWatchLogsEncryptsThisLogGroup", "Effect": "Allow",
         "Principal": {"Service": Sub("logs.${AWS::Region}.${AWS::URLSuffix}")},
         "Action": list(KMS_SERVICE_ACTIONS), "Resource": "*",
@@ -163,7 +173,7 @@ def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: 
     })
     return t.add_resource(logs.LogGroup(
         logical, LogGroupName=Sub(path), RetentionInDays=retention_days, KmsKeyId=GetAtt(key, "Arn"),
-        DeletionPolicy="Delete", UpdateReplacePolicy="Delete",
+        DeletionPolicy="Delete", UpdateReplacePolicy="Delete", **extra,
     ))
 
 

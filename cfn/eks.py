@@ -4,11 +4,23 @@ Authentication mode API_AND_CONFIG_MAP (HyperPod manages its own access entries)
 the Helm Lambda role gets a cluster-admin access entry here, so the Helm stack
 can install the dependency chart before the HyperPod cluster is created.
 
-Kubernetes versions: the ones EKS still creates and HyperPod supports (EKS user guide,
-"Understand the Kubernetes version lifecycle on EKS", release calendar; HyperPod EKS
-prerequisites list up to 1.35). ``UpgradePolicy.SupportType`` defaults to STANDARD so a
-cluster never drifts into extended-support pricing by surprise (EKS user guide,
-"Manage EKS extended support"; CloudFormation AWS::EKS::Cluster UpgradePolicy).
+Kubernetes versions: the ones HyperPod's documentation lists (HYPERPOD_VERSIONS) that EKS still creates on
+the render date (EKS user guide, "Understand the Kubernetes version lifecycle on EKS", release calendar);
+the default is the newest listed. A version EKS creates but HyperPod does not list yet (1.35) is offered
+only on explicit request (``--param KubernetesVersion=1.35`` to ``hpq synth``/``deploy`` renders it into
+AllowedValues; both warn): a published template offers only the documented ones.
+
+Support type and the calendar: a template cannot know the date it is deployed on, so the date it is
+rendered on (``as_of``, today for ``hpq synth``/``publish``/``deploy``) decides. The rule
+``ExtendedSupportVersionNeedsExtended`` refuses STANDARD for a version out of standard support on that
+date (a cluster in extended support cannot be STANDARD: EKS user guide, disable-extended-support.html),
+and ``EksSupportType`` defaults to EXTENDED when the default version leaves standard support within
+SUPPORT_HORIZON_DAYS of it: a template published today still creates a cluster after that date, and the
+cluster stays on a version HyperPod documents instead of being upgraded by EKS at the end of standard
+support to one it does not (with STANDARD, EKS upgrades the control plane then: kubernetes-versions.html).
+The price of that choice is extended-support billing from the end of standard support; ``hpq deploy``'s
+pre-flight says so with today's date, and ``hpq synth`` warns when rendered templates go stale
+(``calendar_notes``). CloudFormation AWS::EKS::Cluster UpgradePolicy.SupportType.
 
 The FSx for Lustre CSI driver comes as the EKS add-on ``aws-fsx-csi-driver`` with its
 controller's service account (``fsx-csi-controller-sa`` in kube-system) mapped through
@@ -32,7 +44,8 @@ take it by a stack update (CloudFormation would have to replace the named cluste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime
+from dataclasses import dataclass, field
 
 from troposphere import GetAtt, Ref, Sub
 from troposphere import eks as eks
@@ -40,27 +53,86 @@ from troposphere import eks as eks
 from hpq.cfn import common
 from hpq.lifecycle import names
 
-# EKS release calendar (EKS user guide, kubernetes-versions.html), as of CALENDAR_AS_OF:
-# version -> (end of standard support, end of extended support). 1.30 and 1.31 are left out: EKS no longer
-# creates 1.30 (extended support ended 2026-07-23) and 1.31's ends 2026-11-26.
+# EKS release calendar (EKS user guide, https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html,
+# read 2026-11-26): version -> (end of standard support, end of extended support).
 KUBERNETES_CALENDAR = {
+    "1.30": ("2025-07-23", "2026-07-23"),
+    "1.31": ("2025-11-26", "2026-11-26"),
     "1.32": ("2026-03-23", "2027-03-23"),
     "1.33": ("2026-07-29", "2027-07-29"),
     "1.34": ("2026-12-02", "2027-12-02"),
     "1.35": ("2027-03-27", "2028-03-27"),
 }
-CALENDAR_AS_OF = "2026-11-23"
-KUBERNETES_VERSIONS = tuple(KUBERNETES_CALENDAR)
-# The newest version in standard support on CALENDAR_AS_OF that HyperPod supports (up to 1.35).
-DEFAULT_KUBERNETES_VERSION = "1.35"
+CALENDAR_AS_OF = "2026-11-26"
+# The Kubernetes versions SageMaker HyperPod supports, as its EKS prerequisites page lists them
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-prerequisites.html, "Kubernetes version
+# support": "1.28, 1.29, 1.30, 1.31, 1.32, 1.33 and 1.34"; every copy read on HYPERPOD_VERSIONS_READ lists at most
+# 1.34, older copies stop at 1.32 or 1.33).
+HYPERPOD_VERSIONS = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33", "1.34")
+HYPERPOD_VERSIONS_URL = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-prerequisites.html"
+HYPERPOD_VERSIONS_READ = "2026-11-26"
+# The newest version HyperPod documents.
+DEFAULT_KUBERNETES_VERSION = HYPERPOD_VERSIONS[-1]
 SUPPORT_TYPES = ("STANDARD", "EXTENDED")
-DEFAULT_SUPPORT_TYPE = "STANDARD"
-# Versions already out of standard support on CALENDAR_AS_OF: EKS creates them only in extended support, and a
-# cluster in extended support cannot be set to STANDARD (EKS user guide, "Prevent increased cluster costs by
-# disabling EKS extended support", disable-extended-support.html). The rule below refuses STANDARD for them in the
-# template itself (console and hpq publish path); hpq deploy's pre-flight checks the same with today's date.
-EXTENDED_ONLY_VERSIONS = tuple(v for v, (std_end, _) in KUBERNETES_CALENDAR.items() if std_end <= CALENDAR_AS_OF)
+# A version leaving standard support within this many days of the render date defaults to EXTENDED (see above).
+SUPPORT_HORIZON_DAYS = 90
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def _date(text: str) -> datetime.date:
+    return datetime.date.fromisoformat(text)
+
+
+def creatable_versions(as_of: datetime.date) -> list[str]:
+    """Calendar versions EKS still creates on as_of (before the end of extended support)."""
+    return [v for v, (_, ext_end) in KUBERNETES_CALENDAR.items() if as_of < _date(ext_end)]
+
+
+def offered_versions(as_of: datetime.date) -> list[str]:
+    """What a template offers by default: documented by HyperPod and still created by EKS."""
+    return [v for v in creatable_versions(as_of) if v in HYPERPOD_VERSIONS]
+
+
+def newer_versions(as_of: datetime.date) -> list[str]:
+    """Versions EKS creates that are newer than every version HyperPod documents: on explicit request only."""
+    newest = version_key(HYPERPOD_VERSIONS[-1])
+    return [v for v in creatable_versions(as_of) if version_key(v) > newest]
+
+
+def extended_only(versions: list[str], as_of: datetime.date) -> list[str]:
+    """Of versions, those out of standard support on as_of: EKS creates them only with EXTENDED."""
+    return [v for v in versions if v in KUBERNETES_CALENDAR and _date(KUBERNETES_CALENDAR[v][0]) <= as_of]
+
+
+def default_support_type(version: str, as_of: datetime.date) -> str:
+    """EXTENDED when version leaves standard support within SUPPORT_HORIZON_DAYS of as_of, else STANDARD."""
+    std_end = _date(KUBERNETES_CALENDAR[version][0])
+    return "EXTENDED" if std_end <= as_of + datetime.timedelta(days=SUPPORT_HORIZON_DAYS) else "STANDARD"
+
+
+def calendar_notes(as_of: datetime.date, versions: list[str] | None = None) -> list[str]:
+    """What a user publishing templates rendered on as_of should know: when they go stale."""
+    out = []
+    for v in versions if versions is not None else offered_versions(as_of):
+        std_end = _date(KUBERNETES_CALENDAR[v][0])
+        if as_of < std_end <= as_of + datetime.timedelta(days=SUPPORT_HORIZON_DAYS):
+            out.append(f"KubernetesVersion {v} leaves EKS standard support on {std_end}: templates rendered today "
+                       f"default EksSupportType to {default_support_type(v, as_of)} for it and refuse STANDARD "
+                       f"only from a render on or after that date; render and publish again after {std_end}")
+    for v in versions or []:
+        if v in newer_versions(as_of):
+            out.append(f"KubernetesVersion {v} is newer than every version SageMaker HyperPod documents "
+                       f"({', '.join(HYPERPOD_VERSIONS)}; {HYPERPOD_VERSIONS_URL}, read {HYPERPOD_VERSIONS_READ}): "
+                       "HyperPod may refuse the EKS cluster 30 to 40 minutes into the deploy")
+    return out
+
+
 EXTENDED_SUPPORT_RULE = "ExtendedSupportVersionNeedsExtended"
+CONTROL_PLANE_LOG_GROUP = "/aws/eks/${ClusterName}/cluster"
+CONTROL_PLANE_LOG_DAYS = 30
 CORE_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
@@ -74,7 +146,13 @@ PUBLIC_CIDR_PATTERN = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-
 
 @dataclass(frozen=True)
 class EksConfig:
+    as_of: datetime.date = field(default_factory=datetime.date.today)  # the render date (module docstring)
+    extra_versions: tuple[str, ...] = ()  # newer_versions() the user asked for explicitly
     default_version: str = DEFAULT_KUBERNETES_VERSION
+
+    def versions(self) -> list[str]:
+        extra = [v for v in self.extra_versions if v in newer_versions(self.as_of)]
+        return sorted(set(offered_versions(self.as_of)) | set(extra), key=version_key)
 
 
 def _addon_id(name: str) -> str:
@@ -84,22 +162,29 @@ def _addon_id(name: str) -> str:
 def build(cfg: EksConfig) -> common.Template:
     t = common.new_template("hpq eks: EKS cluster (API_AND_CONFIG_MAP), core add-ons, Helm Lambda access.")
     cluster_name = common.cluster_name_param(t)
-    version = common.param(t, "KubernetesVersion", "Kubernetes version of the EKS cluster "
-                           f"({' and '.join(EXTENDED_ONLY_VERSIONS)} are in extended support already: they need "
-                           "EksSupportType=EXTENDED, at extra cost).",
-                           Default=cfg.default_version, AllowedValues=list(KUBERNETES_VERSIONS))
+    versions = cfg.versions()
+    needs_extended = extended_only(versions, cfg.as_of)
+    ext_note = (f"{' and '.join(needs_extended)} are in extended support already: they need EksSupportType=EXTENDED, "
+                "at extra cost" if needs_extended else "each needs EksSupportType=EXTENDED once out of standard "
+                "support")
+    version = common.param(t, "KubernetesVersion", "Kubernetes version of the EKS cluster: those SageMaker HyperPod "
+                           f"documents ({HYPERPOD_VERSIONS[0]} to {HYPERPOD_VERSIONS[-1]}) that EKS still creates "
+                           f"({ext_note}; calendar as of {cfg.as_of}).",
+                           Default=cfg.default_version, AllowedValues=versions)
     support = common.param(t, "EksSupportType", "UpgradePolicy.SupportType: STANDARD upgrades the cluster at the end "
                            "of standard support; EXTENDED keeps the version at extended-support prices.",
-                           Default=DEFAULT_SUPPORT_TYPE, AllowedValues=list(SUPPORT_TYPES))
-    t.add_rule(EXTENDED_SUPPORT_RULE, {
-        "RuleCondition": {"Fn::Contains": [list(EXTENDED_ONLY_VERSIONS), version]},
-        "Assertions": [{
-            "Assert": {"Fn::Equals": [support, "EXTENDED"]},
-            "AssertDescription": f"KubernetesVersion {' / '.join(EXTENDED_ONLY_VERSIONS)} is out of EKS standard "
-                                 "support: EKS creates it only with EksSupportType=EXTENDED (extended-support "
-                                 f"prices); or choose {DEFAULT_KUBERNETES_VERSION}.",
-        }],
-    })
+                           Default=default_support_type(cfg.default_version, cfg.as_of),
+                           AllowedValues=list(SUPPORT_TYPES))
+    if needs_extended:
+        t.add_rule(EXTENDED_SUPPORT_RULE, {
+            "RuleCondition": {"Fn::Contains": [needs_extended, version]},
+            "Assertions": [{
+                "Assert": {"Fn::Equals": [support, "EXTENDED"]},
+                "AssertDescription": f"KubernetesVersion {' / '.join(needs_extended)} is out of EKS standard "
+                                     "support: EKS creates it only with EksSupportType=EXTENDED (extended-support "
+                                     f"prices); or choose {cfg.default_version}.",
+            }],
+        })
     public_cidrs = common.param(t, "EksPublicAccessCidrs", "CIDR blocks allowed to reach the public EKS API endpoint "
                                 "(kubectl from your laptop and the Helm Lambda, which runs outside the VPC).",
                                 type_="CommaDelimitedList", Default="0.0.0.0/0",
@@ -120,8 +205,15 @@ def build(cfg: EksConfig) -> common.Template:
         "Sid": "ClusterRoleUsesTheKey", "Effect": "Allow", "Principal": {"AWS": role},
         "Action": list(CLUSTER_ROLE_KEY_ACTIONS), "Resource": "*",
     })
+    # EKS writes control-plane logs to /aws/eks/<cluster>/cluster and creates that log group itself, with no
+    # retention, when the stack has not (EKS user guide, control-plane-logs.html); it then outlives the stack. The
+    # stack creates it first, with a retention and deleted with the stack, as AWS's Terraform does (issue 20:
+    # awslabs/awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/terraform-modules/hyperpod-eks-tf).
+    log_group = common.encrypted_log_group(t, "ControlPlaneLogGroup", "eks", CONTROL_PLANE_LOG_DAYS,
+                                      path=CONTROL_PLANE_LOG_GROUP,
+                                      description="Encrypts the EKS control-plane log group /aws/eks/<cluster>/cluster.")
     cluster = t.add_resource(eks.Cluster(
-        "Cluster", Name=cluster_name, Version=version, RoleArn=role,
+        "Cluster", DependsOn=log_group.title, Name=cluster_name, Version=version, RoleArn=role,
         EncryptionConfig=[eks.EncryptionConfig(Resources=["secrets"],
                                                Provider=eks.Provider(KeyArn=GetAtt(secrets_key, "Arn")))],
         AccessConfig=eks.AccessConfig(AuthenticationMode="API_AND_CONFIG_MAP",

@@ -56,10 +56,13 @@ DEEP_HEALTH_CHECKS = {
 }
 # NodeProvisioningMode: the property only takes "Continuous"; leaving it out is HyperPod's standard mode
 # (all-or-nothing creation), the default here as in AWS's console stack (hyperpod-cluster-template.yaml).
-# EKS variants only: the API reference (CreateCluster NodeProvisioningMode; CloudFormation AWS::SageMaker::Cluster
-# NodeProvisioningMode) supports Continuous "only for EKS orchestrated clusters", and AWS's console passes it only
-# when the orchestrator is not Slurm (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/
-# hyperpod-cluster-creator/lambda_function/lambda_function.py).
+# Offered on both orchestrators. The sources disagree on Slurm (read 2026-11-26): botocore 1.44.5's SageMaker model
+# (data/sagemaker/2017-07-24/service-2.json, CreateCluster NodeProvisioningMode) says Continuous "is only supported
+# for EKS orchestrated clusters", but the same model's ClusterOrchestratorSlurmConfig.AccountingDatabase "is only
+# supported for clusters using Continuous", which exists only on Slurm, and CloudFormation's own resource schema
+# (cfn-lint 1.58.0's AWS::SageMaker::Cluster provider schema: NodeProvisioningMode enum ["Continuous"], no
+# orchestrator restriction) accepts it on any cluster. hpq follows the CloudFormation schema, the interface it
+# deploys through; hpq deploy's pre-flight warns on Slurm that the API reference still says EKS only.
 PROVISIONING_MODES = ("Standard", "Continuous")
 
 
@@ -224,12 +227,12 @@ def build(cfg: HyperPodConfig) -> common.Template:
         kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
-    if not cfg.slurm:  # Continuous is for EKS-orchestrated clusters only (see PROVISIONING_MODES)
-        mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up "
-                            "(or fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster "
-                            "events.", Default="Standard", AllowedValues=list(PROVISIONING_MODES))
-        t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
-        kwargs["NodeProvisioningMode"] = If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue"))
+    # Both orchestrators (see PROVISIONING_MODES).
+    mode = common.param(t, "NodeProvisioningMode", "Standard: the cluster is created once every node is up "
+                        "(or fails); Continuous: nodes join as capacity comes, and HyperPod emits cluster "
+                        "events.", Default="Standard", AllowedValues=list(PROVISIONING_MODES))
+    t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
+    kwargs["NodeProvisioningMode"] = If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue"))
     cluster = t.add_resource(sm.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
         VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),

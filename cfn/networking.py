@@ -1,8 +1,10 @@
 """Networking stack: VPC, NAT, one private node subnet in ONE AZ, VPC endpoints.
 
 All HyperPod nodes live in one subnet in one AZ because EFA traffic cannot cross
-AZs. EKS wants control-plane subnets in two AZs, so EKS variants get a second,
-small private subnet used by the EKS control plane only.
+AZs. EKS wants control-plane subnets in two AZs, so EKS variants get two small private
+subnets used by the EKS control plane only, never the node subnet: one in
+``EksAvailabilityZoneId`` and one in ``EksSecondAvailabilityZoneId`` or, when that is
+left empty, in the nodes' AZ.
 
 The node subnet is sized for the largest cluster the templates allow: HyperPod's
 prerequisites count 81 IP addresses per p5.48xlarge node on EKS (the VPC CNI's pod
@@ -13,15 +15,18 @@ endpoints, FSx and EKS control-plane ENIs. The public and EKS-only subnets are /
 from the other half of the /16.
 
 EKS refuses control-plane subnets in the AZ ids use1-az3, usw1-az2 and cac1-az3
-(EKS user guide, "View Amazon EKS networking requirements for VPC and subnets"); on
-EKS variants both subnets are control-plane subnets, so a rule refuses those AZ ids.
+(EKS user guide, "View Amazon EKS networking requirements for VPC and subnets",
+network-reqs.html); nodes may use them. Since the control plane has its own subnets,
+the nodes can be in such an AZ: then ``EksSecondAvailabilityZoneId`` names a second
+control-plane AZ, and the ``EksControlPlaneAzs`` rule refuses a control-plane AZ EKS does
+not take (and two control-plane subnets in one AZ) before anything is created.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import And, Cidr, GetAtt, Join, Not, Ref, Select, Sub
+from troposphere import And, Cidr, Equals, GetAtt, If, Join, Not, Or, Ref, Select, Sub
 from troposphere import ec2 as ec2
 
 from hpq.cfn import common
@@ -34,6 +39,9 @@ VPC_CIDR_PATTERN = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][
 INTERFACE_ENDPOINTS = ("ecr.api", "ecr.dkr", "sts", "logs", "ssm", "ssmmessages", "ec2messages")
 # AZ ids EKS does not place control planes in (EKS user guide, network-reqs.html).
 EKS_UNSUPPORTED_AZ_IDS = ("use1-az3", "usw1-az2", "cac1-az3")
+EKS_AZ_PARAM = "EksAvailabilityZoneId"
+EKS_SECOND_AZ_PARAM = "EksSecondAvailabilityZoneId"
+SECOND_AZ_IS_NODE_AZ = "EksSecondSubnetInNodeAz"
 NODE_SUBNET_PREFIX = 17
 SMALL_SUBNET_PREFIX = 19
 # IP addresses a node takes in the node subnet (SageMaker HyperPod prerequisites, for p5.48xlarge, the catalog's
@@ -71,7 +79,7 @@ def build(cfg: NetworkingConfig) -> common.Template:
     # /16 -> the node subnet is its first /17; the public and EKS-only subnets are /19s of the second half.
     halves = Cidr(vpc_cidr, 2, 32 - NODE_SUBNET_PREFIX)
     blocks = Cidr(vpc_cidr, 8, 32 - SMALL_SUBNET_PREFIX)
-    public_block, eks_block = Select(4, blocks), Select(5, blocks)
+    public_block = Select(4, blocks)
 
     vpc = t.add_resource(ec2.VPC(
         "Vpc", CidrBlock=vpc_cidr, EnableDnsHostnames=True, EnableDnsSupport=True,
@@ -131,23 +139,54 @@ def build(cfg: NetworkingConfig) -> common.Template:
     common.output(t, "VpcCidr", GetAtt(vpc, "CidrBlock"), "VPC CIDR block.")
     common.output(t, names.OUT_NODE_SUBNET_ID, Ref(node), "The one private subnet every HyperPod node uses.")
     if cfg.eks:
-        eks_az = common.param(t, "EksAvailabilityZoneId",
-                              "Second AZ ID, used only by the EKS control plane; must differ from "
-                              "AvailabilityZoneId.", AllowedPattern=AZ_ID_PATTERN,
-                              ConstraintDescription=AZ_ID_HELP)
-        eks_subnet = t.add_resource(ec2.Subnet(
-            "EksSubnet", VpcId=Ref(vpc), AvailabilityZoneId=eks_az, CidrBlock=eks_block,
-            MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-eks")),
-        ))
-        t.add_rule("EksControlPlaneAzs", {"Assertions": [{
-            "Assert": And(Not({"Fn::Contains": [list(EKS_UNSUPPORTED_AZ_IDS), az]}),
-                          Not({"Fn::Contains": [list(EKS_UNSUPPORTED_AZ_IDS), eks_az]})),
-            "AssertDescription": "EKS does not place control planes in the AZ ids "
-                                 f"{', '.join(EKS_UNSUPPORTED_AZ_IDS)}: choose other AvailabilityZoneId and "
-                                 "EksAvailabilityZoneId (both subnets are EKS control-plane subnets).",
-        }]})
-        t.add_resource(ec2.SubnetRouteTableAssociation("EksSubnetRoutes", SubnetId=Ref(eks_subnet),
-                                                       RouteTableId=Ref(private_rt)))
-        common.output(t, names.OUT_EKS_SUBNET_IDS, Join(",", [Ref(node), Ref(eks_subnet)]),
-                      "Comma-separated EKS control-plane subnets (node subnet + EKS-only subnet).")
+        _control_plane_subnets(t, vpc, private_rt, az, Select(5, blocks), Select(6, blocks))
     return t
+
+
+def control_plane_az_ids(values: dict[str, str]) -> dict[str, str]:
+    """Parameter -> AZ id of each EKS control-plane subnet, for parameter values as the stack gets them."""
+    second = values.get(EKS_SECOND_AZ_PARAM, "") or ""
+    return {EKS_AZ_PARAM: values.get(EKS_AZ_PARAM, ""),
+            (EKS_SECOND_AZ_PARAM if second else "AvailabilityZoneId"): second or values.get("AvailabilityZoneId", "")}
+
+
+def _control_plane_subnets(t: common.Template, vpc, private_rt, az, block_a, block_b) -> None:
+    """Two EKS-only subnets (EKS wants two AZs), neither of them the node subnet."""
+    eks_az = common.param(t, EKS_AZ_PARAM, "AZ ID of the first EKS control-plane subnet; must differ from the "
+                          "second control-plane AZ. EKS refuses use1-az3, usw1-az2, cac1-az3.",
+                          AllowedPattern=AZ_ID_PATTERN, ConstraintDescription=AZ_ID_HELP)
+    second = common.param(t, EKS_SECOND_AZ_PARAM, "AZ ID of the second EKS control-plane subnet; empty: the nodes' "
+                          "AvailabilityZoneId. Give one when the nodes are in an AZ EKS refuses for control planes "
+                          "(use1-az3, usw1-az2, cac1-az3).", Default="",
+                          AllowedPattern=f"^$|{AZ_ID_PATTERN}", ConstraintDescription="empty or " + AZ_ID_HELP)
+    t.add_condition(SECOND_AZ_IS_NODE_AZ, Equals(second, ""))
+    second_az = If(SECOND_AZ_IS_NODE_AZ, az, second)
+    subnet_a = t.add_resource(ec2.Subnet(
+        "EksSubnet", VpcId=Ref(vpc), AvailabilityZoneId=eks_az, CidrBlock=block_a,
+        MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-eks")),
+    ))
+    subnet_b = t.add_resource(ec2.Subnet(
+        "EksSubnetB", VpcId=Ref(vpc), AvailabilityZoneId=second_az, CidrBlock=block_b,
+        MapPublicIpOnLaunch=False, Tags=common.tags(Sub("${AWS::StackName}-eks-b")),
+    ))
+    refused = list(EKS_UNSUPPORTED_AZ_IDS)
+    uses_node_az, own_az = Equals(second, ""), Not(Equals(second, ""))
+    t.add_rule("EksControlPlaneAzs", {"Assertions": [
+        {"Assert": Not({"Fn::Contains": [refused, eks_az]}),
+         "AssertDescription": f"EKS does not place control planes in the AZ ids {', '.join(refused)}: choose "
+                              "another EksAvailabilityZoneId."},
+        {"Assert": Or(And(uses_node_az, Not({"Fn::Contains": [refused, az]})),
+                      And(own_az, Not({"Fn::Contains": [refused, second]}))),
+         "AssertDescription": f"The second EKS control-plane subnet is in EksSecondAvailabilityZoneId or, when that "
+                              f"is empty, in AvailabilityZoneId; EKS refuses {', '.join(refused)} there: give an "
+                              "EksSecondAvailabilityZoneId EKS takes (the nodes may stay in their AZ)."},
+        {"Assert": Or(And(uses_node_az, Not(Equals(az, eks_az))), And(own_az, Not(Equals(second, eks_az)))),
+         "AssertDescription": "The two EKS control-plane subnets must be in two different AZs: "
+                              "EksAvailabilityZoneId must differ from EksSecondAvailabilityZoneId (or, when that is "
+                              "empty, from AvailabilityZoneId)."},
+    ]})
+    for subnet in (subnet_a, subnet_b):
+        t.add_resource(ec2.SubnetRouteTableAssociation(f"{subnet.title}Routes", SubnetId=Ref(subnet),
+                                                       RouteTableId=Ref(private_rt)))
+    common.output(t, names.OUT_EKS_SUBNET_IDS, Join(",", [Ref(subnet_a), Ref(subnet_b)]),
+                  "Comma-separated EKS control-plane subnets (two EKS-only subnets, not the node subnet).")

@@ -15,7 +15,7 @@ from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
 from troposphere import cloudformation as cfn
 
 from hpq import __version__
-from hpq.cfn import common, helm, iam
+from hpq.cfn import common, helm, iam, regions
 from hpq.cfn.variants import (
     EKS,
     HELM,
@@ -79,6 +79,18 @@ def _lift_rules(t: common.Template, nested: dict[str, common.Template]) -> None:
                 t.add_rule(name, body)
 
 
+def _add_region_rule(t: common.Template, variant: Variant, nested: dict[str, common.Template]) -> None:
+    """Refuse a region whose CloudFormation lacks a resource type the variant creates (cfn/regions.py), before
+    anything is created; the Observability stack's region-conditioned Grafana does not count."""
+    types = regions.required_types([n.to_dict() for n in nested.values()] + [t.to_dict()])
+    where = regions.regions_with(types)
+    t.add_rule(regions.REGION_RULE, {"Assertions": [{
+        "Assert": {"Fn::Contains": [list(where), Ref("AWS::Region")]},
+        "AssertDescription": f"hpq {variant.name} deploys only where CloudFormation has every resource type it "
+                             f"creates (SageMaker HyperPod, EKS, FSx ...): {', '.join(where)}.",
+    }]})
+
+
 def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> common.Template:
     t = common.new_template(
         f"hpq {variant.name} ({size.name}): SageMaker HyperPod with {'EKS' if variant.eks else 'Slurm'}"
@@ -106,14 +118,14 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         ctl_type = copy(HYPERPOD, "ControllerInstanceType")
         login_on = copy(HYPERPOD, "EnableLoginGroup")
         login_type = copy(HYPERPOD, "LoginInstanceType")
-    else:  # NodeProvisioningMode Continuous exists for EKS-orchestrated clusters only (cfn/hyperpod.py)
-        provisioning = copy(HYPERPOD, "NodeProvisioningMode")
+    provisioning = copy(HYPERPOD, "NodeProvisioningMode")  # both orchestrators (cfn/hyperpod.py)
     az = copy(NETWORKING, "AvailabilityZoneId")
     vpc_cidr = copy(NETWORKING, "VpcCidr")
     fsx_capacity = copy(STORAGE, "StorageCapacityGiB", "FsxStorageCapacityGiB")
     fsx_throughput = copy(STORAGE, "PerUnitStorageThroughput", "FsxThroughputPerUnit")
     if variant.eks:
         eks_az = copy(NETWORKING, "EksAvailabilityZoneId")
+        eks_az2 = copy(NETWORKING, "EksSecondAvailabilityZoneId")
         k8s = copy(EKS, "KubernetesVersion")
         support = copy(EKS, "EksSupportType")
         public_cidrs = copy(EKS, "EksPublicAccessCidrs")
@@ -137,11 +149,6 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     t.add_condition(HAS_OBSERVABILITY, Equals(obs_on, "true"))
     t.add_condition(HAS_TRAINING_PLAN, Not(Equals(plan, "")))
     t.add_condition(HAS_VALIDATION, Equals(val_on, "true"))
-    if variant.eks:
-        t.add_rule("DistinctAvailabilityZones", {"Assertions": [{
-            "Assert": Not(Equals(az, eks_az)),
-            "AssertDescription": "EksAvailabilityZoneId must differ from AvailabilityZoneId (EKS needs two AZs).",
-        }]})
 
     def stack(name: str, params: dict[str, Any], condition: str | None = None) -> None:
         kw: dict[str, Any] = {"Condition": condition} if condition else {}
@@ -153,7 +160,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
 
     net_params = {"AvailabilityZoneId": az, "VpcCidr": vpc_cidr}
     if variant.eks:
-        net_params["EksAvailabilityZoneId"] = eks_az
+        net_params.update({"EksAvailabilityZoneId": eks_az, "EksSecondAvailabilityZoneId": eks_az2})
     stack(NETWORKING, net_params)
     stack(SECURITY, {"VpcId": _out(NETWORKING, names.OUT_VPC_ID)})
     node_subnet = _out(NETWORKING, names.OUT_NODE_SUBNET_ID)
@@ -161,8 +168,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     stack(STORAGE, {"ClusterName": cluster, "NodeSubnetId": node_subnet, "SecurityGroupId": sg,
                     "StorageCapacityGiB": fsx_capacity, "PerUnitStorageThroughput": fsx_throughput})
     s3_params = {"ClusterName": cluster, "AssetsBucket": assets_bucket, "AssetsPrefix": assets_prefix}
-    if variant.slurm:
-        s3_params["EnableLoginGroup"] = login_on
+    if variant.slurm:  # hpq-cluster.json names the filesystem (cfn/s3.py): the nodes mount it without an API call
+        s3_params.update({"EnableLoginGroup": login_on, "FsxDnsName": _out(STORAGE, names.OUT_FSX_DNS),
+                          "FsxMountName": _out(STORAGE, names.OUT_FSX_MOUNT)})
     stack(S3, s3_params)
     iam_params = {"LifecycleBucketName": _out(S3, names.OUT_LIFECYCLE_BUCKET)}
     if variant.eks:
@@ -176,13 +184,12 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         "WorkerInstanceType": worker_type, "WorkerCount": worker_count, "ThreadsPerCore": threads,
         "EbsVolumeSizeGB": ebs, "TrainingPlanArn": plan,
         "TrainingPlanInstanceType": If(HAS_TRAINING_PLAN, worker_type, ""),
-        "OnStartDeepHealthChecks": checks,
+        "OnStartDeepHealthChecks": checks, "NodeProvisioningMode": provisioning,
     }
     if variant.slurm:
         hp_params.update({"ControllerInstanceType": ctl_type, "EnableLoginGroup": login_on,
                           "LoginInstanceType": login_type})
     if variant.eks:
-        hp_params["NodeProvisioningMode"] = provisioning
         stack(EKS, {"ClusterName": cluster, "KubernetesVersion": k8s, "EksSupportType": support,
                     "EksPublicAccessCidrs": Join(",", public_cidrs),
                     "FsxCsiRoleArn": _out(IAM, iam.OUT_FSX_CSI_ROLE_ARN),
@@ -227,9 +234,9 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     groups = [
         ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
                      "EbsVolumeSizeGB", "OnStartDeepHealthChecks"]
-         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm
-            else ["NodeProvisioningMode"])),
-        ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
+         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])
+         + ["NodeProvisioningMode"]),
+        ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId", "EksSecondAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),
     ]
     if variant.eks:
@@ -240,6 +247,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                                                                      "AssetsPrefix"]
                 + (["HelmLayerS3Key"] if variant.eks else []))]
     _lift_rules(t, nested)
+    _add_region_rule(t, variant, nested)
 
     listed = [p for _, ps in groups for p in ps]
     assert sorted(listed) == sorted(t.parameters), "every root parameter belongs to one console group"

@@ -10,7 +10,18 @@ configuration, and HyperPod refuses a cluster that has it together with the API-
 Slurm configuration the HyperPod stack uses (SageMaker Developer Guide, "Migrating to
 API-driven Slurm configuration"). EKS variants get hpq-cluster.json too, with no Slurm
 groups and no partition.
+
+On Slurm variants hpq-cluster.json also names the FSx filesystem (``fsx_dns_name``, ``fsx_mountname``): the
+root passes the Storage stack's outputs, which are the FileSystem's Fn::GetAtt ``DNSName`` and
+``LustreMountName`` (AWS::FSx::FileSystem return values, https://docs.aws.amazon.com/AWSCloudFormation/latest/
+TemplateReference/aws-resource-fsx-filesystem.html#aws-resource-fsx-filesystem-return-values), as the
+parameters FsxDnsName and FsxMountName. The node then mounts /fsx without an FSx API call seconds after boot,
+while HyperPod restarts systemd-resolved (AWS's reference lifecycle takes the same two names from its
+configuration: awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/
+lifecycle_script.py, provisioning parameters ``fsx_dns_name``/``fsx_mountname``). EKS nodes mount nothing on the
+host (pods use the FSx CSI driver), so EKS variants leave both null and the S3 stack does not wait for FSx.
 """
+
 
 from __future__ import annotations
 
@@ -26,6 +37,8 @@ from hpq.lifecycle import names
 HANDLER = "bucket_cleanup"
 _LOGIN_PLACEHOLDER = "__hpq_login_group__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
+FSX_DNS_PATTERN = r"^(fs|fc)i?-[0-9a-f]{8,}(\.[A-Za-z0-9](-*[A-Za-z0-9])*)+$"
+FSX_MOUNT_PATTERN = r"^[A-Za-z0-9_-]{1,8}$"
 # Why checkov's access-logging and VPC checks do not apply here (tests/test_cfn_checkov.py runs checkov).
 ACCESS_LOGGING_REASON = (
     "Server access logs need a second bucket (itself a candidate for the same finding) for a bucket that holds only "
@@ -43,7 +56,7 @@ class LifecycleContents(cloudformation.CustomResource):
 
 @dataclass(frozen=True)
 class S3Config:
-    slurm: bool  # hpq-cluster.json names controller/login groups and the partition only for Slurm
+    slurm: bool  # hpq-cluster.json names controller/login groups, the partition and the FSx names only for Slurm
     worker_groups: tuple[str, ...] = (names.WORKER_GROUP,)
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
@@ -56,7 +69,8 @@ def cluster_config(cfg: S3Config) -> Sub:
 
     {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "<ClusterName>",
      "controller_group": "controller", "login_group": "login" | null, "worker_groups": ["worker"],
-     "partition": "dev"}; EKS: orchestrator "eks", controller/login/partition null."""
+     "partition": "workers", "fsx_dns_name": "<FsxDnsName>", "fsx_mountname": "<FsxMountName>"};
+    EKS: orchestrator "eks", controller/login/partition and the FSx names null."""
     doc = {
         "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
         "orchestrator": "slurm" if cfg.slurm else "eks",
@@ -65,6 +79,8 @@ def cluster_config(cfg: S3Config) -> Sub:
         "login_group": _LOGIN_PLACEHOLDER if cfg.slurm else None,
         "worker_groups": list(cfg.worker_groups),
         "partition": cfg.partition if cfg.slurm else None,
+        "fsx_dns_name": "${FsxDnsName}" if cfg.slurm else None,
+        "fsx_mountname": "${FsxMountName}" if cfg.slurm else None,
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     if not cfg.slurm:
@@ -88,6 +104,12 @@ def build(cfg: S3Config) -> common.Template:
         common.param(t, "EnableLoginGroup", "Whether the cluster has a login group.", Default="false",
                      AllowedValues=["true", "false"])
         t.add_condition("HasLoginGroup", {"Fn::Equals": [Ref("EnableLoginGroup"), "true"]})
+        # The Storage stack's outputs: names the FSx API gives, so the patterns are botocore's FSx model's
+        # (DNSName; LustreFileSystemMountName), held to what hpq-cluster.json's reader accepts (lifecycle/fields.py).
+        common.param(t, "FsxDnsName", "DNS name of the cluster's FSx for Lustre filesystem (Storage stack output).",
+                     AllowedPattern=FSX_DNS_PATTERN, ConstraintDescription="an FSx DNS name.")
+        common.param(t, "FsxMountName", "Lustre mount name of that filesystem (Storage stack output).",
+                     AllowedPattern=FSX_MOUNT_PATTERN, ConstraintDescription="1 to 8 of A-Z a-z 0-9 _ -.")
 
     # sagemaker-hpq-<account>-<region>-<8 hex of this stack's id>: unique, <= 63 chars, lowercase, and
     # readable by AmazonSageMakerClusterInstanceRolePolicy too (it grants sagemaker-* buckets).

@@ -10,6 +10,7 @@ minutes later in CloudFormation.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from pathlib import Path
@@ -72,12 +73,19 @@ def _check_value(variant, key: str, value: str, spec: dict[str, Any]) -> str:
     return value
 
 
-def synthesize(variant: str, size: str = "small", params: dict[str, str] | None = None) -> dict[str, dict]:
-    """File name -> template dict: ``root.json`` plus ``<Stack>.json`` per nested stack of the variant."""
-    v, s = _resolve(variant, size)
-    from hpq.cfn import root, variants
+def synthesize(variant: str, size: str = "small", params: dict[str, str] | None = None,
+               as_of: datetime.date | None = None) -> dict[str, dict]:
+    """File name -> template dict: ``root.json`` plus ``<Stack>.json`` per nested stack of the variant.
 
-    nested = variants.nested_templates(v, s)
+    ``as_of`` is the date whose EKS calendar the EKS templates follow (default today; cfn/eks.py). A
+    ``KubernetesVersion`` newer than HyperPod's documented list is rendered into AllowedValues only when
+    ``params`` asks for it (``calendar_notes`` has the warning to show)."""
+    v, s = _resolve(variant, size)
+    from hpq.cfn import eks, root, variants
+
+    eks_cfg = eks.EksConfig(as_of=as_of or datetime.date.today(),
+                            extra_versions=tuple(str(x) for k, x in (params or {}).items() if k == "KubernetesVersion"))
+    nested = variants.nested_templates(v, s, eks_cfg)
     root_t = root.build(v, s, nested)
     for key, value in (params or {}).items():
         if key not in root_t.parameters:
@@ -87,6 +95,20 @@ def synthesize(variant: str, size: str = "small", params: dict[str, str] | None 
     files = {root.stack_file(name): tmpl.to_dict() for name, tmpl in nested.items()}
     files[ROOT_FILE] = root_t.to_dict()
     return dict(sorted(files.items()))
+
+
+def calendar_notes(variant: str, params: dict[str, str] | None = None,
+                   as_of: datetime.date | None = None) -> list[str]:
+    """Warnings for rendered EKS templates: a version leaving standard support soon (republish after), or one
+    newer than HyperPod documents asked for explicitly (cfn/eks.py)."""
+    from hpq.cfn import eks
+    from hpq.cfn.variants import VARIANTS
+
+    if variant not in VARIANTS or not VARIANTS[variant].eks:
+        return []
+    day = as_of or datetime.date.today()
+    asked = [str(x) for k, x in (params or {}).items() if k == "KubernetesVersion"]
+    return eks.calendar_notes(day, sorted(set(eks.offered_versions(day)) | set(asked), key=eks.version_key))
 
 
 def to_json(template: dict) -> str:

@@ -81,20 +81,32 @@ def stack_names(variant: Variant) -> list[str]:
     return out + [HYPERPOD, OBSERVABILITY, VALIDATION]
 
 
-def nested_templates(variant: Variant, size: Size) -> dict[str, common.Template]:
-    """Stack name -> troposphere Template for every nested stack of the variant."""
+def controller_types() -> list[str]:
+    """Controller/login types with an on-demand offer in every HyperPod region (cfn/offers.py, cfn/regions.py):
+    cfn-lint resolves the parameter's every allowed value in every region (W1030), and a published template
+    serves them all (cfn-lint 1.58.0: ml.m5.2xlarge has no offer in ap-southeast-3)."""
+    from hpq.cfn import offers, regions
+
+    return [t for t in catalog.controller_types()
+            if all(offers.has_on_demand_offer(t, r) for r in regions.hyperpod_regions())]
+
+
+def nested_templates(variant: Variant, size: Size, eks_config: eks.EksConfig | None = None
+                     ) -> dict[str, common.Template]:
+    """Stack name -> troposphere Template for every nested stack of the variant (``eks_config``: the render date
+    and any Kubernetes version asked for beyond HyperPod's list, cfn/eks.py)."""
     builders = {
         NETWORKING: lambda: networking.build(networking.NetworkingConfig(eks=variant.eks)),
         SECURITY: lambda: security.build(security.SecurityConfig()),
         STORAGE: lambda: storage.build(storage.StorageConfig(default_capacity_gib=size.fsx_capacity_gib)),
         S3: lambda: s3.build(s3.S3Config(slurm=variant.slurm)),
         IAM: lambda: iam.build(iam.IamConfig(eks=variant.eks)),
-        EKS: lambda: eks.build(eks.EksConfig()),
+        EKS: lambda: eks.build(eks_config or eks.EksConfig()),
         HELM: lambda: helm.build(helm.HelmConfig()),
         HYPERPOD: lambda: hyperpod.build(hyperpod.HyperPodConfig(
             orchestrator=variant.orchestrator, worker_types=tuple(variant.worker_types()),
             default_worker_type=variant.default_worker_type, default_worker_count=size.worker_count,
-            default_ebs_gb=size.ebs_gb, controller_types=tuple(catalog.controller_types()))),
+            default_ebs_gb=size.ebs_gb, controller_types=tuple(controller_types()))),
         OBSERVABILITY: lambda: observability.build(observability.ObservabilityConfig()),
         VALIDATION: lambda: validation.build(validation.ValidationConfig()),
     }

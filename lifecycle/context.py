@@ -8,19 +8,28 @@ Two kinds of paths:
 Every external address (IMDS, AWS endpoint) and every host-specific command (mount, modprobe,
 service manager) can be swapped. On a HyperPod node nothing needs setting. docs/lifecycle.md lists
 them all.
+
+One meaning per setting: an unset or empty variable means its default, except where the default would be
+"everything" or "the real system" for a value someone meant to give (``HPQ_STEPS``, ``HPQ_ROOT`` set but
+empty: a ValueError, i.e. exit 2). Numbers must be finite and in range (``nan``, ``inf``, a negative wait,
+zero attempts, a port outside 1-65535 are refused); choices must be one of the documented ones.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from . import names
+from . import fields, names
 
 DEFAULT_SLURMCTLD_PORT = 6817
+# The longest wait any setting may ask for: a day (a bigger number is a typo, and time.sleep overflows on 1e300).
+MAX_WAIT_S = 86400.0
+SERVICE_MANAGERS = ("systemd", "direct")
+NCCL_PROFILES = ("default", "legacy")  # transport.PROFILES
 
 
 def _env(env: Dict[str, str], key: str, default: str) -> str:
@@ -28,16 +37,49 @@ def _env(env: Dict[str, str], key: str, default: str) -> str:
     return value if value != "" else default
 
 
-def _number(env: Dict[str, str], key: str, default, kind=float):
-    """``kind(env[key])`` or the default; a bad value is a ValueError naming the variable."""
+def _given(env: Dict[str, str], key: str) -> Optional[str]:
+    """The value of a variable that, when set, must not be empty (empty would mean "everything")."""
+    if key not in env:
+        return None
+    value = env[key]
+    if value.strip() == "":
+        raise ValueError("%s is set but empty; unset it for the default" % key)
+    return value
+
+
+def _number(env: Dict[str, str], key: str, default, kind=float, low: float = 0.0, high: float = MAX_WAIT_S,
+            low_open: bool = False):
+    """``kind(env[key])`` or the default; finite and within [low, high] (``low`` excluded with ``low_open``).
+
+    A bad value is a ValueError naming the variable and the range."""
+    raw = _env(env, key, str(default))
     try:
-        value = kind(_env(env, key, str(default)))
+        value = kind(raw.strip())
     except ValueError:
         raise ValueError("%s must be %s, got %r" % (key, "an integer" if kind is int else "a number",
                                                     env.get(key))) from None
-    if value < 0:
-        raise ValueError("%s must not be negative, got %r" % (key, env.get(key)))
+    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+        raise ValueError("%s must be %s %s, got %r" % (
+            key, "an integer" if kind is int else "a finite number",
+            ("above %g and at most %g" if low_open else "from %g to %g") % (low, high), env.get(key)))
     return value
+
+
+def _choice(env: Dict[str, str], key: str, default: str, choices) -> str:
+    value = _env(env, key, default)
+    if value not in choices:
+        raise ValueError("%s must be one of %s, got %r" % (key, ", ".join(choices), value))
+    return value
+
+
+def parse_steps(text: str, key: str = "--steps") -> List[str]:
+    """``a,b`` as a list of step names; empty (``''``, ``,``, blanks) is a ValueError, never "every step"."""
+    steps = [x.strip() for x in text.split(",")]
+    if not any(steps):
+        raise ValueError("%s is empty; give step names (see --list-steps) or leave it out to run every step" % key)
+    if not all(steps):
+        raise ValueError("%s %r has an empty step name" % (key, text))
+    return steps
 
 
 def _command(env: Dict[str, str], key: str, default: str) -> List[str]:
@@ -79,6 +121,7 @@ class Settings:
     fsx_wait_s: float = 1800.0
     fsx_poll_s: float = 10.0
     fsx_mount_attempts: int = 5
+    fsx_api_attempts: int = 8  # FSx API calls per request while throttled or unreachable (fsx.with_backoff)
     fsx_mount_retry_s: float = 5.0
     dns_wait_s: float = 60.0
     eks_disk_wait_s: float = 60.0
@@ -99,7 +142,7 @@ class Settings:
             argv = _command(env, key, default)
             return [given(argv[0]) if "/" in argv[0] else argv[0]] + argv[1:]
 
-        s.root = given(_env(env, "HPQ_ROOT", "/"))
+        s.root = given(_given(env, "HPQ_ROOT") or "/")
         s.bundle_root = given(_env(env, "HPQ_BUNDLE_ROOT", bundle_root or _default_bundle_root()))
         s.imds_url = _env(env, "HPQ_IMDS_URL", s.imds_url).rstrip("/")
         # SAGEMAKER_RESOURCE_CONFIG_PATH: the variable AWS's reference on_create.sh honours
@@ -108,28 +151,30 @@ class Settings:
         s.resource_config = given(rc) or s.path(names.RESOURCE_CONFIG)
         s.provisioning_parameters = given(_env(env, "HPQ_PROVISIONING_PARAMETERS", ""))
         s.cluster_config = given(_env(env, "HPQ_CLUSTER_CONFIG", ""))
-        s.node_ips = [x.strip() for x in _env(env, "HPQ_NODE_IP", "").split(",") if x.strip()]
+        s.node_ips = [fields.ipv4(x.strip(), "HPQ_NODE_IP address") for x in _env(env, "HPQ_NODE_IP", "").split(",")
+                      if x.strip()]
         s.proc_mounts = given(_env(env, "HPQ_PROC_MOUNTS", "")) or s.path(names.PROC_MOUNTS)
         s.slurm_prefix = _env(env, "HPQ_SLURM_PREFIX", s.slurm_prefix)
         s.slurm_conf_dir = _env(env, "HPQ_SLURM_CONF_DIR", os.path.join(s.slurm_prefix, "etc"))
-        s.slurmctld_port = _number(env, "HPQ_SLURMCTLD_PORT", DEFAULT_SLURMCTLD_PORT, int)
+        s.slurmctld_port = _number(env, "HPQ_SLURMCTLD_PORT", DEFAULT_SLURMCTLD_PORT, int, 1, 65535)
         s.slurm_node_root = _env(env, "HPQ_SLURM_NODE_ROOT", s.slurm_node_root)
-        s.service_manager = _env(env, "HPQ_SERVICE_MANAGER",
-                                 "systemd" if os.path.isdir("/run/systemd/system") else "direct")
+        s.service_manager = _choice(env, "HPQ_SERVICE_MANAGER",
+                                    "systemd" if os.path.isdir("/run/systemd/system") else "direct", SERVICE_MANAGERS)
         s.mount_cmd = command("HPQ_MOUNT_CMD", "mount")
         s.modprobe_cmd = command("HPQ_MODPROBE_CMD", "modprobe")
-        s.default_user = _env(env, "HPQ_DEFAULT_USER", s.default_user)
-        s.munge_user = _env(env, "HPQ_MUNGE_USER", s.munge_user)
-        s.nccl_profile = _env(env, "HPQ_NCCL_PROFILE", s.nccl_profile)
+        s.default_user = fields.token(_env(env, "HPQ_DEFAULT_USER", s.default_user), "HPQ_DEFAULT_USER")
+        s.munge_user = fields.token(_env(env, "HPQ_MUNGE_USER", s.munge_user), "HPQ_MUNGE_USER")
+        s.nccl_profile = _choice(env, "HPQ_NCCL_PROFILE", s.nccl_profile, NCCL_PROFILES)
         s.bin_dir = _env(env, "HPQ_BIN_DIR", s.bin_dir)
         s.eks_data_disk = _env(env, "HPQ_EKS_DATA_DISK", s.eks_data_disk)
-        steps = _env(env, "HPQ_STEPS", "")
-        s.steps = [x.strip() for x in steps.split(",") if x.strip()] or None
+        steps = env.get("HPQ_STEPS")
+        s.steps = None if steps is None else parse_steps(steps, "HPQ_STEPS")
         s.slurm_conf_wait_s = _number(env, "HPQ_SLURM_CONF_WAIT_S", s.slurm_conf_wait_s)
         s.shared_wait_s = _number(env, "HPQ_SHARED_WAIT_S", s.shared_wait_s)
         s.fsx_wait_s = _number(env, "HPQ_FSX_WAIT_S", s.fsx_wait_s)
-        s.fsx_poll_s = _number(env, "HPQ_FSX_POLL_S", s.fsx_poll_s)
-        s.fsx_mount_attempts = max(1, _number(env, "HPQ_FSX_MOUNT_ATTEMPTS", s.fsx_mount_attempts, int))
+        s.fsx_poll_s = _number(env, "HPQ_FSX_POLL_S", s.fsx_poll_s, low_open=True)
+        s.fsx_mount_attempts = _number(env, "HPQ_FSX_MOUNT_ATTEMPTS", s.fsx_mount_attempts, int, 1, 100)
+        s.fsx_api_attempts = _number(env, "HPQ_FSX_API_ATTEMPTS", s.fsx_api_attempts, int, 1, 100)
         s.fsx_mount_retry_s = _number(env, "HPQ_FSX_MOUNT_RETRY_S", s.fsx_mount_retry_s)
         s.dns_wait_s = _number(env, "HPQ_DNS_WAIT_S", s.dns_wait_s)
         s.eks_disk_wait_s = _number(env, "HPQ_EKS_DISK_WAIT_S", s.eks_disk_wait_s)
@@ -191,5 +236,11 @@ class Context:
 
     def node_info(self) -> Dict:
         """The node-info JSON written by the identify step (for steps run on their own)."""
-        with open(self.path(names.NODE_INFO)) as fh:
-            return json.load(fh)
+        from . import files
+
+        if not os.path.exists(self.path(names.NODE_INFO)):
+            raise FileNotFoundError(2, "No such file or directory", self.path(names.NODE_INFO))
+        doc = files.read_json(self.path(names.NODE_INFO))
+        if not isinstance(doc, dict):
+            raise files.InputError("%s is not a JSON object" % self.path(names.NODE_INFO))
+        return doc

@@ -20,6 +20,19 @@ idempotently:
   ``RequiresMountsFor=<disk>`` so kubelet never starts on an unmounted volume.
 A running containerd or kubelet is stopped around the move and started again. Without the volume after
 the bounded wait: a warning, nothing changed (as the reference).
+
+Re-runs after ``UpdateClusterSoftware``: the root volume is the new AMI's and /opt/sagemaker is kept, so the
+volume still holds the old AMI's ``containerd/data-root`` and ``kubelet``. AWS's EKS lifecycle (awsome-distributed-ai
+PR 884; 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh) removes
+``<disk>/containerd/data-root`` before ``cp -a /var/lib/containerd`` and ``<disk>/kubelet`` before moving
+``/var/lib/kubelet/*`` there, so the new image's data is what runs. Same here, told apart from a plain
+re-run on the same root by what lives on the root volume: no hpq containerd drop-in means the containerd data
+on the volume is an earlier root's; a real /var/lib/kubelet directory (not hpq's link) means the kubelet
+directory on the volume is. On AL2 the new root ships /var/lib/kubelet/kubeconfig (awslabs/amazon-eks-ami
+templates/al2/provisioners/install-worker.sh installs kubelet-kubeconfig there), which is what the new kubelet
+must use. Each removal is logged. The kubelet move copies into ``<disk>/kubelet.hpq-partial``, renames it into
+place, renames /var/lib/kubelet aside and links it; a run killed at any point finishes on the next run
+without losing the root's kubelet files.
 """
 
 from __future__ import annotations
@@ -85,44 +98,81 @@ def kubelet_dropin(disk: str) -> str:
     ])
 
 
-def _copy_once(src: str, dest: str) -> bool:
-    """Copy ``src`` to ``dest`` (cp -a keeps owners, modes, xattrs and device nodes) unless ``dest`` exists."""
-    if os.path.exists(dest):
-        return False
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    partial = dest + ".hpq-partial"
-    if os.path.exists(partial):
-        shutil.rmtree(partial)
+def _remove(path: str) -> None:
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+
+
+def _cp_a(src: str, dest: str) -> None:
+    """``cp -a src dest`` (keeps owners, modes, xattrs and device nodes); ``dest`` must not exist."""
     if os.path.isdir(src):
-        res = subprocess.run(["cp", "-a", src, partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        res = subprocess.run(["cp", "-a", src, dest], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              universal_newlines=True)
         if res.returncode != 0:
-            raise EksStorageError("cp -a %s %s failed: %s" % (src, partial, res.stdout.strip()[-300:]))
+            raise EksStorageError("cp -a %s %s failed: %s" % (src, dest, res.stdout.strip()[-300:]))
     else:
-        os.makedirs(partial)
+        os.makedirs(dest)
+
+
+def _copy_once(src: str, dest: str, stale: bool = False, log=None) -> bool:
+    """Copy ``src`` to ``dest`` unless ``dest`` exists; with ``stale`` an existing ``dest`` (an earlier root
+    volume's data) is removed first, as AWS's EKS lifecycle does. Copied into ``dest.hpq-partial``, renamed."""
+    if os.path.lexists(dest):
+        if not stale:
+            return False
+        if log is not None:
+            log.info("removing %s: an earlier root volume's containerd data (AMI update), as AWS's EKS lifecycle "
+                     "does; the new image's %s is copied instead", dest, src)
+        _remove(dest)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    partial = dest + ".hpq-partial"
+    _remove(partial)
+    _cp_a(src, partial)
     os.rename(partial, dest)
     return True
 
 
-def move_kubelet_root(link: str, target: str) -> str:
-    """Make ``link`` (/var/lib/kubelet) a symlink to ``target``, moving what it held; idempotent."""
+def move_kubelet_root(link: str, target: str, log=None) -> str:
+    """Make ``link`` (/var/lib/kubelet) a symlink to ``target`` holding what ``link`` held; idempotent.
+
+    A real ``link`` directory is the current root volume's kubelet data (the AMI's, e.g. AL2's kubeconfig): an
+    existing ``target`` then belongs to an earlier root volume and is replaced, as AWS's EKS lifecycle does.
+    """
+    aside = link + ".hpq-moved"
     if os.path.islink(link):
         if os.readlink(link) == target:
+            _remove(aside)  # a run killed after linking
             return "already a link to %s" % target
         os.unlink(link)
-    os.makedirs(target, exist_ok=True)
-    moved = 0
+    if not os.path.lexists(link) and os.path.isdir(aside) and os.path.isdir(target):
+        # A run killed between setting the root's directory aside and linking: the copy on the volume is whole.
+        os.symlink(target, link)
+        _remove(aside)
+        return "now a link to %s (an interrupted move finished)" % target
+    replaced = ""
     if os.path.isdir(link):
-        for name in sorted(os.listdir(link)):
-            dest = os.path.join(target, name)
-            if os.path.lexists(dest):
-                raise EksStorageError("%s and %s both hold %s: not merging kubelet state" % (link, target, name))
-            shutil.move(os.path.join(link, name), dest)
-            moved += 1
-        os.rmdir(link)
+        if os.path.lexists(target):
+            if log is not None:
+                log.info("removing %s: an earlier root volume's kubelet directory (AMI update), as AWS's EKS "
+                         "lifecycle does; this root's %s moves there", target, link)
+            _remove(target)
+            replaced = ", an earlier root's kubelet directory replaced"
+        entries = len(os.listdir(link))
+        partial = target + ".hpq-partial"
+        _remove(partial)
+        _cp_a(link, partial)
+        os.rename(partial, target)
+        _remove(aside)
+        os.rename(link, aside)  # same filesystem: atomic; the link appears next
+    else:
+        entries = 0
+        os.makedirs(target, exist_ok=True)
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(target, link)
-    return "now a link to %s (%d entr%s moved)" % (target, moved, "y" if moved == 1 else "ies")
+    _remove(aside)
+    return "now a link to %s (%d entr%s moved%s)" % (target, entries, "y" if entries == 1 else "ies", replaced)
 
 
 def run(ctx) -> str:
@@ -152,12 +202,14 @@ def run(ctx) -> str:
     for unit in running:  # kubelet first: it talks to containerd
         ctx.log.info("stopping %s to move its data onto %s", unit, disk)
         mgr.stop(unit)
-    copied = _copy_once(ctx.path(CONTAINERD_ROOT), data_root)
+    # No hpq drop-in on this root volume: whatever containerd data the volume holds is an earlier root's.
+    fresh_root = files.read_text(mgr.dropin_path(CONTAINERD, DROPIN)) is None
+    copied = _copy_once(ctx.path(CONTAINERD_ROOT), data_root, stale=fresh_root, log=ctx.log)
     mgr.write_dropin(CONTAINERD, DROPIN, c_text)
-    kubelet = move_kubelet_root(ctx.path(KUBELET_ROOT), kubelet_dir)
+    kubelet = move_kubelet_root(ctx.path(KUBELET_ROOT), kubelet_dir, ctx.log)
     mgr.write_dropin(KUBELET, DROPIN, k_text)
     for unit in reversed(running):
         mgr.ensure_running(unit)
     return "containerd --root %s (%s), %s %s; %s" % (
-        data_root, "AMI data copied" if copied else "data root kept", KUBELET_ROOT, kubelet,
+        data_root, "this AMI's data copied" if copied else "data root kept", KUBELET_ROOT, kubelet,
         "restarted " + ", ".join(reversed(running)) if running else "neither was running")

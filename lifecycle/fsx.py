@@ -2,8 +2,19 @@
 
 Discovery compares the tag value for equality (a substring match makes cluster
 "train" mount "train-2"'s filesystem). boto3 when importable, else the ``aws`` CLI;
-both read every page and retry API throttling with backoff. Explicit
-``fsx_dns_name``/``fsx_mountname`` in provisioning_parameters.json win over discovery.
+both read every page and retry API throttling with backoff.
+
+The names come from configuration first: ``fsx_dns_name``/``fsx_mountname`` in hpq-cluster.json (written at
+deploy time from the Storage stack's FileSystem: Fn::GetAtt DNSName and LustreMountName) or in
+provisioning_parameters.json (AWS's reference lifecycle_script.py reads them from there). Then the step makes
+no FSx API call at all. Tag discovery is the fallback; its calls run seconds after boot, while HyperPod's host
+agent restarts systemd-resolved (AWS's reference on_create.sh sleeps 30 s for it: awsome-distributed-ai
+1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/on_create.sh), so connection and
+name-resolution failures (botocore EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
+ConnectionClosedError, socket.gaierror; the aws CLI's "Could not connect to the endpoint URL" and kin) are
+retried like throttling: bounded, capped exponential backoff with jitter, every attempt logged.
+Every name, from any source, is checked (fields.dns_name, fields.mount_name) before a mount or fstab line is
+built from it: a blank or line break fails the step with one line, never a spliced fstab entry.
 
 Mounting follows what the node really shows: the mount counts as done when the mount table has a
 ``lustre`` mount at /fsx whose source ends in ``:/<MountName>`` (the MGS appears there as an IP NID,
@@ -30,7 +41,7 @@ import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
-from . import files, identity, mounts, names
+from . import fields, files, identity, mounts, names
 from .context import Degraded
 from .resource_config import EKS
 
@@ -47,20 +58,46 @@ class FsxError(Exception):
     pass
 
 
-class Throttled(Exception):
-    pass
+class Retryable(Exception):
+    """A failure worth another try after a pause."""
+
+    what = "failing"
+
+
+class Throttled(Retryable):
+    what = "throttled"
+
+
+class Unreachable(Retryable):
+    """The endpoint could not be reached: no connection, a timeout, or its name did not resolve."""
+
+    what = "unreachable"
+
+
+# What botocore prints for its connection errors (botocore.exceptions: EndpointConnectionError,
+# ConnectionClosedError, ConnectTimeoutError, ReadTimeoutError, ProxyConnectionError), which the aws CLI
+# shows on stderr, plus the resolver's own words (getaddrinfo: EAI_AGAIN, EAI_NONAME).
+UNREACHABLE_MESSAGES = ("Could not connect to the endpoint URL", "Connection was closed before we received",
+                        "Connect timeout on endpoint URL", "Read timeout on endpoint URL",
+                        "Failed to connect to proxy URL", "Temporary failure in name resolution",
+                        "Name or service not known", "nodename nor servname provided")
 
 
 def with_backoff(call: Callable, attempts: int = 8, base: float = 0.5, cap: float = 20.0,
-                 sleep: Callable[[float], None] = time.sleep):
-    """Retry ``call`` while it raises Throttled, with capped exponential backoff and jitter."""
+                 sleep: Callable[[float], None] = time.sleep, log=None):
+    """Retry ``call`` while it raises Retryable (throttled, unreachable), with capped exponential backoff
+    and jitter; every retry is logged. At most ``attempts`` calls and about ``sum(min(cap, base*2^i))`` s."""
     for attempt in range(attempts):
         try:
             return call()
-        except Throttled as exc:
+        except Retryable as exc:
             if attempt + 1 >= attempts:
-                raise FsxError("FSx API still throttled after %d attempts: %s" % (attempts, exc)) from None
-            sleep(min(cap, base * (2 ** attempt)) * (0.5 + random.random() / 2))
+                raise FsxError("FSx API still %s after %d attempts: %s" % (exc.what, attempts, exc)) from None
+            pause = min(cap, base * (2 ** attempt)) * (0.5 + random.random() / 2)
+            if log is not None:
+                log.warning("FSx API %s (attempt %d of %d): %s; retrying in %.1fs",
+                            exc.what, attempt + 1, attempts, exc, pause)
+            sleep(pause)
     raise AssertionError("unreachable")
 
 
@@ -70,7 +107,7 @@ def with_backoff(call: Callable, attempts: int = 8, base: float = 0.5, cap: floa
 def _boto3_pages(region: Optional[str], file_system_ids: Optional[List[str]], backoff: Dict) -> List[Dict]:
     import boto3  # optional on the node: the CLI fallback below covers its absence
     from botocore.config import Config
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
     # botocore's own retries off: with_backoff does it, visibly and testably.
     client = boto3.client("fsx", region_name=region, config=Config(retries={"total_max_attempts": 1}))
@@ -91,6 +128,10 @@ def _boto3_pages(region: Optional[str], file_system_ids: Optional[List[str]], ba
                 if code in THROTTLE_CODES:
                     raise Throttled(code) from None
                 raise FsxError("describe_file_systems failed: %s" % exc) from None
+            except (ConnectionError, HTTPClientError, OSError) as exc:
+                # EndpointConnectionError (DNS or connect), ConnectTimeoutError, ReadTimeoutError,
+                # ConnectionClosedError; socket.gaierror should one escape botocore's wrapping.
+                raise Unreachable("%s: %s" % (type(exc).__name__, exc)) from None
 
         resp = with_backoff(page, **backoff)
         out += resp.get("FileSystems", [])
@@ -113,13 +154,22 @@ def _cli_pages(region: Optional[str], file_system_ids: Optional[List[str]], back
 
     def call():
         # The CLI follows NextToken itself and prints all pages as one document.
-        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                             timeout=120, env=dict(os.environ, AWS_MAX_ATTEMPTS="1", AWS_PAGER=""))
+        try:
+            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                 timeout=120, env=dict(os.environ, AWS_MAX_ATTEMPTS="1", AWS_PAGER=""))
+        except subprocess.TimeoutExpired:
+            raise Unreachable("aws fsx describe-file-systems gave no answer in 120s") from None
         if res.returncode != 0:
             if any(code in res.stderr for code in THROTTLE_CODES) or "Rate exceeded" in res.stderr:
                 raise Throttled(res.stderr.strip()[-200:])
+            if any(msg in res.stderr for msg in UNREACHABLE_MESSAGES):
+                raise Unreachable(res.stderr.strip()[-300:])
             raise FsxError("aws fsx describe-file-systems failed: %s" % res.stderr.strip()[-400:])
-        return json.loads(res.stdout or "{}")
+        try:
+            doc = json.loads(res.stdout or "{}")
+        except ValueError as exc:
+            raise FsxError("aws fsx describe-file-systems printed no JSON: %s" % exc) from None
+        return doc if isinstance(doc, dict) else {}
 
     return with_backoff(call, **backoff).get("FileSystems", [])
 
@@ -202,17 +252,32 @@ def shared_dir(ctx) -> Optional[str]:
     return ctx.path(names.FSX_MOUNT_POINT) if current_mount(ctx) else None
 
 
-def fstab_line(source: str) -> str:
-    return "%s %s lustre %s 0 0" % (source, names.FSX_MOUNT_POINT, FSTAB_OPTIONS)
+def checked_names(dns, mount_name, origin: str):
+    """(dns, mount_name) when both are what FSx hands out (fields.py); FsxError naming ``origin`` otherwise."""
+    try:
+        return fields.dns_name(dns, "fsx_dns_name"), fields.mount_name(mount_name, "fsx_mountname")
+    except fields.FieldError as exc:
+        raise FsxError("%s (from %s): not mounting, no fstab line written" % (exc, origin)) from None
 
 
-def update_fstab(ctx, source: str) -> bool:
+def lustre_source(dns: str, mount_name: str) -> str:
+    return "%s@tcp:/%s" % (dns, mount_name)
+
+
+def fstab_line(dns: str, mount_name: str) -> str:
+    """The fstab line for /fsx, from checked fields only: six blank-separated fields (fstab(5))."""
+    dns, mount_name = checked_names(dns, mount_name, "the fstab entry")
+    return "%s %s lustre %s 0 0" % (lustre_source(dns, mount_name), names.FSX_MOUNT_POINT, FSTAB_OPTIONS)
+
+
+def update_fstab(ctx, dns: str, mount_name: str) -> bool:
     """One managed line for /fsx; any other (unmanaged) /fsx line would fight it, so it goes."""
-    path = ctx.path("/etc/fstab")
+    entry = fstab_line(dns, mount_name)
+    path = files.write_target(ctx.path("/etc/fstab"))
     text = files.read_text(path) or ""
     kept = []
     inside = False
-    for line in text.splitlines():
+    for line in (text[:-1] if text.endswith("\n") else text).split("\n") if text else []:
         s = line.strip()
         if s.startswith("# BEGIN hpq managed"):
             inside = True
@@ -224,7 +289,7 @@ def update_fstab(ctx, source: str) -> bool:
                 ctx.log.warning("dropping unmanaged fstab line for %s: %s", names.FSX_MOUNT_POINT, s)
             continue
         kept.append(line)
-    new = files.replace_block("\n".join(kept), "fsx", [fstab_line(source)])
+    new = files.replace_block("\n".join(kept), "fsx", [entry])
     mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
     return files.write_file(path, new, mode)
 
@@ -283,7 +348,7 @@ def mount(ctx, dns: str, mount_name: str) -> str:
             target, _describe(current), dns, mount_name))
     os.makedirs(target, exist_ok=True)
     load_modules(ctx)
-    source = "%s@tcp:/%s" % (dns, mount_name)
+    source = lustre_source(*checked_names(dns, mount_name, "the mount"))
     argv = list(ctx.s.mount_cmd) + ["-t", "lustre", "-o", MOUNT_OPTIONS, source, target]
     attempts = ctx.s.fsx_mount_attempts
     last = ""
@@ -313,7 +378,11 @@ def mount(ctx, dns: str, mount_name: str) -> str:
 def write_test(target: str) -> None:
     probe = os.path.join(target, ".hpq-write-test-%s-%d" % (os.uname()[1], os.getpid()))
     try:
-        with open(probe, "w") as fh:
+        if os.path.lexists(probe):
+            os.unlink(probe)  # a leftover of a killed run (same host and pid): never written through
+        # O_EXCL|O_NOFOLLOW: /fsx is shared; a name planted there is never followed.
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w") as fh:
             fh.write("ok\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -333,12 +402,67 @@ def region(ctx, node) -> Optional[str]:
     return value or ctx.imds.region()
 
 
+def _from_hpq_cluster_config(node) -> bool:
+    return node.fsx_source.endswith("(%s)" % names.HPQ_CLUSTER_CONFIG)
+
+
+def _no_filesystem(ctx, node, reg, why: str = "") -> Degraded:
+    ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s%s: continuing without %s "
+                    "(the cluster works; nothing is shared between nodes)",
+                    names.CLUSTER_TAG_KEY, node.cluster_name, reg, why, names.FSX_MOUNT_POINT)
+    return Degraded("no FSx filesystem found (tag %s=%s)%s: continuing without %s" % (
+        names.CLUSTER_TAG_KEY, node.cluster_name, why, names.FSX_MOUNT_POINT))
+
+
+def discover(ctx, node, backoff: Dict):
+    """The cluster's filesystem by its tag, once AVAILABLE: (dns, mount name, origin), or Degraded when none."""
+    if not node.cluster_name:
+        ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
+                        names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
+        return Degraded("no cluster name: FSx not looked up, continuing without %s" % names.FSX_MOUNT_POINT)
+    reg = region(ctx, node)
+    fs = find_cluster_filesystem(node.cluster_name, reg, backoff=backoff)
+    if fs is None:
+        return _no_filesystem(ctx, node, reg)
+    fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log, backoff=backoff)
+    origin = "%s (tag %s=%s)" % (fs.get("FileSystemId"), names.CLUSTER_TAG_KEY, node.cluster_name)
+    return fs.get("DNSName"), (fs.get("LustreConfiguration") or {}).get("MountName"), origin
+
+
+def configured(ctx, node, backoff: Dict):
+    """The names a role file gives: (dns, mount name, origin), or Degraded.
+
+    hpq-cluster.json's names are the stack's filesystem's. When its DNS name does not resolve within the DNS
+    wait (HyperPod restarting systemd-resolved, or a filesystem deleted out of band), the tag lookup tells the
+    two apart: no filesystem carries the cluster's tag any more -> continue without /fsx, as discovery does;
+    one does -> mount it (its names, should they differ)."""
+    origin = node.fsx_source or "provisioning parameters"
+    dns, mount_name = checked_names(node.fsx_dns_name, node.fsx_mountname, origin)
+    ctx.log.info("FSx %s named by %s: no FSx API call needed", lustre_source(dns, mount_name), origin)
+    if not _from_hpq_cluster_config(node) or current_mount(ctx) is not None or not node.cluster_name:
+        return dns, mount_name, origin
+    if wait_for_name(ctx, dns, ctx.s.dns_wait_s):
+        return dns, mount_name, origin
+    ctx.log.warning("%s (from %s) does not resolve: asking the FSx API whether the filesystem still exists",
+                    dns, origin)
+    reg = region(ctx, node)
+    fs = find_cluster_filesystem(node.cluster_name, reg, backoff=backoff)
+    if fs is None:
+        return _no_filesystem(ctx, node, reg, "; %s names %s, which does not resolve" % (names.HPQ_CLUSTER_CONFIG, dns))
+    found = discover(ctx, node, backoff)
+    if not isinstance(found, Degraded) and found[0] != dns:
+        ctx.log.warning("%s names FSx %s but the filesystem tagged %s=%s is %s: mounting that one",
+                        names.HPQ_CLUSTER_CONFIG, dns, names.CLUSTER_TAG_KEY, node.cluster_name, found[0])
+    return found
+
+
 def run(ctx) -> str:
     node = identity.load_node(ctx)
     if node.orchestrator == EKS:
         return eks_modules_only(ctx)
-    if node.fsx_dns_name and node.fsx_mountname:
-        dns, mount_name, origin = node.fsx_dns_name, node.fsx_mountname, "provisioning parameters"
+    backoff = {"attempts": ctx.s.fsx_api_attempts, "log": ctx.log}
+    if node.fsx_dns_name or node.fsx_mountname:
+        found = configured(ctx, node, backoff)
     elif identity.roles_from_provisioning_parameters(node):
         # A cluster described by the documented provisioning_parameters.json (not one hpq deployed) has
         # FSx only when the file names it: AWS's reference mounts nothing without fsx_dns_name and
@@ -349,24 +473,14 @@ def run(ctx) -> str:
         return Degraded("%s names no FSx filesystem: continuing without %s" % (
             names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT))
     else:
-        if not node.cluster_name:
-            ctx.log.warning("no cluster name to find the FSx filesystem by (tag %s): continuing without %s",
-                            names.CLUSTER_TAG_KEY, names.FSX_MOUNT_POINT)
-            return Degraded("no cluster name: FSx not looked up, continuing without %s" % names.FSX_MOUNT_POINT)
-        reg = region(ctx, node)
-        fs = find_cluster_filesystem(node.cluster_name, reg)
-        if fs is None:
-            ctx.log.warning("no FSx for Lustre filesystem tagged %s=%s in %s: continuing without %s "
-                            "(the cluster works; nothing is shared between nodes)",
-                            names.CLUSTER_TAG_KEY, node.cluster_name, reg, names.FSX_MOUNT_POINT)
-            return Degraded("no FSx filesystem found (tag %s=%s): continuing without %s" % (
-                names.CLUSTER_TAG_KEY, node.cluster_name, names.FSX_MOUNT_POINT))
-        fs = wait_available(fs, reg, ctx.s.fsx_wait_s, ctx.s.fsx_poll_s, ctx.log)
-        dns, mount_name = fs["DNSName"], fs["LustreConfiguration"]["MountName"]
-        origin = "%s (tag %s=%s)" % (fs["FileSystemId"], names.CLUSTER_TAG_KEY, node.cluster_name)
-    source = "%s@tcp:/%s" % (dns, mount_name)
+        found = discover(ctx, node, backoff)
+    if isinstance(found, Degraded):
+        return found
+    dns, mount_name, origin = found
+    dns, mount_name = checked_names(dns, mount_name, origin)
+    source = lustre_source(dns, mount_name)
     state = mount(ctx, dns, mount_name)
-    fstab_changed = update_fstab(ctx, source)
+    fstab_changed = update_fstab(ctx, dns, mount_name)
     os.makedirs(ctx.path(names.FSX_MOUNT_POINT), exist_ok=True)  # a mount table may name the node path only
     write_test(ctx.path(names.FSX_MOUNT_POINT))
     shared_results_dir(ctx.path(names.FSX_RESULTS_DIR))

@@ -171,6 +171,8 @@ def _includes(config_path: str, dirs: List[str]) -> bool:
 def configure(ctx, path_node: str, dropin_node: str, lines: List[str], block: str) -> bool:
     """Write ``lines`` as a drop-in when the main config includes its directory, else as a top block."""
     main, dropin = ctx.path(path_node), ctx.path(dropin_node)
+    for line in lines:
+        files.check_line(line, "ssh configuration line")
     if _includes(main, [os.path.dirname(dropin), os.path.dirname(dropin_node)]):
         return files.write_file(dropin, HEADER + "\n".join(lines) + "\n", 0o644)
     return files.set_block(main, block, lines, at_top=True)  # global options come before any Host/Match
@@ -179,6 +181,7 @@ def configure(ctx, path_node: str, dropin_node: str, lines: List[str], block: st
 def record_names(known_hosts: str, node_ip: str, line: str) -> bool:
     """Put this node's ``@cert-authority`` line into the shared known_hosts, replacing the line of the same
     address (a replaced node keeps its address), under a lock; the file is replaced, never rewritten in place."""
+    files.check_line(line, "known_hosts line")
     with open(known_hosts + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         kept = []

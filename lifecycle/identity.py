@@ -50,6 +50,7 @@ class NodeInfo:
     region: Optional[str] = None
     fsx_dns_name: Optional[str] = None
     fsx_mountname: Optional[str] = None
+    fsx_source: str = ""  # the role file that named the FSx filesystem (hpq-cluster.json or provisioning params)
     cluster_ips: List[str] = field(default_factory=list)  # every CustomerIpAddress in resource_config.json
     cluster_hostnames: List[str] = field(default_factory=list)  # InstanceNames and ip-a-b-c-d names
     worker_nodes: List[str] = field(default_factory=list)  # Slurm NodeNames (ip-a-b-c-d) of the workers
@@ -197,6 +198,7 @@ def identify(rc: ResourceConfig, instance_id: Optional[str], node_ips: List[str]
         region=rc.region,
         fsx_dns_name=fsx.fsx_dns_name if fsx else None,
         fsx_mountname=fsx.fsx_mountname if fsx else None,
+        fsx_source=fsx.label if fsx and fsx.fsx_dns_name else "",
         cluster_ips=sorted({i.customer_ip for i in rc.instances if i.customer_ip}),
         cluster_hostnames=hostnames,
         worker_nodes=[slurm_node_name(i.customer_ip) for i in workers if i.customer_ip] if orchestrator == SLURM
@@ -250,7 +252,10 @@ def load_node(ctx) -> NodeInfo:
     if ctx.node is None:
         try:
             ctx.node = NodeInfo.from_dict(ctx.node_info())
-        except OSError as exc:
+        except FileNotFoundError as exc:
             raise IdentityError("no node info at %s (run the identify step first): %s"
                                 % (ctx.path(names.NODE_INFO), exc.strerror)) from None
+        except (files.InputError, TypeError) as exc:
+            raise IdentityError("node info at %s is not what the identify step writes: %s (run identify again)"
+                                % (ctx.path(names.NODE_INFO), exc)) from None
     return ctx.node

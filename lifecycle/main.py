@@ -74,7 +74,9 @@ def _orchestrator(ctx) -> Optional[str]:
 
 
 def run_steps(ctx: context.Context, names: Optional[List[str]] = None) -> None:
-    wanted = names or STEP_NAMES
+    wanted = STEP_NAMES if names is None else names
+    if not wanted:
+        raise StepFailed("no step to run (an empty step list never means every step)")
     unknown = [n for n in wanted if n not in STEP_NAMES]
     if unknown:
         raise StepFailed("unknown step(s) %s; steps are %s" % (", ".join(unknown), ", ".join(STEP_NAMES)))
@@ -113,10 +115,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("%-11s %s" % (name, purpose))
         return 0
     env = dict(os.environ)
+    try:
+        if args.root is not None and args.root.strip() == "":
+            raise ValueError("--root is empty; leave it out for /")
+        if args.steps is not None:
+            context.parse_steps(args.steps, "--steps")
+    except ValueError as exc:
+        print("hpq-lifecycle: bad setting: %s" % exc, file=sys.stderr)
+        return 2
     if args.root:
         env["HPQ_ROOT"] = args.root
-    if args.steps:
-        env["HPQ_STEPS"] = args.steps
+    if args.steps is not None:
+        env["HPQ_STEPS"] = args.steps  # '' is refused by Settings (one line, exit 2), never "every step"
     try:
         settings = context.Settings.from_env(env)
     except ValueError as exc:

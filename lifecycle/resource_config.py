@@ -11,13 +11,19 @@ class ResourceConfig; Extensions/detect-node/detect_node.sh):
   and ``InstanceId`` may be absent; ``Instances`` may be null for a group scaled to 0.
 This node is found by instance id, else by ``InstanceName == "hyperpod-" + instance id``, else by one of
 its own addresses equal to ``CustomerIpAddress`` (what AWS's reference scripts match on).
+
+Every value that later lands in a node file (ssh_config host lists, known_hosts, the Slurm drop-in) is checked
+here (fields.py): ``CustomerIpAddress`` dotted IPv4, ``InstanceName``/``InstanceId`` one host-like token,
+group and cluster names HyperPod's name pattern. A value that fails is a ResourceConfigError naming the
+field, so a blank or a line break never reaches a line-based file.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import fields, files
 
 SLURM = "slurm"
 EKS = "eks"
@@ -46,6 +52,17 @@ def _str(value) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _field(value, check: Callable, what: str, path: str) -> str:
+    """``value`` when it is a string passing ``check``; "" when absent, null or empty (not given)."""
+    text = _str(value)
+    if not text:
+        return ""
+    try:
+        return check(text, what)
+    except fields.FieldError as exc:
+        raise ResourceConfigError("%s: %s" % (path, exc)) from None
+
+
 class ResourceConfig:
     def __init__(self, doc: Dict, path: str = "resource_config.json"):
         if not isinstance(doc, dict) or not isinstance(doc.get("InstanceGroups"), list):
@@ -54,28 +71,35 @@ class ResourceConfig:
         self.doc = doc
         cc = doc.get("ClusterConfig") if isinstance(doc.get("ClusterConfig"), dict) else {}
         self.cluster = cc
-        self.cluster_name = _str(cc.get("ClusterName"))
+        self.cluster_name = _field(cc.get("ClusterName"), fields.group_name, "ClusterConfig.ClusterName", path)
         self.cluster_arn = _str(cc.get("ClusterArn"))
         self.cluster_type = _str(cc.get("ClusterType"))
         self.instances: List[Instance] = []
-        for group in doc["InstanceGroups"]:
+        for g, group in enumerate(doc["InstanceGroups"]):
             if not isinstance(group, dict):
                 continue
-            name = _str(group.get("Name")) or _str(group.get("InstanceGroupName"))
-            for inst in group.get("Instances") or []:
+            where = "InstanceGroups[%d]" % g
+            name = _field(group.get("Name") or group.get("InstanceGroupName"), fields.group_name, where + ".Name",
+                          path)
+            itype = _field(group.get("InstanceType"), fields.token, where + ".InstanceType", path)
+            instances = group.get("Instances") or []
+            for i, inst in enumerate(instances if isinstance(instances, list) else []):
                 if isinstance(inst, dict):
+                    at = "%s.Instances[%d]." % (where, i)
                     self.instances.append(Instance(
-                        group=name, instance_type=_str(group.get("InstanceType")) or None,
-                        name=_str(inst.get("InstanceName")), instance_id=_str(inst.get("InstanceId")),
-                        customer_ip=_str(inst.get("CustomerIpAddress")), agent_ip=_str(inst.get("AgentIpAddress"))))
+                        group=name, instance_type=itype or None,
+                        name=_field(inst.get("InstanceName"), fields.token, at + "InstanceName", path),
+                        instance_id=_field(inst.get("InstanceId"), fields.token, at + "InstanceId", path),
+                        customer_ip=_field(inst.get("CustomerIpAddress"), fields.ipv4, at + "CustomerIpAddress", path),
+                        agent_ip=_str(inst.get("AgentIpAddress"))))
+        _ = self.slurm_controller_ips  # checked now, not at first use
 
     @classmethod
     def load(cls, path: str) -> "ResourceConfig":
         try:
-            with open(path) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise ResourceConfigError("cannot read %s: %s" % (path, exc)) from None
+            doc = files.read_json(path)
+        except files.InputError as exc:
+            raise ResourceConfigError(str(exc)) from None
         return cls(doc, path)
 
     @property
@@ -101,9 +125,11 @@ class ResourceConfig:
         sc = self.cluster.get("SlurmConfig")
         if not isinstance(sc, dict):
             return []
-        ips = [_str(sc.get("PrimaryControllerIp"))]
+        what = "ClusterConfig.SlurmConfig."
+        ips = [_field(sc.get("PrimaryControllerIp"), fields.ipv4, what + "PrimaryControllerIp", self.path)]
         secondary = sc.get("SecondaryControllerIps") or []
-        ips += [_str(ip) for ip in (secondary if isinstance(secondary, list) else [secondary])]
+        ips += [_field(ip, fields.ipv4, what + "SecondaryControllerIps", self.path)
+                for ip in (secondary if isinstance(secondary, list) else [secondary])]
         return [ip for ip in ips if ip]
 
     def in_group(self, group: Optional[str]) -> List[Instance]:

@@ -2,7 +2,14 @@
 
 ``hpq-cluster.json`` (names.HPQ_CLUSTER_CONFIG) is hpq's own file, written by the S3 stack at the root of
 the lifecycle prefix (so next to the bundle): ``{"schema_version": 1, "orchestrator": "slurm"|"eks",
-"cluster_name", "controller_group", "login_group", "worker_groups": [names], "partition"}``.
+"cluster_name", "controller_group", "login_group", "worker_groups": [names], "partition", "fsx_dns_name",
+"fsx_mountname"}``. The two FSx names come from the Storage stack's FileSystem (Fn::GetAtt DNSName and
+LustreMountName, AWS::FSx::FileSystem return values) on Slurm variants, and are null or absent otherwise: with
+them the fsx step makes no FSx API call at boot (names come from configuration, as in AWS's reference
+lifecycle_script.py, which reads fsx_dns_name/fsx_mountname from provisioning_parameters.json).
+
+Every name a role file gives is checked (fields.py) before use: a group, partition or FSx name with a blank
+or a line break is a RoleFileError naming the file and the field, never a line spliced into a node file.
 
 ``provisioning_parameters.json`` is HyperPod's legacy Slurm file, accepted in its documented schema only
 (awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/lifecycle_script.py,
@@ -19,12 +26,11 @@ it: next to the bundle, in the OnCreate working directory, or at /opt/ml/config/
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from . import names
+from . import fields, files, names
 from .resource_config import EKS, SLURM
 
 ORCHESTRATORS = (SLURM, EKS)
@@ -54,22 +60,39 @@ class RoleFile:
 
 def _read(path: str) -> Dict:
     try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise RoleFileError("cannot read %s: %s" % (path, exc)) from None
+        doc = files.read_json(path)
+    except files.InputError as exc:
+        raise RoleFileError(str(exc)) from None
     if not isinstance(doc, dict):
         raise RoleFileError("%s is not a JSON object" % path)
     return doc
 
 
-def _opt_str(doc: Dict, key: str, path: str) -> Optional[str]:
+def _opt_str(doc: Dict, key: str, path: str, check=None) -> Optional[str]:
+    """``doc[key]``: None when null, absent or empty; else a string that passes ``check`` (fields.py)."""
     value = doc.get(key)
-    if value in (None, ""):
+    if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise RoleFileError("%s: %s must be a string or null, got %r" % (path, key, value))
-    return value
+    return _checked(check or fields.token, value, key, path)
+
+
+def _checked(check, value, what: str, path: str) -> str:
+    try:
+        return check(value, what)
+    except fields.FieldError as exc:
+        raise RoleFileError("%s: %s" % (path, exc)) from None
+
+
+def _fsx_names(doc: Dict, path: str):
+    """(fsx_dns_name, fsx_mountname): both or neither."""
+    dns = _opt_str(doc, "fsx_dns_name", path, fields.dns_name)
+    mount = _opt_str(doc, "fsx_mountname", path, fields.mount_name)
+    if bool(dns) != bool(mount):
+        raise RoleFileError("%s: fsx_dns_name and fsx_mountname go together; it gives only %s"
+                            % (path, "fsx_dns_name" if dns else "fsx_mountname"))
+    return dns, mount
 
 
 def load_cluster_config(path: str) -> RoleFile:
@@ -83,8 +106,12 @@ def load_cluster_config(path: str) -> RoleFile:
     workers = doc.get("worker_groups")
     if not isinstance(workers, list) or not all(isinstance(w, str) and w for w in workers):
         raise RoleFileError("%s: worker_groups must be a list of instance group names, got %r" % (path, workers))
-    rf = RoleFile(path, names.HPQ_CLUSTER_CONFIG, orchestrator, _opt_str(doc, "cluster_name", path),
-                  _opt_str(doc, "controller_group", path), _opt_str(doc, "login_group", path), list(workers))
+    workers = [_checked(fields.group_name, w, "worker group", path) for w in workers]
+    rf = RoleFile(path, names.HPQ_CLUSTER_CONFIG, orchestrator,
+                  _opt_str(doc, "cluster_name", path, fields.group_name),
+                  _opt_str(doc, "controller_group", path, fields.group_name),
+                  _opt_str(doc, "login_group", path, fields.group_name), list(workers))
+    rf.fsx_dns_name, rf.fsx_mountname = _fsx_names(doc, path)
     partition = _opt_str(doc, "partition", path)
     if partition:
         rf.partitions = {w: partition for w in workers}
@@ -104,20 +131,21 @@ def load_provisioning_parameters(path: str) -> RoleFile:
         raise RoleFileError(
             "%s: worker_groups must be a list of {\"instance_group_name\", \"partition_name\"} objects (the "
             "documented provisioning_parameters.json schema), got %r" % (path, workers))
-    controller = _opt_str(doc, "controller_group", path)
+    controller = _opt_str(doc, "controller_group", path, fields.group_name)
     if not controller:
         raise RoleFileError("%s lacks controller_group" % path)
-    partitions = {w["instance_group_name"]: w["partition_name"] for w in workers
-                  if isinstance(w.get("partition_name"), str) and w["partition_name"]}
-    return RoleFile(path, names.PROVISIONING_PARAMETERS, SLURM, None, controller, _opt_str(doc, "login_group", path),
-                    [w["instance_group_name"] for w in workers], partitions,
-                    _opt_str(doc, "fsx_dns_name", path), _opt_str(doc, "fsx_mountname", path))
+    groups = [_checked(fields.group_name, w["instance_group_name"], "instance_group_name", path) for w in workers]
+    partitions = {w["instance_group_name"]: _checked(fields.token, w["partition_name"], "partition_name", path)
+                  for w in workers if isinstance(w.get("partition_name"), str) and w["partition_name"]}
+    dns, mount = _fsx_names(doc, path)
+    return RoleFile(path, names.PROVISIONING_PARAMETERS, SLURM, None, controller,
+                    _opt_str(doc, "login_group", path, fields.group_name), groups, partitions, dns, mount)
 
 
 @dataclass
 class RoleSources:
     roles: Optional[RoleFile]  # where the group -> role mapping comes from
-    fsx: Optional[RoleFile]  # provisioning parameters that may name the FSx filesystem
+    fsx: Optional[RoleFile]  # the role file whose fsx_dns_name/fsx_mountname name the FSx filesystem, if any
     looked: List[str]  # every place searched, for messages
     warnings: List[str] = field(default_factory=list)
 
@@ -160,5 +188,25 @@ def find(settings) -> RoleSources:
             try:
                 out.fsx = load_provisioning_parameters(found)
             except RoleFileError as exc:
+                if _names_fsx(found):  # it was meant to name the filesystem: never mount something else instead
+                    raise
                 out.warnings.append("ignoring %s (roles come from %s): %s" % (found, cc.path, exc))
+    if cc is not None and cc.fsx_dns_name:
+        other = out.fsx
+        if other is not None and other.fsx_dns_name and (other.fsx_dns_name, other.fsx_mountname) != (
+                cc.fsx_dns_name, cc.fsx_mountname):
+            out.warnings.append("%s names FSx %s@tcp:/%s but %s names %s@tcp:/%s: using %s's (written from the "
+                                "stack's own filesystem)" % (other.path, other.fsx_dns_name, other.fsx_mountname,
+                                                             cc.path, cc.fsx_dns_name, cc.fsx_mountname,
+                                                             names.HPQ_CLUSTER_CONFIG))
+        out.fsx = cc
     return out
+
+
+def _names_fsx(path: str) -> bool:
+    """Whether the JSON object in ``path`` gives a non-empty fsx_dns_name or fsx_mountname."""
+    try:
+        doc = files.read_json(path)
+    except files.InputError:
+        return False
+    return isinstance(doc, dict) and any(doc.get(k) not in (None, "") for k in ("fsx_dns_name", "fsx_mountname"))

@@ -35,6 +35,30 @@ VIRTUAL_IFACE_EXCLUDE = "^docker,lo,veth"
 NEURON_BIN = "/opt/aws/neuron/bin"
 LEGACY_TUNING = {"NCCL_BUFFSIZE": "8388608", "NCCL_P2P_NET_CHUNKSIZE": "524288"}
 
+# The variables this module owns: every NCCL (NCCL_*), libfabric (FI_*) and gloo (GLOO_*) setting, and
+# hpq's own two. A launch gives its ranks exactly the worker type's values of these: one inherited from
+# wherever the job was submitted (a CPU controller, a login node) is removed, never merged.
+OWNED_PREFIXES = ("NCCL_", "FI_", "GLOO_")
+OWNED_KEYS = ("HPQ_TRANSPORT", "HPQ_TORCH_BACKEND")
+
+
+def owns(key: str) -> bool:
+    """Whether ``key`` is a transport setting (see OWNED_PREFIXES) that only this module may give a job."""
+    return key.startswith(OWNED_PREFIXES) or key in OWNED_KEYS
+
+
+def exports_to_shells(entry: catalog.InstanceType, role: Optional[str]) -> bool:
+    """Whether a node may put its transport settings where login shells and Slurm pick them up.
+
+    Only accelerated workers: jobs are submitted from the controller and login nodes, and
+    ``sbatch``/``srun`` carry the submitter's environment into the job (``--export=ALL``, Slurm's
+    default), so a CPU node's ``NCCL_NET_PLUGIN=none`` would reach every GPU rank. AWS's HyperPod
+    lifecycle (awsome-distributed-ai ``1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config``)
+    exports no transport variable on any node; its job scripts set them (``micro-benchmarks/nccl-tests/
+    slurm/nccl-tests-container.sbatch``: ``export FI_PROVIDER=efa`` inside the job).
+    """
+    return entry.is_accelerated and role not in ("controller", "login")
+
 
 @dataclass(frozen=True)
 class NodeProbe:

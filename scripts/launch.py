@@ -8,6 +8,11 @@ Shared by ``run-nccl-test``, ``run-nanogpt`` and ``run-nccom-test``. Standard li
   hpq.scripts.nodeinfo``): the controller is a CPU instance and would pick the wrong one.
 - Without Slurm (a single GPU box, the benchmark machine) ``--launcher local`` starts one
   process per GPU on this host with an ``env://`` rendezvous.
+- The ranks get exactly the worker's transport environment (``child_env``): srun passes the
+  launching process's environment on (``--export=ALL``, Slurm's default), and so do the mpirun daemons
+  it starts, so every transport variable inherited from the submitting node (a CPU controller's
+  ``NCCL_NET_PLUGIN=none``) that the worker does not set is removed before the launch, not merged.
+  ``HPQ_KEEP_ENV=NAME,...`` keeps the named ones on purpose (e.g. ``NCCL_NVLS_ENABLE``).
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from hpq.lifecycle import catalog, names
-from hpq.scripts import distenv, nodeinfo
+from hpq.lifecycle import catalog, names, transport
+from hpq.scripts import distenv, env_check, nodeinfo, verdicts
 
 TORCH_PYTHONS = (
     "/opt/conda/envs/pytorch/bin/python3",
@@ -69,9 +74,30 @@ def bundle_root() -> Optional[str]:
     return None
 
 
-def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str] = ()) -> Dict[str, str]:
-    """This process's environment plus ``extra``, with the bundle on PYTHONPATH when needed."""
+KEEP_ENV = "HPQ_KEEP_ENV"
+EXPORT_ALL = "--export=ALL"  # srun(1): the tasks get srun's own environment (child_env), whatever SLURM_EXPORT_ENV says
+
+
+def kept_transport_env() -> Dict[str, str]:
+    """Inherited transport variables the user named in ``HPQ_KEEP_ENV`` (comma-separated), as set here."""
+    names_ = [n.strip() for n in os.environ.get(KEEP_ENV, "").split(",") if n.strip()]
+    return {n: os.environ[n] for n in names_ if n in os.environ and transport.owns(n)}
+
+
+def child_env(extra: Optional[Dict[str, str]] = None, path_prepend: Sequence[str] = (),
+              inherit_transport: bool = False) -> Dict[str, str]:
+    """This process's environment plus ``extra``, with the bundle on PYTHONPATH when needed.
+
+    Transport variables (``transport.owns``) come from ``extra`` only, plus those ``HPQ_KEEP_ENV``
+    names: any other one this process inherited is removed, so a job started from a CPU node never
+    carries that node's settings. ``inherit_transport`` keeps them (the salloc re-run of the command
+    itself, which reads the user's NCCL_DEBUG and strips when it launches the ranks).
+    """
     env = dict(os.environ)
+    if not inherit_transport:
+        keep = set(extra or {}) | set(kept_transport_env())
+        for key in [k for k in env if transport.owns(k) and k not in keep]:
+            del env[key]
     root = bundle_root()
     if root:
         parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -147,7 +173,7 @@ def reexec_under_salloc(module: str, argv: Sequence[str], nodes: int, tasks_per_
         cmd += [sys.executable, "-c", BOOT % module, root] + list(argv)
     else:
         cmd += [sys.executable, "-m", module] + list(argv)
-    env = child_env({"HPQ_IN_SALLOC": "1"})
+    env = child_env({"HPQ_IN_SALLOC": "1"}, inherit_transport=True)
     print("+ " + " ".join(cmd), flush=True)
     try:
         return subprocess.call(cmd, env=env)
@@ -205,7 +231,7 @@ def worker_environment(launcher: str, instance_type: Optional[str], python: Opti
     """The transport environment as a worker computes it (same function as the lifecycle)."""
     if launcher == "slurm" and in_allocation():
         chdir = ["--chdir", bundle_root() or ""] if bundle_root() else []
-        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1"] + chdir + [python or "python3", "-m",
+        cmd = ["srun", "-N1", "-n1", "--ntasks-per-node=1", EXPORT_ALL] + chdir + [python or "python3", "-m",
                                                                        "hpq.scripts.nodeinfo"]
         if instance_type:
             cmd += ["--instance-type", instance_type]
@@ -278,8 +304,13 @@ def tee(cmd: List[str], env: Dict[str, str], log: TextIO, echo: bool = True) -> 
         raise
 
 
-def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[str, str], log: TextIO) -> int:
-    """One process per rank on this host, env:// rendezvous on a free loopback port."""
+def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[str, str], log: TextIO,
+              report_env: bool = False) -> int:
+    """One process per rank on this host, env:// rendezvous on a free loopback port.
+
+    ``report_env``: each rank starts through ``env_check.wrap`` (rank 0 prints its transport variables).
+    """
+    wrapper = env_check.wrap([]) if report_env else []
     port = distenv.free_port()
     procs = []
     print("+ local launch: %d x %s -m %s %s" % (nprocs, python, module, " ".join(args)), flush=True)
@@ -291,7 +322,7 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
         for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
             e.pop(k, None)
         out = subprocess.PIPE if rank == 0 else None
-        procs.append(subprocess.Popen([python, "-m", module] + args, env=e, stdout=out, cwd=child_cwd(),
+        procs.append(subprocess.Popen(wrapper + [python, "-m", module] + args, env=e, stdout=out, cwd=child_cwd(),
                                       stderr=subprocess.STDOUT if rank == 0 else None,
                                       universal_newlines=True, bufsize=1, errors="replace"))
     rc = 0
@@ -316,10 +347,23 @@ def run_local(python: str, module: str, args: List[str], nprocs: int, env: Dict[
 
 
 def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args: List[str],
-                 extra: Sequence[str] = ()) -> List[str]:
+                 extra: Sequence[str] = (), report_env: bool = False) -> List[str]:
+    """srun of ``python -m module args``; ``report_env`` starts each task through ``env_check.wrap``.
+
+    srun runs with the environment it is given (``child_env``: inherited transport variables already
+    removed) and passes all of it to the tasks (``--export=ALL``, Slurm's default, srun(1)), said
+    explicitly: inside an ``sbatch --export=NONE`` job srun would otherwise inherit that setting
+    (SLURM_EXPORT_ENV) and the ranks would get none of the worker's variables.
+    """
     chdir = ["--chdir", bundle_root()] if bundle_root() else []
-    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
-            + chdir + list(extra) + [python, "-m", module] + list(args))
+    program = [python, "-m", module] + list(args)
+    return (["srun", "-N", str(nodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1",
+             EXPORT_ALL] + chdir + list(extra) + (env_check.wrap(program) if report_env else program))
+
+
+# The ending of run-nccl-test and run-nccom-test lives in hpq.scripts.verdicts (PASS/FAIL/INCONCLUSIVE);
+# kept importable here for callers of launch.judge_log.
+judge_log = verdicts.judge_log
 
 
 def write_json(path: str, data: Dict) -> None:

@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     for note in wenv.get("notes") or []:
         print("# note: %s" % note)
     python = launch.find_torch_python(args.python)
-    cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nanogpt", targs)
+    cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nanogpt", targs, report_env=True)
     if args.dry_run:
         print("would run: %s" % " ".join(cmd if launcher == "slurm" else [python, "-m", "hpq.scripts.nanogpt"]
                                          + targs))
@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
         if launcher == "slurm":
             rc = launch.tee(cmd, env, log)
         else:
-            rc = launch.run_local(python, "hpq.scripts.nanogpt", targs, gpus, env, log)
+            rc = launch.run_local(python, "hpq.scripts.nanogpt", targs, gpus, env, log, report_env=True)
     result: Dict[str, object] = {"command": "run-nanogpt " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "processes_per_node": gpus,
                                  "instance_type": wenv.get("instance_type"), "transport": wenv.get("transport"),

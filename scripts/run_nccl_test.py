@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, TextIO, Tuple
 
 from hpq.lifecycle import catalog
 from hpq.scripts import args as checks
-from hpq.scripts import distenv, launch, nccl_report, nccl_sweep, outcome, sweep, verdicts
+from hpq.scripts import distenv, env_check, launch, nccl_report, nccl_sweep, outcome, sweep, verdicts
 from hpq.scripts.args import OneLineParser
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
@@ -203,17 +203,19 @@ def bench_args(args: argparse.Namespace) -> List[str]:
 
 
 def mpirun_command(mpirun: str, binary: str, hostfile: str, total: int, env: Dict[str, str],
-                   args: argparse.Namespace) -> List[str]:
+                   args: argparse.Namespace, report_env: bool = False) -> List[str]:
+    """mpirun of nccl-tests; ``report_env`` starts each rank through ``env_check.wrap``."""
     cmd = [mpirun]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     cmd += ["-np", str(total), "--hostfile", hostfile, "--bind-to", "none",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0"]
-    # -x: the transport environment, plus NCCL_*/FI_* the user exported (remote ranks get nothing else)
-    for k in sorted(set(env) | {k for k in os.environ if k.startswith(("NCCL_", "FI_"))}):
+    # -x: the worker's transport environment and what HPQ_KEEP_ENV names, nothing else inherited (mpirun
+    # runs with launch.child_env, from which every other transport variable is removed)
+    for k in sorted(set(env) | set(launch.kept_transport_env())):
         cmd += ["-x", k]
-    cmd += [binary] + bench_args(args) + ["-g", "1", "-d", args.datatype]
-    return cmd
+    program = [binary] + bench_args(args) + ["-g", "1", "-d", args.datatype]
+    return cmd + (env_check.wrap(program) if report_env else program)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -291,9 +293,9 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
         mode = "nccl-tests"
         if launcher == "slurm":
             hostfile = write_hostfile(base + ".hosts", hosts, gpus)
-            cmd = mpirun_command(mpirun or "mpirun", binary, hostfile, total, env_vars, args)
+            cmd = mpirun_command(mpirun or "mpirun", binary, hostfile, total, env_vars, args, report_env=True)
         else:
-            cmd = [binary] + bench_args(args) + ["-g", str(gpus), "-d", args.datatype]
+            cmd = env_check.wrap([binary] + bench_args(args) + ["-g", str(gpus), "-d", args.datatype])
         runner = None
     else:
         mode = "built-in"
@@ -305,7 +307,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
         python = launch.find_torch_python(args.python)
         bargs = bench_args(args) + ["--op", args.op, "-d", args.datatype]
         if launcher == "slurm":
-            cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs)
+            cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs, report_env=True)
             runner = None
         else:
             cmd = [python, "-m", "hpq.scripts.nccl_bench"] + bargs
@@ -322,14 +324,18 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
         for k in sorted(env_vars):
             log.write("# env %s=%s\n" % (k, env_vars[k]))
         if runner:
-            rc = launch.run_local(runner[0], "hpq.scripts.nccl_bench", runner[1], gpus, env, log)
+            rc = launch.run_local(runner[0], "hpq.scripts.nccl_bench", runner[1], gpus, env, log, report_env=True)
         else:
             rc = launch.tee(cmd, env, log)
+    with open(log_path, errors="replace") as fh:
+        env_result = env_check.check(fh.read(), dict(env_vars, **launch.kept_transport_env()), os.environ,
+                                     "`hpq nccl-env %s`" % itype if itype else "the worker's environment",
+                                     nodes, required=True)
     result = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": launcher, "nodes": nodes,
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
     return verdicts.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype, nodes, args.expect)
+                              result, itype, nodes, args.expect, env=env_result)
 
 
 def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: int, wenv: Dict,

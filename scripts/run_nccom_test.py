@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
 from hpq.scripts import args as checks
-from hpq.scripts import launch, verdicts
+from hpq.scripts import env_check, launch, verdicts
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -120,7 +120,9 @@ def _run(args, raw: List[str]) -> int:
     if nodes > 1:
         ncmd += ["--hosts"] + [launch_addr for launch_addr in hosts]
     ncmd += list(args.extra) + [NCCOM_OPS[args.op]]
-    cmd = (["srun", "-N1", "-n1", "-w", hosts[0]] + ncmd) if launcher == "slurm" else ncmd
+    # started through env_check.wrap: the log shows the transport environment nccom-test really had
+    cmd = (["srun", "-N1", "-n1", launch.EXPORT_ALL, "-w", hosts[0]] if launcher == "slurm" else []) \
+        + env_check.wrap(ncmd)
     print("# run-nccom-test: %d node(s) x %d worker(s), instance type %s, transport %s" % (
         nodes, workers, itype or "unknown", wenv.get("transport") or "unknown"))
     if args.dry_run:

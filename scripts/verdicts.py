@@ -23,12 +23,14 @@ def _write_json(path: str, data: Dict) -> None:
 
 
 def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],
-              nodes: Optional[int] = None, expect: Optional[object] = None) -> int:
+              nodes: Optional[int] = None, expect: Optional[object] = None, env: Optional[object] = None) -> int:
     """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
 
     No result rows from a program that failed: FAIL. No result rows from one that exited 0 (or a log
     too large to read): INCONCLUSIVE, the log is no evidence either way. Otherwise the checks of
-    ``nccl_report.evaluate`` decide, and a non-zero exit status turns any outcome into FAIL.
+    ``nccl_report.evaluate`` decide, and a non-zero exit status turns any outcome into FAIL. So does a
+    job whose ranks' transport environment (``env``, an env_check.EnvCheck) differs from the worker
+    type's; an ``env`` with no opinion (no block in the log) changes nothing.
     """
     base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
     try:
@@ -61,6 +63,18 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
             what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
             report.wrong_total))
+    if env is not None:  # issue 19: the ranks' own transport environment (env_check), FAIL when not the worker's
+        result["environment_check"] = env.to_dict()  # type: ignore[attr-defined]
+        problems = list(getattr(env, "problems", []) or [])
+        if problems:
+            code = oc.EXIT_FAIL
+            head = oc.headline(oc.FAIL, "%d environment difference(s)" % len(problems), "the worker type's "
+                               "transport environment", "the job's transport environment is not the worker "
+                               "type's: %s" % "; ".join(problems))
+            message = head + "\n" + message
+            result["outcome"] = oc.FAIL
+            verdict_doc = result.setdefault("verdict", {})
+            verdict_doc.update(outcome=oc.FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     print(message)
     _write_json(base + ".json", result)
     print("# log: %s\n# result: %s.json" % (log_path, base))

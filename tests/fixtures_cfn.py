@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import os
 from pathlib import Path
@@ -40,23 +41,31 @@ def golden_view(template: dict, sources: dict[str, str]) -> dict:
     return view
 
 
+# The date the EKS templates' calendar is rendered for (cfn/eks.py): fixed, so the golden files do not change as
+# days pass; the EKS tests also render other dates.
+RENDER_DATE = datetime.date(2026, 11, 26)
+
+
 @pytest.fixture(scope="session")
 def rendered() -> dict[tuple[str, str], dict[str, dict]]:
-    """(variant, size) -> {file name: template dict}, with default parameters."""
-    return {(v, s): synth.synthesize(v, s) for v, s in COMBOS}
+    """(variant, size) -> {file name: template dict}, with default parameters, rendered on RENDER_DATE."""
+    return {(v, s): synth.synthesize(v, s, as_of=RENDER_DATE) for v, s in COMBOS}
 
 
 @pytest.fixture(scope="session")
 def lint_results(rendered, tmp_path_factory):
-    """One cfn-lint run over every distinct rendered file; returns (file map, findings by path).
+    """cfn-lint over every distinct rendered file, in every region its variants deploy to (cfn/regions.py);
+    returns (file map, findings by path, regions by linted path).
 
-    Identical files (most nested stacks do not change with size) are linted once;
-    the map tells which (variant, size, file) each linted path stands for.
+    Identical files (most nested stacks do not change with size) are linted once, in the union of the regions
+    of the variants that render them; the map tells which (variant, size, file) each linted path stands for.
     """
     from hpq.cfn import lint as cfn_lint
+    from hpq.cfn import regions
 
     root = tmp_path_factory.mktemp("lint")
     by_digest: dict[str, Path] = {}
+    where: dict[Path, set[str]] = {}
     owners: dict[tuple[str, str, str], Path] = {}
     for (variant, size), files in rendered.items():
         for name, template in files.items():
@@ -67,12 +76,18 @@ def lint_results(rendered, tmp_path_factory):
                 path.parent.mkdir(parents=True)
                 path.write_text(text, encoding="utf-8")
                 by_digest[digest] = path
+            where.setdefault(by_digest[digest], set()).update(regions.variant_regions(variant))
             owners[(variant, size, name)] = by_digest[digest]
-    findings = cfn_lint.lint_files(sorted(by_digest.values()))
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for path, region_set in where.items():
+        groups.setdefault(tuple(sorted(region_set)), []).append(path)
+    findings = []
+    for region_list, paths in sorted(groups.items()):
+        findings += cfn_lint.lint_files(sorted(paths), region_list)
     by_path: dict[str, list] = {}
     for f in findings:
         by_path.setdefault(str(Path(f.path).resolve()), []).append(f)
-    return owners, by_path
+    return owners, by_path, where
 
 
 # ------------------------------------------------------------------------------------------- checkov's tool venv

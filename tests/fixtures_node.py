@@ -26,6 +26,11 @@ Every sample follows a real format and names its source; values (ids, addresses)
 - containerd.service and kubelet.service on AL2023: containerd/containerd containerd.service (ExecStart the
   RPM's /usr/bin/containerd), awslabs/amazon-eks-ami templates/al2023/runtime/rootfs/etc/systemd/system/
   kubelet.service.
+- Amazon Linux 2 EKS nodes: awslabs/amazon-eks-ami templates/al2/runtime/containerd.service and
+  templates/al2/runtime/kubelet.service (commit befed8c7: ExecStart continued over lines), placed as
+  templates/al2/provisioners/install-worker.sh places them (containerd from the RPM under /usr/lib, kubelet.service
+  and the ``10-compat-symlink.conf`` containerd drop-in under /etc/systemd/system, ``kubelet-kubeconfig`` baked
+  in as /var/lib/kubelet/kubeconfig).
 """
 
 from __future__ import annotations
@@ -108,7 +113,7 @@ def hpq_cluster_config(orchestrator: str = "slurm", cluster: str = CLUSTER) -> d
                 "login_group": None, "worker_groups": ["gpu-workers"], "partition": None}
     return {"schema_version": 1, "orchestrator": "slurm", "cluster_name": cluster,
             "controller_group": CONTROLLER_GROUP, "login_group": LOGIN_GROUP, "worker_groups": [WORKER_GROUP],
-            "partition": "dev"}
+            "partition": "workers"}
 
 
 def imds_answers(instance_id: str, instance_type: str = "p5.48xlarge") -> dict:
@@ -195,6 +200,62 @@ MemoryAccounting=true
 WantedBy=multi-user.target
 """
 
+AL2_CONTAINERD_UNIT = """[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target local-fs.target dbus.service
+
+[Service]
+#uncomment to enable the experimental sbservice (sandboxed) version of containerd/cri integration
+#Environment="ENABLE_CRI_SANDBOXES=sandboxed"
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/bin/containerd
+
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+LimitNOFILE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+AL2_KUBELET_UNIT = """[Unit]
+Description=Kubernetes Kubelet
+Documentation=https://github.com/kubernetes/kubernetes
+After=docker.service iptables-restore.service
+Requires=docker.service
+
+[Service]
+ExecStartPre=/sbin/iptables -P FORWARD ACCEPT -w 5
+ExecStart=/usr/bin/kubelet \\
+    --config /etc/kubernetes/kubelet/kubelet-config.json \\
+    --kubeconfig /var/lib/kubelet/kubeconfig \\
+    --container-runtime docker \\
+    --network-plugin cni \\
+    --image-credential-provider-config /etc/eks/image-credential-provider/config.json \\
+    --image-credential-provider-bin-dir /etc/eks/image-credential-provider \\
+    $KUBELET_ARGS \\
+    $KUBELET_EXTRA_ARGS
+
+Restart=always
+RestartSec=5
+KillMode=process
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+AL2_CONTAINERD_COMPAT_DROPIN = """[Service]
+ExecStartPre=/bin/ln -sf /run/containerd/containerd.sock /run/dockershim.sock
+"""
+
 # Stand-in for `mount -t lustre -o OPTS SOURCE TARGET`, i.e. mount.lustre: it resolves the MGS host name
 # first (here through HOSTS, a stand-in for DNS) and fails the way mount.lustre does when it cannot; the
 # kernel then lists the mount with the IP NID. It appends that line to the node's mount table (TABLE, else
@@ -274,7 +335,9 @@ def clean_env() -> dict:
 def run_on_create(entry: Path, env: dict, *args: str, cwd: Path | None = None,
                   timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the bundle's root on_create.sh the way HyperPod does: ``bash on_create.sh`` from the prefix
-    directory (or, with ``cwd``, by its full path from somewhere else)."""
+    directory (or, with ``cwd``, by its full path from somewhere else). A failure exits at once unless ``env``
+    sets HPQ_FAIL_LOG_WAIT_S (the documented CloudWatch wait, 60 s on a node)."""
     argv = ["bash", entry.name if cwd is None else str(entry), *args]
-    return subprocess.run(argv, cwd=str(cwd or entry.parent), env=dict(clean_env(), **env),
+    run_env = dict(clean_env(), **{"HPQ_FAIL_LOG_WAIT_S": "0", **env})
+    return subprocess.run(argv, cwd=str(cwd or entry.parent), env=run_env,
                           capture_output=True, text=True, timeout=timeout)

@@ -317,6 +317,7 @@ def slurm_cluster(tmp_path_factory):
             env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name),
             HPQ_SLURM_PREFIX="/usr", HPQ_SLURM_CONF_DIR="/opt/slurm/etc", HPQ_SLURMCTLD_PORT=str(ctl_port),
             HPQ_SERVICE_MANAGER="direct", HPQ_MOUNT_CMD=str(fake_mount), HPQ_MODPROBE_CMD=str(modprobe),
+            HPQ_FAIL_LOG_WAIT_S="0",  # no CloudWatch agent here: a failing run need not wait for one
             HPQ_SLURM_NODE_ROOT=f"{base}/%n", HPQ_DEFAULT_USER="root",
             HPQ_MUNGE_USER="root", HPQ_SERVICE_WAIT_S="60", HPQ_SHARED_WAIT_S="30", HPQ_SLURM_CONF_WAIT_S="30",
             HPQ_PYTHON=NODE_PYTHON if os.path.exists(NODE_PYTHON) else sys.executable)

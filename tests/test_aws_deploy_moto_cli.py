@@ -36,7 +36,7 @@ def test_moto_endpoint_detection(aws_env):  # noqa: F811
 def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # noqa: F811
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-deploy")
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-deploy", "--stack-name", "cli-moto-demo", "--poll-seconds", "0.5",
-              "--emulate", "moto")
+              "--emulate", "moto", "--no-quota-check")
     assert res.returncode == 0, res.stderr[-3000:]
     assert aws_emulator.RENDITION_NOTE in res.stderr
     assert "stack cli-moto-demo: CREATE_COMPLETE" in res.stdout

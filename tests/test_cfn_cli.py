@@ -18,7 +18,7 @@ HEAVY = ("troposphere", "boto3", "botocore", "cfnlint")
 def hpq(*args, env_extra=None, cwd=None):
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "hpq", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=120)
+                          cwd=cwd, timeout=600)
 
 
 @pytest.fixture()
@@ -92,15 +92,15 @@ def test_synth_then_lint_clean_then_broken(tmp_path, state_env):
     assert sorted((out / "slurm-gpu" / synth.MANIFEST_FILE).read_text().split()) == names
     root = json.loads((out / "slurm-gpu" / "root.json").read_text())
     assert root["Parameters"]["WorkerCount"]["Default"] == "3"
-    # A bare `hpq lint` lints what the last synth wrote.
+    # A bare `hpq lint` lints what the last synth wrote, in every region the variant deploys to, showing progress.
     res = hpq("lint", env_extra=state_env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "9 templates" in res.stderr
+    assert "9 templates" in res.stderr and "cfn-lint 1/9 files" in res.stderr and "cfn-lint 9/9 files" in res.stderr
     security = out / "slurm-gpu" / "Security.json"
     doc = json.loads(security.read_text())
     doc["Parameters"]["Unused"] = {"Type": "String"}
     security.write_text(json.dumps(doc))
-    res = hpq("lint", str(out), env_extra=state_env)
+    res = hpq("lint", str(out), "--region", "us-east-1", env_extra=state_env)
     assert res.returncode == 1
     assert "Security.json" in res.stdout and "W2001" in res.stdout
 
@@ -124,3 +124,14 @@ def test_lint_unknown_region_exits_2(tmp_path, state_env):
     assert res.stderr.strip().splitlines() == [
         "hpq: error: Invalid value for '--region': region 'xx-nowhere-1' is not a region this botocore knows "
         "(upgrade botocore if the region is new)"]
+
+
+def test_synth_renders_a_newer_kubernetes_version_only_on_request_and_warns(tmp_path, state_env):
+    """HyperPod documents up to 1.34 (cfn/eks.py): asking for 1.35 renders it, with a warning on stderr."""
+    res = hpq("synth", "eks-gpu", "-o", str(tmp_path), "--param", "KubernetesVersion=1.35", env_extra=state_env)
+    assert res.returncode == 0, res.stderr
+    assert "hpq: warning: KubernetesVersion 1.35 is newer than every version SageMaker HyperPod documents" in res.stderr
+    root = json.loads((tmp_path / "eks-gpu" / "root.json").read_text())
+    assert root["Parameters"]["KubernetesVersion"]["Default"] == "1.35"
+    res = hpq("synth", "eks-gpu", "-o", str(tmp_path), "--param", "KubernetesVersion=1.36", env_extra=state_env)
+    assert res.returncode == 2 and "KubernetesVersion='1.36' is not allowed" in res.stderr

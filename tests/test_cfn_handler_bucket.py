@@ -95,7 +95,7 @@ class Context:
 # null), after CloudFormation resolved the template's Fn::Sub (ClusterName, login group on).
 CLUSTER_CONFIG = {"schema_version": 1, "orchestrator": "slurm", "cluster_name": "demo",
                   "controller_group": "controller", "login_group": "login", "worker_groups": ["worker"],
-                  "partition": "dev"}
+                  "partition": "workers"}
 
 
 def event(kind, url, **props):

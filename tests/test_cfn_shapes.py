@@ -8,12 +8,14 @@ guide, AWS's own console stacks (aws/sagemaker-hyperpod-cluster-setup) and sampl
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
 
 from hpq.cfn import helm as cfn_helm
-from hpq.tests.fixtures_cfn import COMBOS, rendered  # noqa: F401
+from hpq.cfn import synth
+from hpq.tests.fixtures_cfn import COMBOS, RENDER_DATE, rendered  # noqa: F401
 
 EKS = [c for c in COMBOS if c[0].startswith("eks")]
 SLURM = [c for c in COMBOS if c[0].startswith("slurm")]
@@ -152,13 +154,17 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
     sub = props["ClusterConfig"]["Fn::Sub"]
     slurm = variant.startswith("slurm")
     for login in ((True, False) if slurm else (False,)):
-        doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login}))
+        fsx = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
+        doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login, **fsx}))
         assert doc == {
             "schema_version": 1, "orchestrator": "slurm" if slurm else "eks", "cluster_name": "my-cluster",
             "controller_group": names.CONTROLLER_GROUP if slurm else None,
             "login_group": names.LOGIN_GROUP if (slurm and login) else None,
             "worker_groups": [names.WORKER_GROUP],
             "partition": common.SLURM_PARTITION if slurm else None,
+            # Slurm nodes mount /fsx by these names (no FSx API call at boot); EKS nodes mount nothing on the host.
+            "fsx_dns_name": fsx["FsxDnsName"] if slurm else None,
+            "fsx_mountname": fsx["FsxMountName"] if slurm else None,
         }
     if slurm:  # the partition hpq-cluster.json names is the one the workers' SlurmConfig puts them in
         workers = [g for g in _groups(rendered[(variant, size)]["HyperPod.json"])
@@ -170,23 +176,49 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_kubernetes_versions_eks_still_creates_and_standard_support_by_default(rendered, variant, size):  # noqa: F811
-    """EKS user guide release calendar (kubernetes-versions.html): 1.30 can no longer be created, 1.31 leaves
-    extended support on 2026-11-26; HyperPod's EKS prerequisites list up to 1.35. The default is the newest
-    version in standard support on the calendar's date, and UpgradePolicy.SupportType defaults to STANDARD
-    (no extended-support charges by surprise; CloudFormation AWS::EKS::Cluster UpgradePolicy)."""
+def test_kubernetes_versions_are_hyperpods_documented_ones_eks_still_creates(rendered, variant, size):  # noqa: F811
+    """HyperPod's EKS prerequisites page (sagemaker-hyperpod-eks-prerequisites.html, read 2026-11-26) lists 1.28 to
+    1.34; the EKS release calendar (kubernetes-versions.html) no longer creates 1.30 (2026-07-23) nor 1.31 (from
+    2026-11-26). So on the render date 2026-11-26 the template offers 1.32, 1.33, 1.34 and defaults to 1.34, the
+    newest documented; 1.34 leaves standard support on 2026-12-02, within the horizon, so EksSupportType defaults
+    to EXTENDED (EKS would otherwise upgrade the control plane to 1.35, which HyperPod does not list)."""
     from hpq.cfn import eks as cfn_eks
 
+    assert RENDER_DATE == datetime.date(2026, 11, 26)
     params = rendered[(variant, size)]["root.json"]["Parameters"]
-    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34", "1.35"]
-    in_standard = [v for v, (std_end, _) in cfn_eks.KUBERNETES_CALENDAR.items() if std_end > cfn_eks.CALENDAR_AS_OF]
-    assert params["KubernetesVersion"]["Default"] == max(in_standard, key=lambda v: tuple(map(int, v.split("."))))
-    assert all(ext_end > cfn_eks.CALENDAR_AS_OF for _, ext_end in cfn_eks.KUBERNETES_CALENDAR.values())
-    assert params["EksSupportType"]["Default"] == "STANDARD"
+    assert params["KubernetesVersion"]["AllowedValues"] == ["1.32", "1.33", "1.34"]
+    assert params["KubernetesVersion"]["Default"] == "1.34" == cfn_eks.HYPERPOD_VERSIONS[-1]
+    assert params["EksSupportType"]["Default"] == "EXTENDED"
     assert params["EksSupportType"]["AllowedValues"] == ["STANDARD", "EXTENDED"]
     cluster = rendered[(variant, size)]["EKS.json"]["Resources"]["Cluster"]["Properties"]
     assert cluster["UpgradePolicy"] == {"SupportType": {"Ref": "EksSupportType"}}
     assert cluster["Version"] == {"Ref": "KubernetesVersion"}
+    # Rendered months earlier, 1.31 was still created and 1.34 far from its end: STANDARD by default.
+    early = synth.synthesize(variant, size, as_of=datetime.date(2026, 8, 1))["root.json"]["Parameters"]
+    assert early["KubernetesVersion"]["AllowedValues"] == ["1.31", "1.32", "1.33", "1.34"]
+    assert early["EksSupportType"]["Default"] == "STANDARD"
+
+
+def test_a_newer_kubernetes_version_only_on_explicit_request_with_a_warning():
+    """1.35 exists in EKS but not in HyperPod's list: a default render does not offer it; --param
+    KubernetesVersion=1.35 renders it (root and EKS stack) and calendar_notes warns; a version EKS does not create
+    at all stays refused."""
+    from hpq.errors import UsageError
+
+    default = synth.synthesize("eks-gpu", as_of=RENDER_DATE)
+    assert "1.35" not in default["root.json"]["Parameters"]["KubernetesVersion"]["AllowedValues"]
+    asked = synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.35"}, as_of=RENDER_DATE)
+    assert asked["root.json"]["Parameters"]["KubernetesVersion"]["Default"] == "1.35"
+    assert "1.35" in asked["EKS.json"]["Parameters"]["KubernetesVersion"]["AllowedValues"]
+    notes = synth.calendar_notes("eks-gpu", {"KubernetesVersion": "1.35"}, as_of=RENDER_DATE)
+    assert any("1.35 is newer than every version SageMaker HyperPod documents" in n for n in notes)
+    assert not any("newer" in n for n in synth.calendar_notes("eks-gpu", as_of=RENDER_DATE))
+    assert any("render and publish again after 2026-12-02" in n for n in synth.calendar_notes("eks-gpu",
+                                                                                               as_of=RENDER_DATE))
+    with pytest.raises(UsageError):
+        synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.36"}, as_of=RENDER_DATE)
+    with pytest.raises(UsageError):
+        synth.synthesize("eks-gpu", params={"KubernetesVersion": "1.30"}, as_of=RENDER_DATE)
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
@@ -344,16 +376,33 @@ def test_lint_sees_a_wrong_offer_claim(tmp_path):
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_eks_control_plane_subnets_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
-    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html);
-    both hpq subnets are EKS control-plane subnets. The rule sits in the root, checked before anything."""
-    rule = rendered[(variant, size)]["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"][0]["Assert"]
+def test_eks_control_plane_subnets_are_their_own_and_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
+    """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html) and
+    wants two AZs. The control plane has two EKS-only subnets, never the node subnet, so nodes may be in such an AZ
+    when EksSecondAvailabilityZoneId names another. The rule sits in the root, checked before anything."""
+    files = rendered[(variant, size)]
+    assertions = files["root.json"]["Rules"]["EksControlPlaneAzs"]["Assertions"]
+
+    def ok(az, eks_az, second=""):
+        env = {"AvailabilityZoneId": az, "EksAvailabilityZoneId": eks_az, "EksSecondAvailabilityZoneId": second}
+        return all(_eval(a["Assert"], env) for a in assertions)
+
+    assert ok("use1-az4", "use1-az6")
     for bad in ("use1-az3", "usw1-az2", "cac1-az3"):
-        assert _eval(rule, {"AvailabilityZoneId": bad, "EksAvailabilityZoneId": "use1-az1"}) is False
-        assert _eval(rule, {"AvailabilityZoneId": "use1-az1", "EksAvailabilityZoneId": bad}) is False
-    assert _eval(rule, {"AvailabilityZoneId": "use1-az4", "EksAvailabilityZoneId": "use1-az6"}) is True
-    eks_subnets = rendered[(variant, size)]["Networking.json"]["Outputs"]["EksSubnetIds"]["Value"]
-    assert eks_subnets == {"Fn::Join": [",", [{"Ref": "NodeSubnet"}, {"Ref": "EksSubnet"}]]}
+        assert not ok(bad, "use1-az1")  # nodes there, second control-plane subnet defaulting to the nodes' AZ
+        assert not ok("use1-az1", bad)
+        assert not ok("use1-az1", "use1-az2", bad)
+        assert ok(bad, "use1-az1", "use1-az2")  # nodes in a refused AZ, control plane elsewhere
+    assert not ok("use1-az4", "use1-az4") and not ok("use1-az3", "use1-az1", "use1-az1")
+    net = files["Networking.json"]
+    assert net["Outputs"]["EksSubnetIds"]["Value"] == {"Fn::Join": [",", [{"Ref": "EksSubnet"},
+                                                                        {"Ref": "EksSubnetB"}]]}
+    second = net["Resources"]["EksSubnetB"]["Properties"]["AvailabilityZoneId"]
+    assert second == {"Fn::If": ["EksSecondSubnetInNodeAz", {"Ref": "AvailabilityZoneId"},
+                                 {"Ref": "EksSecondAvailabilityZoneId"}]}
+    blocks = {net["Resources"][n]["Properties"]["CidrBlock"]["Fn::Select"][0]
+              for n in ("PublicSubnet", "EksSubnet", "EksSubnetB")}
+    assert len(blocks) == 3  # three different /19s of the VPC's second half
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
@@ -405,17 +454,16 @@ def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
 def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
     """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and,
-    on EKS variants, Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
+    Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
     files = rendered[(variant, size)]
     params = files["root.json"]["Parameters"]
     assert params["OnStartDeepHealthChecks"]["Default"] == "None"
     hp = files["HyperPod.json"]
-    if variant.startswith("eks"):  # Slurm variants have no NodeProvisioningMode (see the test below)
-        assert params["NodeProvisioningMode"]["Default"] == "Standard"
-        assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
-        cluster = hp["Resources"]["Cluster"]["Properties"]
-        assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
-                                                              {"Ref": "AWS::NoValue"}]}
+    assert params["NodeProvisioningMode"]["Default"] == "Standard"
+    assert set(params["NodeProvisioningMode"]["AllowedValues"]) == {"Standard", "Continuous"}
+    cluster = hp["Resources"]["Cluster"]["Properties"]
+    assert cluster["NodeProvisioningMode"] == {"Fn::If": ["ContinuousProvisioning", "Continuous",
+                                                          {"Ref": "AWS::NoValue"}]}
     _, on_demand, on_plan = _worker_branches(hp)
     value = on_demand["OnStartDeepHealthChecks"]
     assert value == on_plan["OnStartDeepHealthChecks"]
@@ -432,30 +480,30 @@ def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, 
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_continuous_provisioning_is_offered_on_eks_only(rendered, variant, size):  # noqa: F811
-    """NodeProvisioningMode Continuous "is only supported for EKS orchestrated clusters" (SageMaker API reference,
-    CreateCluster NodeProvisioningMode, as botocore's sagemaker model has it; CloudFormation AWS::SageMaker::Cluster
-    NodeProvisioningMode), and AWS's console passes it only when the orchestrator is not Slurm
-    (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/resources/hyperpod-cluster-creator/lambda_function/
-    lambda_function.py, ``if orchestrator_type != 'SLURM'``). A Slurm variant neither offers the parameter nor
-    can set the property; an EKS variant offers both."""
+def test_continuous_provisioning_is_offered_on_both_orchestrators(rendered, variant, size):  # noqa: F811
+    """The sources disagree on Slurm: botocore's SageMaker model says CreateCluster's Continuous "is only supported
+    for EKS orchestrated clusters", yet its ClusterOrchestratorSlurmConfig.AccountingDatabase (Slurm only) "is only
+    supported for clusters using Continuous"; CloudFormation's AWS::SageMaker::Cluster schema (cfn-lint's provider
+    schema) accepts NodeProvisioningMode on any cluster. hpq follows the CloudFormation schema (docs/templates.md):
+    every variant offers it, passes it through and sets the property only for Continuous."""
+    from botocore.loaders import Loader
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::SageMaker::Cluster").schema
+    assert schema["properties"]["NodeProvisioningMode"]["enum"] == ["Continuous"]
+    assert "AccountingDatabase" in schema["definitions"]["ClusterOrchestratorSlurmConfig"]["properties"]
+    model = Loader().load_service_model("sagemaker", "service-2")["shapes"]
+    assert "Continuous" in model["ClusterOrchestratorSlurmConfig"]["members"]["AccountingDatabase"]["documentation"]
     files = rendered[(variant, size)]
     root_params = files["root.json"]["Parameters"]
     hp = files["HyperPod.json"]
-    cluster = hp["Resources"]["Cluster"]["Properties"]
     groups = files["root.json"]["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
     grouped = {p for g in groups for p in g["Parameters"]}
     passed = files["root.json"]["Resources"]["HyperPodStack"]["Properties"]["Parameters"]
-    if variant.startswith("slurm"):
-        assert "NodeProvisioningMode" not in root_params and "NodeProvisioningMode" not in grouped
-        assert "NodeProvisioningMode" not in hp["Parameters"] and "NodeProvisioningMode" not in passed
-        assert "NodeProvisioningMode" not in cluster
-        assert "ContinuousProvisioning" not in hp.get("Conditions", {})
-    else:
-        assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"]
-        assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
-        assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
-                                                                             "Continuous"]}
+    assert "Continuous" in root_params["NodeProvisioningMode"]["AllowedValues"] and "NodeProvisioningMode" in grouped
+    assert passed["NodeProvisioningMode"] == {"Ref": "NodeProvisioningMode"}
+    assert hp["Conditions"]["ContinuousProvisioning"] == {"Fn::Equals": [{"Ref": "NodeProvisioningMode"},
+                                                                         "Continuous"]}
 
 
 # The three HyperPod events as the SageMaker Developer Guide shows them ("Events that Amazon SageMaker AI sends
@@ -556,37 +604,36 @@ def test_controller_and_login_types_need_an_offer_in_the_region(rendered, varian
 def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):  # noqa: F811
     """EKS: a cluster in extended support cannot have extended support disabled ("Prevent increased cluster costs by
     disabling EKS extended support", disable-extended-support.html: only a cluster in standard support can be set to
-    STANDARD). 1.32 and 1.33 left standard support before the calendar date hpq carries (cfn/eks.py), so a template
-    Rule refuses them with EksSupportType=STANDARD before anything is created, on the console/publish path too
-    (hpq deploy's pre-flight says the same with today's date). Root and EKS stack carry it."""
+    STANDARD). On the render date 1.32 and 1.33 are out of standard support, so a template Rule refuses them with
+    EksSupportType=STANDARD before anything is created (console/publish path; hpq deploy's pre-flight says the same
+    with today's date). Rendered on 2026-12-02 the rule covers 1.34 too. Root and EKS stack carry it."""
     from hpq.cfn import eks
 
-    files = rendered[(variant, size)]
-    root, nested = files["root.json"], files["EKS.json"]
-    rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
-    assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
-    assert eks.EXTENDED_ONLY_VERSIONS == ("1.32", "1.33")
+    def check(files, refused):
+        root, nested = files["root.json"], files["EKS.json"]
+        rule = nested["Rules"][eks.EXTENDED_SUPPORT_RULE]
+        assert root["Rules"][eks.EXTENDED_SUPPORT_RULE] == rule
 
-    def holds(version: str, support: str) -> bool:
-        env = {"KubernetesVersion": version, "EksSupportType": support}
-        return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
+        def holds(version: str, support: str) -> bool:
+            env = {"KubernetesVersion": version, "EksSupportType": support}
+            return not _eval(rule["RuleCondition"], env) or all(_eval(a["Assert"], env) for a in rule["Assertions"])
 
-    for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
-        assert holds(version, "EXTENDED")
-        assert holds(version, "STANDARD") is (version not in ("1.32", "1.33")), version
-    assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+        for version in root["Parameters"]["KubernetesVersion"]["AllowedValues"]:
+            assert holds(version, "EXTENDED")
+            assert holds(version, "STANDARD") is (version not in refused), version
+        assert "EXTENDED" in rule["Assertions"][0]["AssertDescription"]
+
+    check(rendered[(variant, size)], ("1.32", "1.33"))
+    check(synth.synthesize(variant, size, as_of=datetime.date(2026, 12, 2)), ("1.32", "1.33", "1.34"))
 
 
-def test_kubernetes_version_docs_cite_both_sources():
-    """Stored copies of the HyperPod EKS prerequisites page list versions up to 1.34; the issue (2026-11-23) says
-    HyperPod lists up to 1.35. hpq keeps 1.35 as the default and docs/templates.md says where each claim comes from
-    and to confirm against the live page."""
+def test_kubernetes_version_docs_cite_the_hyperpod_page():
+    """docs/templates.md names the default, the page it comes from and the date it was read."""
     from pathlib import Path
 
     from hpq.cfn import eks
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `KubernetesVersion`"))
-    assert eks.DEFAULT_KUBERNETES_VERSION == "1.35" and "`1.35`" in row
-    assert "sagemaker-hyperpod-eks-prerequisites.html" in row
-    assert "1.34" in row and "confirm" in row.lower()
+    assert eks.DEFAULT_KUBERNETES_VERSION == "1.34" and "`1.34`" in row
+    assert "sagemaker-hyperpod-eks-prerequisites.html" in row and "2026-11-26" in row

@@ -122,12 +122,115 @@ def test_no_volume_after_the_bounded_wait_changes_nothing(tmp_path):
     assert snapshot(root) == before
 
 
-def test_kubelet_state_on_both_sides_is_not_merged(tmp_path):
+AL2023_OS_RELEASE = ('NAME="Amazon Linux"\nVERSION="2023"\nID="amzn"\nVERSION_ID="2023"\n'
+                     'PRETTY_NAME="Amazon Linux 2023.6.20250107"\n')
+
+
+def fresh_root(root: Path, image: str, blob: bytes, kubeconfig: str | None) -> None:
+    """Replace everything but /opt/sagemaker with a new AMI's root volume, as UpdateClusterSoftware does.
+
+    AL2 (awslabs/amazon-eks-ami templates/al2/provisioners/install-worker.sh): containerd from the RPM, kubelet.service
+    and the containerd compat drop-in in /etc/systemd/system, /var/lib/kubelet/kubeconfig baked in. AL2023: the units of
+    tests/fixtures_node.py; the AMI's /var/lib/kubelet holds whatever the image ships (``kubeconfig`` None: empty).
+    """
+    for top in ("etc", "usr", "var", "run"):
+        path = root / top
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            import shutil
+
+            shutil.rmtree(path)
+    (root / "etc").mkdir()
+    (root / "etc/os-release").write_text(AL2_OS_RELEASE if image == "al2" else AL2023_OS_RELEASE)
+    units = root / "usr/lib/systemd/system"
+    units.mkdir(parents=True)
+    if image == "al2":
+        (units / "containerd.service").write_text(fn.AL2_CONTAINERD_UNIT)
+        etc_units = root / "etc/systemd/system"
+        (etc_units / "containerd.service.d").mkdir(parents=True)
+        (etc_units / "containerd.service.d/10-compat-symlink.conf").write_text(fn.AL2_CONTAINERD_COMPAT_DROPIN)
+        (etc_units / "kubelet.service").write_text(fn.AL2_KUBELET_UNIT)
+    else:
+        (units / "containerd.service").write_text(fn.AL2023_CONTAINERD_UNIT)
+        (units / "kubelet.service").write_text(fn.AL2023_KUBELET_UNIT)
+    blobs = root / "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256"
+    blobs.mkdir(parents=True)
+    (blobs / "new-pause").write_bytes(blob)
+    (root / "var/lib/kubelet").mkdir(parents=True)
+    if kubeconfig is not None:
+        (root / "var/lib/kubelet/kubeconfig").write_text(kubeconfig)
+
+
+@pytest.mark.parametrize("image", ["al2", "al2023"])
+def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
+    """UpdateClusterSoftware: new root volume, kept /opt/sagemaker holding the old AMI's containerd data and kubelet
+    directory (pods, the old kubeconfig). As AWS's EKS lifecycle does (awsome-distributed-ai PR 884;
+    1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh removes
+    <disk>/containerd/data-root and <disk>/kubelet first), the re-run succeeds with the new image's containerd data
+    and the new root's kubelet files; on AL2, whose image ships /var/lib/kubelet/kubeconfig, that used to fail with
+    "both hold kubeconfig"."""
     root = eks_node(tmp_path)
-    (root / "opt/sagemaker/kubelet").mkdir(parents=True)
-    (root / "opt/sagemaker/kubelet/kubeconfig").write_text("stale")
-    with pytest.raises(eks_storage.EksStorageError, match="both hold kubeconfig"):
-        eks_storage.run(make_context(root))
+    ctx = make_context(root)
+    assert "this AMI's data copied" in eks_storage.run(ctx)
+    disk = root / "opt/sagemaker"
+    old_blob = disk / "containerd/data-root/io.containerd.content.v1.content/blobs/sha256/0f5ac6b1"
+    assert old_blob.exists()
+    (disk / "kubelet/pods/old-pod").mkdir(parents=True)  # the old node's kubelet state
+    fresh_root(root, image, b"new pause layer", "apiVersion: v1\nkind: Config\n# new image\n" if image == "al2" else None)
+    ctx = make_context(root)
+    result = eks_storage.run(ctx)
+    assert "this AMI's data copied" in result and "an earlier root's kubelet directory replaced" in result, result
+    data_root = disk / "containerd/data-root"
+    blobs = data_root / "io.containerd.content.v1.content/blobs/sha256"
+    assert sorted(p.name for p in blobs.iterdir()) == ["new-pause"]  # the old image's data is gone
+    assert (blobs / "new-pause").read_bytes() == b"new pause layer"
+    kubelet = root / "var/lib/kubelet"
+    assert kubelet.is_symlink() and os.readlink(kubelet) == str(disk / "kubelet")
+    assert not (disk / "kubelet/pods").exists()
+    if image == "al2":
+        assert (kubelet / "kubeconfig").read_text().endswith("# new image\n")
+    else:
+        assert sorted(os.listdir(kubelet)) == []
+    argv, _, _ = services.DirectManager(ctx).command("containerd.service")
+    assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
+    if image == "al2":  # the AMI's own drop-in next to ours still applies
+        sections = services.DirectManager(ctx).unit_sections("containerd.service")
+        assert "/bin/ln -sf /run/containerd/containerd.sock /run/dockershim.sock" in sections["Service"]["ExecStartPre"]
+    assert not list(disk.glob("*.hpq-partial")) and not list((root / "var/lib").glob("*.hpq-moved"))
+    # A plain re-run on this root keeps everything (the new node's data is not cleared again).
+    (blobs / "pulled-since").write_bytes(b"image pulled by the new node")
+    before = snapshot(root)
+    assert "already on" in eks_storage.run(make_context(root))
+    assert snapshot(root) == before
+
+
+def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):  # noqa: F811
+    """The same scenario end to end: the bundle's on_create.sh on an AL2 root that replaced an earlier one."""
+    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    root = eks_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    assert fn.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
+    fresh_root(root, "al2", b"al2 pause", "apiVersion: v1\nkind: Config\n# al2\n")
+    res = fn.run_on_create(entry, env, "--steps", "identify,eks-storage")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "an earlier root volume's containerd data (AMI update)" in res.stdout
+    assert "an earlier root volume's kubelet directory (AMI update)" in res.stdout
+    assert (root / "var/lib/kubelet/kubeconfig").read_text().endswith("# al2\n")
+
+
+def test_a_move_killed_midway_finishes_on_the_next_run(tmp_path):
+    """Killed after the root's kubelet directory was set aside but before the link: nothing of it is lost."""
+    root = eks_node(tmp_path)
+    disk = root / "opt/sagemaker"
+    (disk / "kubelet").mkdir(parents=True)
+    (disk / "kubelet/kubeconfig").write_text("apiVersion: v1\nkind: Config\n")  # the copy had completed
+    (root / "var/lib/kubelet").rename(root / "var/lib/kubelet.hpq-moved")
+    result = eks_storage.move_kubelet_root(str(root / "var/lib/kubelet"), str(disk / "kubelet"))
+    assert "interrupted move finished" in result
+    assert (root / "var/lib/kubelet/kubeconfig").read_text().startswith("apiVersion")
+    assert not (root / "var/lib/kubelet.hpq-moved").exists()
 
 
 def test_eks_storage_is_not_run_on_slurm_nodes(tmp_path):

@@ -33,11 +33,17 @@ REGION = "ap-southeast-4"
 FAST = {"base": 0.01, "cap": 0.05}
 
 
+def mount_name_of(fs_id: str) -> str:
+    """The stand-in's MountName: 8 characters, as FSx gives PERSISTENT file systems (botocore's FSx model,
+    LustreFileSystemMountName ``^([A-Za-z0-9_-]{1,8})$``)."""
+    return fs_id[3:11]
+
+
 class FsxProxy:
     """Stand-in in front of moto: throttling, forced paging, and the fields moto omits."""
 
     def __init__(self, upstream: str, throttle_first: int = 0, page_size: int | None = None,
-                 lifecycles: list[str] | None = None):
+                 lifecycles: list[str] | None = None, port: int = 0):
         self.upstream = upstream.replace("http://", "")
         self.throttle_first = throttle_first
         self.page_size = page_size
@@ -45,7 +51,7 @@ class FsxProxy:
         self.calls = 0
         self.throttled = 0
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -99,7 +105,7 @@ class FsxProxy:
                     for fs in doc.get("FileSystems", []):
                         fs.setdefault("Lifecycle", state)
                         lc = fs.setdefault("LustreConfiguration", {})
-                        lc.setdefault("MountName", "mnt" + fs["FileSystemId"][3:])
+                        lc.setdefault("MountName", mount_name_of(fs["FileSystemId"]))
                     data = json.dumps(doc).encode()
                 self._send(resp.status, data, resp.getheader("Content-Type", "application/json"))
 
@@ -169,6 +175,71 @@ def test_throttling_that_never_stops_fails_clearly(aws):
     assert proxy.throttled == 4
 
 
+def test_dns_down_at_the_first_call_is_retried_and_logged(aws, monkeypatch, caplog):
+    """The first FSx call of a boot meets a resolver that is not up yet (HyperPod restarts systemd-resolved while
+    lifecycle scripts run; AWS's reference on_create.sh sleeps 30 s for it): getaddrinfo fails with EAI_AGAIN,
+    which botocore turns into EndpointConnectionError. Retried with backoff, each retry logged, then found."""
+    import socket
+
+    name = "dns-" + uuid.uuid4().hex[:6]
+    fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
+    proxy = aws()
+    endpoint = proxy.url.replace("127.0.0.1", "localhost")  # the node's name for the endpoint: resolved per call
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    real, failures = socket.getaddrinfo, []
+
+    def resolver_down_at_first(host, *args, **kwargs):
+        if host == "localhost" and len(failures) < 2:
+            failures.append(host)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver_down_at_first)
+    sleeps: list[float] = []
+    log = logging.getLogger("hpq-test.fsx")
+    with caplog.at_level(logging.WARNING, logger="hpq-test.fsx"):
+        found = fsx.find_cluster_filesystem(name, REGION, use_boto3=True,
+                                            backoff=dict(FAST, sleep=sleeps.append, log=log))
+    assert found["FileSystemId"] == fs_id and len(failures) == 2 and len(sleeps) == 2
+    retries = [r.getMessage() for r in caplog.records if "FSx API unreachable" in r.getMessage()]
+    assert len(retries) == 2 and retries[0].startswith("FSx API unreachable (attempt 1 of 8): EndpointConnectionError")
+
+
+def test_an_endpoint_not_up_at_the_first_cli_call_is_retried(aws, monkeypatch):
+    """The aws CLI path (nodes without boto3): the first call finds nothing listening ("Could not connect to the
+    endpoint URL", botocore's EndpointConnectionError as the CLI prints it); the endpoint comes up during the
+    backoff and the next call finds the filesystem."""
+    name = "cli-" + uuid.uuid4().hex[:6]
+    fs_id = create_fs({names.CLUSTER_TAG_KEY: name})
+    import socket
+
+    with socket.socket() as probe:  # a free port: nothing listens there until bring_up
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    started: list[FsxProxy] = []
+
+    def bring_up(seconds: float) -> None:
+        if not started:
+            started.append(aws(port=port))
+            monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+
+    found = fsx.find_cluster_filesystem(name, REGION, use_boto3=False, backoff=dict(FAST, sleep=bring_up))
+    assert found["FileSystemId"] == fs_id and started and started[0].calls == 1
+
+
+@pytest.mark.parametrize("use_boto3", [True, False], ids=["boto3", "aws-cli"])
+def test_an_endpoint_that_never_resolves_fails_after_bounded_attempts(aws, monkeypatch, use_boto3):
+    """DNS down for good: a bounded number of attempts, then one clear error (no hang, no traceback)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://fsx.hpq-dns-down.invalid")
+    sleeps: list[float] = []
+    with pytest.raises(fsx.FsxError, match="FSx API still unreachable after 3 attempts: .*(Could not connect|"
+                                           "EndpointConnectionError)"):
+        fsx.find_cluster_filesystem("x", REGION, use_boto3=use_boto3,
+                                    backoff=dict(FAST, attempts=3, sleep=sleeps.append))
+    assert len(sleeps) == 2
+
+
 def node_ctx(tmp_path: Path, cluster: str = "c", hosts: dict[str, str] | None = None, dns: str | None = None,
              mountname: str | None = None, **env: str):
     """A worker whose node info names ``cluster`` (and explicit FSx names, as provisioning parameters do)."""
@@ -193,8 +264,8 @@ def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path):
     (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\nold@tcp:/x /fsx lustre defaults 0 0\n")
     result = fsx.run(ctx)
     assert proxy.calls == 3  # found CREATING, polled until AVAILABLE
-    source = f"{dns}@tcp:/mnt{fs_id[3:]}"
-    assert source in result and f"the kernel shows 10.1.40.25@tcp:/mnt{fs_id[3:]}" in result
+    source = f"{dns}@tcp:/{mount_name_of(fs_id)}"
+    assert source in result and f"the kernel shows 10.1.40.25@tcp:/{mount_name_of(fs_id)}" in result
     calls = mount_calls.read_text().splitlines()
     assert calls == [f"-t lustre -o relatime,flock {source} {root}/fsx"]
     fstab = (root / "etc/fstab").read_text()

@@ -91,7 +91,7 @@ def test_hpq_cluster_config_next_to_the_bundle(tmp_path, bundle, imds_factory): 
     res = identify(bundle, root, dict(HPQ_IMDS_URL=srv.url))
     assert res.returncode == 0, res.stdout
     info = node_info(root)
-    assert info["role"] == "worker" and info["partition"] == "dev"
+    assert info["role"] == "worker" and info["partition"] == "workers"
     assert info["role_source"].endswith(f"{names.HPQ_CLUSTER_CONFIG} ({names.HPQ_CLUSTER_CONFIG})")
     assert info["fsx_mountname"] == fn.FSX_MOUNTNAME
 

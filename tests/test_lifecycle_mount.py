@@ -128,8 +128,8 @@ def test_fstab_block_replaced_not_appended(tmp_path):
     ctx, root, _, _ = node(tmp_path)
     (root / "etc").mkdir(parents=True)
     (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\nold@tcp:/x /fsx lustre defaults 0 0\n")
-    for src in ("a@tcp:/x", "b@tcp:/y", "b@tcp:/y"):
-        fsx.update_fstab(ctx, src)
+    for dns, mount_name in (("a", "x"), ("b", "y"), ("b", "y")):
+        fsx.update_fstab(ctx, dns, mount_name)
     text = (root / "etc/fstab").read_text()
     assert text.startswith("UUID=abc / ext4 defaults 0 1\n")
     assert text.count("BEGIN hpq managed: fsx") == 1 and text.count("/fsx lustre") == 1

@@ -334,10 +334,12 @@ def test_run_twice_changes_nothing(tmp_path, imds_factory):  # noqa: F811
     first = subprocess.run([sys.executable, "-m", "hpq.lifecycle.main"], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stdout + first.stderr
     before, shared_before = snapshot(root), snapshot(shared)
-    for must in ("etc/hpq/node-info.json", "etc/fstab", "etc/environment", "etc/profile.d/hpq-nccl.sh",
+    for must in ("etc/hpq/node-info.json", "etc/fstab", "etc/hpq/nccl-env.json",
                  "root/.ssh/authorized_keys", "root/.ssh/id_ed25519_hpq", "opt/hpq/hpq/lifecycle/main.py",
                  "opt/hpq/on_create.sh"):
         assert must in before
+    # a controller (CPU): no transport variable where shells or jobs pick it up (tests/test_node_env_shells.py)
+    assert "etc/environment" not in before and "etc/profile.d/hpq-nccl.sh" not in before
     assert modprobe.read_text().splitlines() == ["lnet", "lustre"]
     second = subprocess.run([sys.executable, "-m", "hpq.lifecycle.main"], env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stdout

@@ -33,9 +33,12 @@ def resolve_sub(sub, params: dict[str, str], conditions: dict[str, bool]) -> str
     return re.sub(r"\$\{([A-Za-z0-9_:]+)\}", lambda m: value(m.group(1)), text)
 
 
+FSX = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
+
+
 @pytest.mark.parametrize("login", [True, False])
 def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
-    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster"},
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster", **FSX},
                        {"HasLoginGroup": login})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)
@@ -48,6 +51,44 @@ def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
         assert identity.role_of(names.LOGIN_GROUP, "", rf.orchestrator, rf, []) == identity.LOGIN
     else:
         assert rf.login_group is None
+    # The Storage stack's FileSystem names, passed in by the root: the node mounts without an FSx API call.
+    assert (rf.fsx_dns_name, rf.fsx_mountname) == (FSX["FsxDnsName"], FSX["FsxMountName"])
+
+
+def test_slurm_root_passes_the_storage_stacks_fsx_names_to_the_s3_stack():
+    """FsxDnsName/FsxMountName of the S3 stack are the Storage stack's outputs, which are the FileSystem's
+    Fn::GetAtt DNSName and LustreMountName (AWS::FSx::FileSystem return values); EKS roots pass neither (EKS nodes
+    mount nothing on the host), so their S3 stack does not wait for FSx."""
+    from hpq.cfn import synth
+
+    for variant in ("slurm-gpu", "eks-gpu"):
+        files = synth.synthesize(variant, "small")
+        params = files["root.json"]["Resources"]["S3Stack"]["Properties"]["Parameters"]
+        if variant.startswith("slurm"):
+            assert params["FsxDnsName"] == {"Fn::GetAtt": ["StorageStack", "Outputs." + names.OUT_FSX_DNS]}
+            assert params["FsxMountName"] == {"Fn::GetAtt": ["StorageStack", "Outputs." + names.OUT_FSX_MOUNT]}
+            outs = files["Storage.json"]["Outputs"]
+            assert outs[names.OUT_FSX_DNS]["Value"] == {"Fn::GetAtt": ["FileSystem", "DNSName"]}
+            assert outs[names.OUT_FSX_MOUNT]["Value"] == {"Fn::GetAtt": ["FileSystem", "LustreMountName"]}
+        else:
+            assert "FsxDnsName" not in params and "FsxDnsName" not in files["S3.json"]["Parameters"]
+
+
+@pytest.mark.parametrize(("dns", "mount"), [("fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com\nx /etc", "abcdefgh"),
+                                            ("fs-0123456789abcdef0.fsx us-west-2", "abcdefgh"),
+                                            (FSX["FsxDnsName"], "abc defg"), (FSX["FsxDnsName"], "abcdefghi")])
+def test_the_s3_stack_and_the_node_refuse_the_same_bad_fsx_names(tmp_path, dns, mount):
+    """The S3 stack's AllowedPattern and the node's reader (lifecycle/fields.py) agree on a broken twin."""
+    import re as re_
+
+    assert not (re_.fullmatch(s3.FSX_DNS_PATTERN.strip("^$"), dns) and re_.fullmatch(s3.FSX_MOUNT_PATTERN.strip("^$"),
+                                                                                      mount))
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
+                       {"ClusterName": "ml-cluster", "FsxDnsName": dns, "FsxMountName": mount}, {"HasLoginGroup": False})
+    path = tmp_path / names.HPQ_CLUSTER_CONFIG
+    path.write_text(text)
+    with pytest.raises(roles.RoleFileError):
+        roles.load_cluster_config(str(path))
 
 
 def test_eks_variant_file_has_no_slurm_groups(tmp_path):

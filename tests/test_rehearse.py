@@ -319,3 +319,39 @@ def test_login_node_registers_with_slurm_and_no_fsx_key_job_skips_it(env):
     keys = {s["name"]: s for s in ctl["steps"]}["ssh-keys"]
     assert keys["status"] == "warning" and "not reached" in keys["detail"]
     assert leftovers(r["run_id"], before) == []
+
+
+def test_p5_rehearsal_checks_the_jobs_environment_on_the_workers(env):
+    """--instance-type ml.p5.48xlarge: the workers show p5's 32 EFA devices, the job's ranks print their own
+    transport environment inside the job, and the rehearsal's `environment` object says it is p5's (EFA RDMA,
+    no NCCL_NET_PLUGIN=none from the controller). Its broken twin is the next test."""
+    before = daemons_outside_host_netns()
+    res = rehearse(env, "--instance-type", "ml.p5.48xlarge", "--output", "json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    r = json.loads(res.stdout)
+    e = r["environment"]
+    assert e["ok"] is True and e["problems"] == [] and e["message"].startswith("PASS")
+    workers = sorted(n["slurm_node"] for n in r["nodes"] if n["role"] == "worker")
+    assert sorted(e["effective"]) == workers
+    for seen in e["effective"].values():
+        assert seen["FI_PROVIDER"] == "efa" and seen["FI_EFA_USE_DEVICE_RDMA"] == "1"
+        assert seen["HPQ_TRANSPORT"] == "efa-rdma" and "NCCL_NET_PLUGIN" not in seen
+    assert e["expected"]["HPQ_TRANSPORT"] == "efa-rdma" and r["nccl"]["verdict"]["ok"] is True
+    assert leftovers(r["run_id"], before) == []
+
+
+def test_a_controller_that_leaks_into_jobs_fails_the_rehearsal(env):
+    """Broken twin: the same p5 rehearsal with the controller exporting NCCL_NET_PLUGIN=none to login shells and
+    the launcher merging it as before issue 19 (tests/rehearse_leak.py, tests/faults). The ranks really get it
+    through srun, and the rehearsal fails at the nccl stage naming the variable and its source."""
+    before = daemons_outside_host_netns()
+    res = subprocess.run([sys.executable, "-m", "hpq.tests.rehearse_leak", "ml.p5.48xlarge"], capture_output=True,
+                         text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1, res.stderr[-4000:]
+    r = json.loads(res.stdout)
+    e = r["environment"]
+    assert r["result"] == "fail" and r["failure"]["stage"] == "nccl"
+    assert e["ok"] is False and all(v.get("NCCL_NET_PLUGIN") == "none" for v in e["effective"].values())
+    assert any(p.startswith("NCCL_NET_PLUGIN=none is set in the job but `hpq nccl-env ml.p5.48xlarge` does not set "
+                            "it; inherited from the environment the job was launched from") for p in e["problems"])
+    assert leftovers(r["run_id"], before) == []

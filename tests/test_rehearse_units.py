@@ -207,6 +207,9 @@ def test_agent_slurm_conf_names_nodes_by_ip_and_defaults_to_dev():
                                                              "Compute", ["gpu"])])
     conf = hyperpod.slurm_conf(p, 2, 1000, parts)
     assert f"PartitionName=gpu Nodes={','.join(n.hostname for n in p.worker_nodes)} Default=YES" in conf
+    # HyperPod still adds every node, the login node too, to its universal partition (cfn/common.py)
+    assert "PartitionName=dev Nodes=ALL Default=NO" in conf
+    assert sum(ln.startswith("PartitionName=") for ln in conf.splitlines()) == 2
 
 
 def test_roles_from_api_config_then_legacy_parameters():

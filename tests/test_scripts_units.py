@@ -194,44 +194,98 @@ def test_run_nccl_test_expect_decides_what_the_bandwidth_is_judged_against(tmp_p
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and error in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("itype,rdma,busbw", [("ml.g5.48xlarge", "0", 12.0), ("ml.p4d.24xlarge", "1", 78.33)])
-def test_mpirun_command_from_allocation(tmp_path, itype, rdma, busbw):
-    """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (records what it
-    got, prints an all_reduce_perf log of the two nodes over EFA at the type's 2-node figure, in nccl-tests'
-    format, tests/nccl_logs.py); the transport comes from the real function on a fake node with one EFA device."""
+# mpirun stand-in: records its argv and environment, then plays Open MPI under Slurm: on each node its daemon
+# (a Slurm task, so SLURMD_NODENAME is that node's) starts local rank 0 with mpirun's environment plus -x; only
+# the program's own output is replaced by a real log. EXTRA (if set) is what a worker adds itself (a TaskProlog).
+MPIRUN_STANDIN = """printf '%s\\0' "$@" > {rec}.argv
+env | sort > {rec}
+while [ $# -gt 0 ] && [ "$1" != sh ]; do shift; done
+for n in node-1 node-2; do
+  env $EXTRA SLURMD_NODENAME=$n OMPI_COMM_WORLD_LOCAL_RANK=0 "$1" "$2" "$3" "$4" true
+done
+cat {log}
+"""
+
+
+def mpirun_cluster(tmp_path: Path, extra: str = "", log_text: str | None = None) -> tuple[dict, Path]:
+    """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (above); the
+    transport comes from the real function on a fake node with one EFA device. The program's output is
+    ``log_text``, by default an all_reduce_perf log of the two nodes over EFA at AWS's 2-node p4de figure
+    (78.33 GB/s) in nccl-tests' format (tests/nccl_logs.py)."""
     from hpq.tests.nccl_logs import allreduce_log, efa_info
 
-    (tmp_path / "run.txt").write_text(allreduce_log(["node-1", "node-2"], 2, busbw, nccl_info=efa_info("node-1")))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     rec = tmp_path / "mpirun.rec"
     recorder(bindir / "srun", 'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n')
     recorder(bindir / "salloc", "exit 99\n")
     recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
-    recorder(bindir / "mpirun", f'echo "ARGS $*" > {rec}\nenv | sort >> {rec}\n'
-                                f'cat {tmp_path / "run.txt"}\n')
+    (tmp_path / "run.txt").write_text(log_text if log_text is not None else allreduce_log(
+        ["node-1", "node-2"], 2, 78.33, nccl_info=efa_info("node-1")))
+    recorder(bindir / "mpirun", MPIRUN_STANDIN.format(rec=rec, log=tmp_path / "run.txt"))
     recorder(tmp_path / "all_reduce_perf", "exit 98\n")
     env = base_env(tmp_path) | {
         "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
-        "HPQ_ROOT": str(fake_node(tmp_path / "node", efa=True)), "NCCL_NVLS_ENABLE": "0"}
+        "HPQ_ROOT": str(fake_node(tmp_path / "node", efa=True)), "EXTRA": extra,
+        # what a CPU controller exported before issue 19, a user's own setting, and one kept on purpose
+        "NCCL_NET_PLUGIN": "none", "GLOO_SOCKET_IFNAME": "ens5", "FI_EFA_FORK_SAFE": "0",
+        "NCCL_NVLS_ENABLE": "0", "NCCL_P2P_DISABLE": "1", "HPQ_KEEP_ENV": "NCCL_NVLS_ENABLE"}
+    return env, rec
+
+
+@pytest.mark.parametrize("itype,rdma,busbw", [("ml.g5.48xlarge", "0", 12.0), ("ml.p4d.24xlarge", "1", 78.33)])
+def test_mpirun_command_from_allocation(tmp_path, itype, rdma, busbw):
+    """mpirun's arguments and environment: the worker's transport variables and what HPQ_KEEP_ENV names, none
+    of the submitting node's others (NCCL_NET_PLUGIN=none from a controller is removed, not merged); the ranks'
+    hpq-env blocks are in the log and match, so the verdict stands (the log: the two nodes over EFA at the
+    type's 2-node figure)."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info
+
+    env, rec = mpirun_cluster(tmp_path, log_text=allreduce_log(["node-1", "node-2"], 2, busbw,
+                                                               nccl_info=efa_info("node-1")))
     res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
                                                    "--instance-type", itype], env, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     text = rec.read_text()
-    argv = shlex.split(text.splitlines()[0])[1:]
+    argv = Path(f"{rec}.argv").read_text().split("\0")[:-1]
+    assert argv[argv.index("sh"):argv.index("sh") + 2] == ["sh", "-c"] and argv[argv.index("sh") + 3] == "hpq-env"
     joined = " ".join(argv)
     for part in ("-np 4", "--bind-to none", "--mca pml ob1", "--mca btl tcp,self",
                  "--mca btl_tcp_if_exclude lo,docker0", "-x FI_PROVIDER", "-x FI_EFA_USE_DEVICE_RDMA",
-                 "-x NCCL_SOCKET_IFNAME", "-x LD_LIBRARY_PATH", "-x NCCL_NVLS_ENABLE", "-g 1", "-b 8", "-e 16G",
-                 "-f 2", "-c 1"):
+                 "-x NCCL_SOCKET_IFNAME", "-x LD_LIBRARY_PATH", "-x NCCL_NVLS_ENABLE",
+                 f"hpq-env {tmp_path / 'all_reduce_perf'} -b 8 -e 16G -f 2", "-g 1", "-c 1"):
         assert part in joined, part
+    for absent in ("-x NCCL_NET_PLUGIN", "-x GLOO_SOCKET_IFNAME", "-x NCCL_P2P_DISABLE"):
+        assert absent not in joined, absent
     hostfile = Path(argv[argv.index("--hostfile") + 1]).read_text()
     assert hostfile == "node-1 slots=2\nnode-2 slots=2\n"
-    assert f"FI_EFA_USE_DEVICE_RDMA={rdma}" in text and "FI_PROVIDER=efa" in text
-    assert "NCCL_NET_PLUGIN=none" not in text
-    assert "NCCL_SOCKET_IFNAME=^docker,lo,veth" in text
+    mpirun_env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert mpirun_env["FI_EFA_USE_DEVICE_RDMA"] == rdma and mpirun_env["FI_PROVIDER"] == "efa"
+    assert mpirun_env["FI_EFA_FORK_SAFE"] == "1" and mpirun_env["NCCL_NVLS_ENABLE"] == "0"
+    assert not {"NCCL_NET_PLUGIN", "GLOO_SOCKET_IFNAME", "NCCL_P2P_DISABLE"} & set(mpirun_env)
+    assert mpirun_env["NCCL_SOCKET_IFNAME"] == "^docker,lo,veth"
     doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text())
     assert doc["hosts"] == ["node-1", "node-2"] and doc["transport"] in ("efa-rdma", "efa-sendrecv")
+    check = doc["environment_check"]
+    assert check["ok"] is True and check["problems"] == [] and sorted(check["effective"]) == ["node-1", "node-2"]
+    assert check["effective"]["node-1"]["FI_EFA_USE_DEVICE_RDMA"] == rdma
+    assert "hpq-env: node-2 FI_PROVIDER=efa" in Path(doc["log"]).read_text()
+
+
+def test_rank_environment_unlike_the_workers_fails(tmp_path):
+    """Broken twin of the test above: the ranks also carry NCCL_NET_PLUGIN=none that the launch did not give
+    them (here the worker adds it, as a TaskProlog would). Same healthy log rows, yet FAIL naming the
+    variable and its source; the same for a worker whose block is cut short."""
+    env, _ = mpirun_cluster(tmp_path, extra="NCCL_NET_PLUGIN=none")
+    res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
+                                                   "--instance-type", "ml.p4d.24xlarge"], env, tmp_path)
+    assert res.returncode == 1, res.stdout
+    assert "FAIL: the job's transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the " \
+           "job but `hpq nccl-env ml.p4d.24xlarge` does not set it" in res.stdout
+    assert "inherited from the environment the job was launched from" in res.stdout  # the submitter had it too
+    doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text())
+    assert doc["verdict"]["ok"] is False and doc["verdict"]["exit_code"] == 1
+    assert doc["environment_check"]["ok"] is False and "node-1, node-2" in doc["environment_check"]["problems"][0]
 
 
 def test_tcp_node_gets_socket_transport(tmp_path):
@@ -502,7 +556,7 @@ def test_run_nanogpt_with_bin_true_is_not_a_pass(tmp_path):
 ])
 def test_run_nccl_tests_own_verdict_on_two_nodes(tmp_path, itype, busbw, info, code, words):
     """run-nccl-test judges its own log with the same checks as hpq nccl-report: the transport NCCL names, the
-    values' physical limit; stand-ins as in test_mpirun_command_from_allocation print the chosen log."""
+    values' physical limit; the stand-ins of mpirun_cluster print the chosen log."""
     from hpq.tests.nccl_logs import allreduce_log, efa_info, socket_info
 
     lines = {"efa": efa_info("node-1"), "socket": socket_info("node-1"), None: []}[info]
@@ -510,17 +564,7 @@ def test_run_nccl_tests_own_verdict_on_two_nodes(tmp_path, itype, busbw, info, c
     if busbw > 1e6:  # the 1 GiB row's out-of-place busbw made impossible
         row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("1073741824 "))
         text = text.replace(row, row.replace(f" {row.split()[7]} ", f" {busbw} ", 1))
-    (tmp_path / "run.txt").write_text(text)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    recorder(bindir / "srun", 'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n')
-    recorder(bindir / "salloc", "exit 99\n")
-    recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
-    recorder(bindir / "mpirun", f'cat {tmp_path / "run.txt"}\n')
-    recorder(tmp_path / "all_reduce_perf", "exit 98\n")
-    env = base_env(tmp_path) | {
-        "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
-        "HPQ_ROOT": str(fake_node(tmp_path / "node", efa=True))}
+    env, _rec = mpirun_cluster(tmp_path, log_text=text)
     res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
                                                    "--instance-type", itype], env, tmp_path)
     assert res.returncode == code and words in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]

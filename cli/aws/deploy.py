@@ -147,41 +147,7 @@ def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Releas
     return release
 
 
-def stack_parameters(release: Release, variant: str, user: dict[str, str], stack_name: str) -> dict[str, str]:
-    """Root parameters: release locations + ClusterName default + the user's ``--param``s, checked locally."""
-    root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
-    declared: dict[str, Any] = root.get("Parameters", {}) or {}
-    params = {k: v for k, v in release.root_parameters(variant).items() if k in declared or not declared}
-    unknown = sorted(set(user) - set(declared)) if declared else []
-    if unknown:
-        raise UsageError(
-            f"unknown parameter(s) {', '.join(unknown)} for {variant}; known: {', '.join(sorted(declared))}"
-        )
-    for key, value in user.items():
-        spec = declared.get(key, {})
-        # synth validated the value and stored it normalized (p5.48xlarge -> ml.p5.48xlarge) as the Default.
-        value = str(spec.get("Default", value)) if "Default" in spec else value
-        allowed = spec.get("AllowedValues")
-        if allowed and value not in [str(a) for a in allowed]:
-            raise UsageError(f"--param {key}={value}: allowed values are {', '.join(map(str, allowed))}")
-        params[key] = value
-    if P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user:
-        if not names.valid_cluster_name(stack_name):  # never fall back silently to the template's default name
-            raise UsageError(f"stack name {stack_name!r} is also the HyperPod cluster name, which must be 1-63 "
-                             "letters, digits and '-': shorten it or pass --param ClusterName=NAME")
-        params[P_CLUSTER_NAME] = stack_name
-    if P_CLUSTER_NAME in params and not names.valid_cluster_name(params[P_CLUSTER_NAME]):
-        raise UsageError(f"invalid cluster name {params[P_CLUSTER_NAME]!r}: letters, digits and '-', 1-63 chars")
-    return params
-
-
 AZ_PARAMS = ("AvailabilityZoneId", "EksAvailabilityZoneId")
-
-
-def missing_parameters(release: Release, variant: str, params: dict[str, str]) -> list[str]:
-    """Root parameters without a Default that nobody set."""
-    declared = release.templates[variant].get(names.ROOT_TEMPLATE, {}).get("Parameters", {}) or {}
-    return sorted(k for k, spec in declared.items() if "Default" not in spec and k not in params)
 
 
 def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> list[str]:
@@ -196,38 +162,6 @@ def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> 
     if len(ids) < how_many:
         raise UsageError(f"the region has {len(ids)} available AZ(s); pass --param AvailabilityZoneId=... explicitly")
     return ids[:how_many]
-
-
-def fill_defaults(ec2: Any, release: Release, variant: str, params: dict[str, str],
-                  on_note: Callable[[str], None] | None = None,
-                  preferred: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
-    """Pick AZ ids the user left out: ``preferred`` ones first (key -> (zone id, why)), else the first ones of the
-    region, distinct; anything else missing is an error."""
-    missing = missing_parameters(release, variant, params)
-    for key, (zone, why) in (preferred or {}).items():
-        if key in missing:
-            params[key] = zone
-            if on_note:
-                on_note(f"{key} not given: using {zone}, {why}")
-    missing = missing_parameters(release, variant, params)
-    azs = [k for k in AZ_PARAMS if k in missing]
-    if azs:
-        taken = {params[k] for k in AZ_PARAMS if k in params}
-        exclude: tuple[str, ...] = ()
-        if is_eks(variant):  # both subnets are EKS control-plane subnets
-            from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
-
-            exclude = EKS_UNSUPPORTED_AZ_IDS
-        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken), exclude) if z not in taken]
-        for key, zone in zip(azs, choices, strict=False):
-            params[key] = zone
-            if on_note:
-                on_note(f"{key} not given: using {zone} (choose with --param {key}=<zone id>, e.g. where your "
-                        "instance capacity is)")
-    rest = missing_parameters(release, variant, params)
-    if rest:
-        raise UsageError(f"missing parameter(s) for {variant}: " + ", ".join(f"--param {k}=..." for k in rest))
-    return params
 
 
 def quick_create_url(release: Release, variant: str, stack_name: str | None = None) -> str:
@@ -254,52 +188,175 @@ class Deployment:
     release: Release
     submit: aws_stacks.SubmitResult
     parameters: dict[str, str]
+    plan: Any = None  # deploy_plan.ParameterPlan: every parameter, old -> new, and the rule that chose it
+    existing: aws_stacks.StackInfo | None = None
 
 
-def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None = None, size: str = "small",
+def user_values(root: dict[str, Any], user: dict[str, str]) -> dict[str, str]:
+    """The user's ``--param``s as synth normalized them (it stored each as the parameter's Default)."""
+    declared = root.get("Parameters", {}) or {}
+    return {k: str(declared[k]["Default"]) if "Default" in declared.get(k, {}) else v for k, v in user.items()}
+
+
+def plan_parameters(session: Any, variant: str, root: dict[str, Any], name: str, existing: Any,
+                    user: dict[str, str], size: str | None, on_note: Callable[[str], None] | None = None,
+                    ) -> tuple[Any, Any]:
+    """Every root parameter's value for this deploy and the rule that chose it (cli/aws/deploy_plan.py), less
+    the release locations (known once the release is built); plus the described training plan, if any."""
+    from hpq.cli.aws import deploy_plan, preflight
+
+    declared: dict[str, Any] = root.get("Parameters", {}) or {}
+    unknown = sorted(set(user) - set(declared))
+    if unknown:
+        raise UsageError(f"unknown parameter(s) {', '.join(unknown)} for {variant}; known: {', '.join(sorted(declared))}")
+    current = existing.parameters if existing is not None else None
+    plan = deploy_plan.parameter_plan(declared, current, user_values(root, user), size)
+    if existing is None and P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user:
+        if not names.valid_cluster_name(name):  # never fall back silently to the template's default name
+            raise UsageError(f"stack name {name!r} is also the HyperPod cluster name, which must be 1-63 "
+                             "letters, digits and '-': shorten it or pass --param ClusterName=NAME")
+        plan.set(P_CLUSTER_NAME, name, deploy_plan.RULE_STACK_NAME)
+    values = plan.values
+    if P_CLUSTER_NAME in values and not names.valid_cluster_name(values[P_CLUSTER_NAME]):
+        raise UsageError(f"invalid cluster name {values[P_CLUSTER_NAME]!r}: letters, digits and '-', 1-63 chars")
+    training = None
+    if preflight.plan_arn_given(values):  # the workers' capacity is in the plan's AZ: the node subnet goes there
+        from hpq.cli.aws import training_plan
+
+        training = training_plan.describe(client(session, "sagemaker"), client(session, "ec2"),
+                                          values["TrainingPlanArn"].strip(), region_of(session))
+    missing = [k for k in plan.missing(declared) if k not in deploy_plan.RELEASE_PARAMETERS]
+    if missing:
+        zone = training.default_zone(values.get("WorkerInstanceType", "")) if training else None
+        preferred = {"AvailabilityZoneId": (zone, f"where training plan {training.name or training.arn} reserves "
+                                                  "the workers")} if training and zone else None
+        chosen = choose_zones(client(session, "ec2"), variant, {k: values[k] for k in AZ_PARAMS if k in values},
+                              missing, on_note, preferred)
+        for key, zone_id in chosen.items():
+            plan.set(key, zone_id, deploy_plan.RULE_CHOSEN)
+        rest = [k for k in missing if k not in chosen]
+        if rest:
+            raise UsageError(f"missing parameter(s) for {variant}: " + ", ".join(f"--param {k}=..." for k in rest))
+    return plan, training
+
+
+def choose_zones(ec2: Any, variant: str, taken_params: dict[str, str], missing: list[str],
+                 on_note: Callable[[str], None] | None = None,
+                 preferred: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    """AZ ids for the AZ parameters in ``missing``: ``preferred`` ones first, else the region's first, distinct."""
+    out: dict[str, str] = {}
+    for key, (zone, why) in (preferred or {}).items():
+        if key in missing:
+            out[key] = zone
+            if on_note:
+                on_note(f"{key} not given: using {zone}, {why}")
+    azs = [k for k in AZ_PARAMS if k in missing and k not in out]
+    if azs:
+        taken = set(taken_params.values()) | set(out.values())
+        exclude: tuple[str, ...] = ()
+        if is_eks(variant):  # both subnets are EKS control-plane subnets
+            from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+
+            exclude = EKS_UNSUPPORTED_AZ_IDS
+        choices = [z for z in default_zone_ids(ec2, len(azs) + len(taken), exclude) if z not in taken]
+        for key, zone in zip(azs, choices, strict=False):
+            out[key] = zone
+            if on_note:
+                on_note(f"{key} not given: using {zone} (choose with --param {key}=<zone id>, e.g. where your "
+                        "instance capacity is)")
+    return out
+
+
+def build_planned_release(bucket: str, region: str, variant: str, size: str | None, values: dict[str, str],
+                          existing: Any, transform: Transform | None) -> Release:
+    """The release with the planned values as its templates' Defaults, so the same inputs give the same release
+    (a redeploy changes nothing) and the uploaded templates show what the stack runs with."""
+    from hpq.cli.aws import deploy_plan
+
+    baked = {k: v for k, v in values.items() if k not in deploy_plan.RELEASE_PARAMETERS}
+    try:
+        return build_release(bucket, region, [variant], size or deploy_plan.size_of(values) or "small", transform,
+                             baked)
+    except UsageError as exc:
+        if existing is None:
+            raise
+        # The user's values passed synth already: the stack's current ones are what this release refuses.
+        raise UsageError(f"the stack's current parameters do not fit this release: {exc}; pass --param KEY=VALUE "
+                         "to choose a value it accepts") from None
+
+
+def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None = None, size: str | None = None,
                  user_params: dict[str, str] | None = None, transform: Transform | None = None,
-                 on_changes: Any = None, on_progress: Any = None, on_note: Any = None) -> Deployment:
-    """Check the bucket, upload the release, create the stack or update it through a change set."""
+                 on_changes: Any = None, on_progress: Any = None, on_note: Any = None, on_plan: Any = None,
+                 dry_run: bool = False, confirm: Any = None, quotas: bool = True) -> Deployment:
+    """Plan every parameter, check, upload, then create the stack or execute exactly the change set shown.
+
+    ``size`` None: a new stack gets small, an update keeps the stack's sizes. ``on_plan(plan, existing)`` sees the
+    parameter plan before anything is uploaded; ``on_changes(actions)`` the change set's resource actions;
+    ``confirm(actions)`` may raise to refuse them. ``dry_run`` stops after the plan: no stack, no change set,
+    and the objects this run uploaded (only an update's change set needs them) are removed again.
+    """
+    from hpq.cli.aws import deploy_plan, preflight
+
     check_variant(variant)
-    check_size(size)
+    if size is not None:
+        check_size(size)
     name = stack_name or f"hpq-{variant}"
     region = region_of(session)
     s3 = client(session, "s3")
     cfn = client(session, "cloudformation")
     aws_s3.check_bucket(s3, bucket, region)
-    release = build_release(bucket, region, [variant], size, transform, user_params)
-    params = stack_parameters(release, variant, user_params or {}, name)
     existing = aws_stacks.exists(cfn, name)
-    from hpq.cli.aws import preflight
-
-    root = release.templates[variant].get(names.ROOT_TEMPLATE, {})
-    previous = existing.parameters if existing is not None else {}
-    plan = None
-    values = preflight.effective_parameters(root, previous, params)
-    if preflight.plan_arn_given(values):  # the workers' capacity is in the plan's AZ: the node subnet goes there
-        from hpq.cli.aws import training_plan
-
-        plan = training_plan.describe(client(session, "sagemaker"), client(session, "ec2"),
-                                      values["TrainingPlanArn"].strip(), region)
-    if existing is None:
-        zone = plan.default_zone(values.get("WorkerInstanceType", "")) if plan else None
-        preferred = {"AvailabilityZoneId": (zone, f"where training plan {plan.name or plan.arn} reserves the "
-                                                  "workers")} if plan and zone else None
-        params = fill_defaults(client(session, "ec2"), release, variant, params, on_note, preferred)
+    if existing is not None:
+        aws_stacks.check_updatable(existing)
+    probe = synthesize(variant, size or "small", user_params)  # validates every --param (one-line errors)
+    root = probe.get(names.ROOT_TEMPLATE, {})
+    plan, training = plan_parameters(session, variant, root, name, existing, user_params or {}, size, on_note)
+    values = plan.values
     # Before anything in AWS changes: the values the stack will get, checked against what AWS accepts.
-    preflight.check(variant, region, preflight.effective_parameters(root, previous, params), on_note, plan=plan)
-    upload_release(s3, release, on_progress)
-    # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
+    preflight.check(variant, region, values, on_note, plan=training, ec2=client(session, "ec2"))
+    if quotas:
+        preflight.check_quotas(session, variant, values, existing.parameters if existing else None, on_note)
+    release = build_planned_release(bucket, region, variant, size, values, existing, transform)
+    declared = release.templates[variant].get(names.ROOT_TEMPLATE, {}).get("Parameters", {}) or {}
+    for key, value in release.root_parameters(variant).items():
+        if key in declared or not declared:
+            plan.set(key, value, deploy_plan.RULE_RELEASE)
+    params = plan.values
+    if on_plan:
+        on_plan(plan, existing)
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}
-    if existing is None:
-        submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
-    elif unchanged(existing, params):
+    if existing is not None and unchanged(existing, params):
         submit = aws_stacks.SubmitResult("no-changes", existing.stack_id)
+    elif existing is None and dry_run:
+        submit = aws_stacks.SubmitResult("dry-run", "")
     else:
-        declared = set(release.templates[variant].get(names.ROOT_TEMPLATE, {}).get("Parameters", {}) or {})
-        submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
-                                                  on_changes, declared)
-    return Deployment(name, variant, release, submit, params)
+        upload_release(s3, release, on_progress)
+        # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
+        if existing is None:
+            submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
+        else:
+            try:
+                submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
+                                                          on_changes, dry_run=dry_run, confirm=confirm)
+            finally:
+                if dry_run:
+                    remove_uploaded(s3, release)
+    return Deployment(name, variant, release, submit, params, plan, existing)
+
+
+def remove_uploaded(s3: Any, release: Release) -> None:
+    """Take back what this run uploaded (a dry run's change set needed the templates): the exact versions it wrote,
+    so a versioned bucket keeps no delete markers; objects that were there before stay."""
+    up = release.upload
+    if up is None:
+        return
+    for key in up.written:
+        kw = {"VersionId": up.versions[key]} if up.versions.get(key) else {}
+        try:
+            s3.delete_object(Bucket=release.bucket, Key=key, **kw)
+        except Exception:  # noqa: BLE001 - best effort: a left object is harmless (content-addressed)
+            pass
 
 
 def unchanged(existing: aws_stacks.StackInfo, params: dict[str, str]) -> bool:
@@ -309,7 +366,7 @@ def unchanged(existing: aws_stacks.StackInfo, params: dict[str, str]) -> bool:
     """
     if aws_stacks.is_failed(existing.status) or not aws_stacks.is_terminal(existing.status):
         return False
-    return all(existing.parameters.get(k) == v for k, v in params.items())
+    return all(existing.parameters.get(k) == v for k, v in params.items()) and set(existing.parameters) <= set(params)
 
 
 def publish(session: Any, bucket: str, size: str = "small", variants: list[str] | None = None,

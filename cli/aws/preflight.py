@@ -72,31 +72,88 @@ class InstanceTypeOfferValidator(Validator):
                           f"(per {offers.source()}): {todo}", FailureLevel.ERROR)
 
 
+class RegionValidator(Validator):
+    """The variant deploys only where CloudFormation has every resource type it creates (cfn/regions.py, from
+    cfn-lint's per-region provider schemas); elsewhere the stack fails at the first missing type, after the VPC,
+    FSx and (EKS) the cluster exist. The root template's RegionHasEveryResourceType rule says the same."""
+
+    def _validate(self, *, variant: str, region: str) -> None:
+        from hpq.cfn import regions, synth
+
+        where = regions.variant_regions(variant)
+        if region in where:
+            return
+        if region in regions.known_regions():
+            types = regions.required_types(synth.synthesize(variant).values())
+            missing = regions.missing_types(region, types)
+            why = (f"CloudFormation there has no {', '.join(missing)}" if missing else
+                   "SageMaker HyperPod has no on-demand offer there")
+        else:
+            why = "cfn-lint's data does not know the region"
+        self._add_failure(f"hpq {variant} cannot be deployed in {region}: {why} (per {regions.source()}); "
+                          f"use --region with one of: {', '.join(where)}", FailureLevel.ERROR)
+
+
+class ObservabilityRegionValidator(Validator):
+    """EnableObservability=true where CloudFormation has no AWS::Grafana::Workspace: the Observability stack
+    creates Managed Prometheus only (its GrafanaInRegion condition, cfn/observability.py)."""
+
+    def _validate(self, *, region: str, enabled: bool) -> None:
+        from hpq.cfn import regions
+
+        if not enabled or region in regions.grafana_regions() or region not in regions.hyperpod_regions():
+            return
+        self._add_failure(f"EnableObservability=true: Managed Grafana is not available in {region} (CloudFormation "
+                          f"has no {regions.GRAFANA_TYPE} there, per {regions.source()}): only the Managed "
+                          "Prometheus workspace is created; Grafana regions: "
+                          f"{', '.join(regions.grafana_regions())}", FailureLevel.WARNING)
+
+
+def region_checks(variant: str, region: str, values: dict[str, str]) -> list[Failure]:
+    """Where the variant (and its optional Grafana) can be created at all; run before every other check."""
+    failures = RegionValidator()(variant=variant, region=region)
+    failures += ObservabilityRegionValidator()(region=region, enabled=values.get("EnableObservability") == "true")
+    return failures
+
+
 class EksControlPlaneAzValidator(Validator):
-    """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html)."""
+    """EKS refuses control-plane subnets in a few AZ ids (EKS user guide, network-reqs.html) and wants two AZs;
+    ``zone_ids`` are the control-plane subnets' (cfn/networking.py control_plane_az_ids)."""
 
     def _validate(self, *, zone_ids: dict[str, str]) -> None:
-        from hpq.cfn.networking import EKS_UNSUPPORTED_AZ_IDS
+        from hpq.cfn.networking import EKS_SECOND_AZ_PARAM, EKS_UNSUPPORTED_AZ_IDS
 
         for parameter, zone in zone_ids.items():
             if zone in EKS_UNSUPPORTED_AZ_IDS:
-                self._add_failure(f"{parameter}={zone}: EKS does not place control planes in "
-                                  f"{', '.join(EKS_UNSUPPORTED_AZ_IDS)}; choose another AZ id "
-                                  f"(--param {parameter}=...)", FailureLevel.ERROR)
+                todo = (f"--param {EKS_SECOND_AZ_PARAM}=<another AZ id> (the nodes may stay in {zone})"
+                        if parameter == "AvailabilityZoneId" else f"--param {parameter}=<another AZ id>")
+                self._add_failure(f"{parameter}={zone} would hold an EKS control-plane subnet: EKS does not place "
+                                  f"control planes in {', '.join(EKS_UNSUPPORTED_AZ_IDS)}; pass {todo}",
+                                  FailureLevel.ERROR)
+        if len(zone_ids) == 2 and len(set(zone_ids.values())) == 1:
+            self._add_failure(f"{' and '.join(zone_ids)} are both {next(iter(zone_ids.values()))}: the EKS control "
+                              "plane needs two AZs; choose different ones", FailureLevel.ERROR)
 
 
 class KubernetesSupportValidator(Validator):
-    """EKS creates versions in standard or extended support; STANDARD only fits a version in standard support.
+    """EKS creates versions in standard or extended support; STANDARD only fits a version in standard support,
+    and HyperPod supports the versions its EKS prerequisites page lists (cfn/eks.py HYPERPOD_VERSIONS).
 
-    EKS user guide: the release calendar (kubernetes-versions.html) and "Manage EKS extended support"
-    (a cluster in extended support cannot be set to STANDARD)."""
+    EKS user guide: the release calendar (kubernetes-versions.html: with STANDARD, EKS upgrades the control plane
+    at the end of standard support) and "Manage EKS extended support" (a cluster in extended support cannot be set
+    to STANDARD)."""
 
     def _validate(self, *, version: str, support_type: str, today: datetime.date) -> None:
-        from hpq.cfn.eks import KUBERNETES_CALENDAR
+        from hpq.cfn import eks
 
-        dates = KUBERNETES_CALENDAR.get(version)
+        dates = eks.KUBERNETES_CALENDAR.get(version)
         if dates is None:
             return
+        if version not in eks.HYPERPOD_VERSIONS:
+            self._add_failure(f"KubernetesVersion {version} is not one SageMaker HyperPod documents "
+                              f"({', '.join(eks.HYPERPOD_VERSIONS)}; {eks.HYPERPOD_VERSIONS_URL}, read "
+                              f"{eks.HYPERPOD_VERSIONS_READ}): HyperPod may refuse the EKS cluster 30 to 40 minutes "
+                              f"in; {eks.DEFAULT_KUBERNETES_VERSION} is the newest documented", FailureLevel.WARNING)
         std_end, ext_end = (datetime.date.fromisoformat(d) for d in dates)
         if today >= ext_end:
             self._add_failure(f"KubernetesVersion {version} left EKS extended support on {ext_end}: EKS no longer "
@@ -108,6 +165,16 @@ class KubernetesSupportValidator(Validator):
         elif today >= std_end:
             self._add_failure(f"KubernetesVersion {version} is in EKS extended support (since {std_end}): the "
                               "cluster is billed at extended-support prices", FailureLevel.WARNING)
+        elif std_end - today <= datetime.timedelta(days=eks.SUPPORT_HORIZON_DAYS):
+            if support_type == "STANDARD":
+                self._add_failure(f"KubernetesVersion {version} leaves EKS standard support on {std_end}: with "
+                                  "EksSupportType=STANDARD EKS then upgrades the control plane to the next version, "
+                                  "which SageMaker HyperPod may not support yet; --param EksSupportType=EXTENDED "
+                                  "keeps it (extended-support prices from that date)", FailureLevel.WARNING)
+            else:
+                self._add_failure(f"KubernetesVersion {version} leaves EKS standard support on {std_end}: from then "
+                                  "the cluster is billed at extended-support prices (EksSupportType=EXTENDED) "
+                                  "until you upgrade it", FailureLevel.WARNING)
 
 
 class NodeSubnetCapacityValidator(Validator):
@@ -157,6 +224,18 @@ class TrainingPlanValidator(Validator):
                               FailureLevel.WARNING)
 
 
+class SlurmContinuousProvisioningValidator(Validator):
+    """NodeProvisioningMode=Continuous on Slurm: CloudFormation's AWS::SageMaker::Cluster schema accepts it, botocore's
+    CreateCluster documentation still says EKS only (cfn/hyperpod.py PROVISIONING_MODES): say so, do not refuse."""
+
+    def _validate(self, *, mode: str) -> None:
+        if mode == "Continuous":
+            self._add_failure("NodeProvisioningMode=Continuous on Slurm: CloudFormation's AWS::SageMaker::Cluster "
+                              "schema accepts it, but the SageMaker API reference (CreateCluster) still documents it "
+                              "for EKS clusters only; if HyperPod refuses it, the stack rolls back at the HyperPod "
+                              "stack (--param NodeProvisioningMode=Standard avoids that)", FailureLevel.WARNING)
+
+
 class PublicEndpointValidator(Validator):
     """The Helm Lambda reaches the EKS API from outside the VPC, through the public endpoint."""
 
@@ -169,6 +248,57 @@ class PublicEndpointValidator(Validator):
                           FailureLevel.WARNING)
 
 
+class EndpointZoneValidator(Validator):
+    """Every interface endpoint the Networking stack puts into the node subnet must be offered in its AZ: an
+    endpoint service is available in some AZs of a region only, and CloudFormation fails the VPC endpoint (and
+    rolls back everything) otherwise. EC2 API reference, DescribeVpcEndpointServices: ServiceDetail.AvailabilityZones,
+    "The Availability Zones in which the service is available"; a name the region does not have is simply not
+    returned under the service-name filter."""
+
+    def _validate(self, *, services: dict[str, list[str]], wanted: list[str], zone_id: str, zone_name: str) -> None:
+        missing = [s for s in wanted if s not in services]
+        elsewhere = [s for s in wanted if s in services and zone_name not in services[s]]
+        if missing:
+            self._add_failure(f"the region has no VPC endpoint service {', '.join(missing)} (ec2:DescribeVpc"
+                              "EndpointServices): the Networking stack cannot create its interface endpoints here",
+                              FailureLevel.ERROR)
+        if elsewhere:
+            where = sorted(set.intersection(*(set(services[s]) for s in wanted if s in services)))
+            self._add_failure(f"AvailabilityZoneId={zone_id} ({zone_name}): the VPC endpoint service(s) "
+                              f"{', '.join(elsewhere)} are not offered in that AZ (ec2:DescribeVpcEndpointServices); "
+                              f"choose an AZ that has them all ({', '.join(where) or 'none'}) with --param "
+                              "AvailabilityZoneId=<its AZ id>", FailureLevel.ERROR)
+
+
+def endpoint_zone_checks(ec2: Any, region: str, zone_id: str) -> list[Failure]:
+    """Ask EC2 which AZs offer each interface endpoint service the templates create (cfn/networking.py)."""
+    from botocore.exceptions import ClientError
+
+    from hpq.cfn.networking import INTERFACE_ENDPOINTS
+    from hpq.cli.aws.session import aws_errors
+
+    if not zone_id:
+        return []
+    wanted = [f"com.amazonaws.{region}.{s}" for s in INTERFACE_ENDPOINTS]
+    with aws_errors("ec2:DescribeAvailabilityZones"):
+        zones = ec2.describe_availability_zones(ZoneIds=[zone_id])["AvailabilityZones"]
+    zone_name = zones[0]["ZoneName"] if zones else ""
+    services: dict[str, list[str]] = {}
+    for names in [wanted] + [[w] for w in wanted]:  # all at once; one by one only if a name is unknown
+        try:
+            page = ec2.describe_vpc_endpoint_services(ServiceNames=names)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidServiceName":
+                with aws_errors("ec2:DescribeVpcEndpointServices"):
+                    raise
+            continue  # a name the region does not have: asked again one by one, or left out
+        for detail in page.get("ServiceDetails", []):
+            services[detail["ServiceName"]] = list(detail.get("AvailabilityZones", []))
+        if len(names) > 1:
+            break
+    return EndpointZoneValidator()(services=services, wanted=wanted, zone_id=zone_id, zone_name=zone_name)
+
+
 def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[str, str]:
     """Template defaults, overlaid by each layer in turn (existing stack values, then the user's)."""
     values = {k: str(spec["Default"]) for k, spec in (root_template.get("Parameters") or {}).items()
@@ -179,21 +309,23 @@ def effective_parameters(root_template: dict, *layers: dict[str, str]) -> dict[s
 
 
 def run(variant: str, region: str, values: dict[str, str], today: datetime.date | None = None,
-        plan: Any = None) -> list[Failure]:
+        plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Every check that applies to the variant, on the stack's parameter values (``plan``: the described
-    TrainingPlanArn, cli/aws/training_plan.py, when one is given)."""
+    TrainingPlanArn, cli/aws/training_plan.py, when one is given; ``ec2``: a client for the checks that ask EC2)."""
     from hpq.cfn.variants import VARIANTS
 
     v = VARIANTS[variant]
     today = today or datetime.date.today()
     plan_arn = values.get("TrainingPlanArn", "")
-    failures = InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
+    failures = region_checks(variant, region, values)
+    failures += InstanceTypeOfferValidator()(parameter="WorkerInstanceType", instance_type=values.get(
         "WorkerInstanceType", ""), region=region, training_plan=plan_arn)
     if plan is not None and plan_arn_given(values):
         failures += TrainingPlanValidator()(plan=plan, worker_type=values.get("WorkerInstanceType", ""),
                                             zone_id=values.get("AvailabilityZoneId", ""))
     nodes = int(float(values.get("WorkerCount", "0") or 0))
     if v.slurm:
+        failures += SlurmContinuousProvisioningValidator()(mode=values.get("NodeProvisioningMode", "Standard"))
         for param in ("ControllerInstanceType", "LoginInstanceType"):
             if param == "LoginInstanceType" and values.get("EnableLoginGroup") != "true":
                 continue
@@ -201,12 +333,16 @@ def run(variant: str, region: str, values: dict[str, str], today: datetime.date 
                                                      region=region, plan_allowed=False)
             nodes += 1
     if v.eks:
-        zones = {k: values[k] for k in ("AvailabilityZoneId", "EksAvailabilityZoneId") if values.get(k)}
+        from hpq.cfn.networking import control_plane_az_ids
+
+        zones = {k: z for k, z in control_plane_az_ids(values).items() if z}
         failures += EksControlPlaneAzValidator()(zone_ids=zones)
         failures += KubernetesSupportValidator()(version=values.get("KubernetesVersion", ""),
                                                  support_type=values.get("EksSupportType", "STANDARD"), today=today)
         failures += PublicEndpointValidator()(cidrs=values.get("EksPublicAccessCidrs", "0.0.0.0/0"))
     failures += NodeSubnetCapacityValidator()(orchestrator=v.orchestrator, nodes=nodes)
+    if ec2 is not None and not any(f.check == RegionValidator.__name__ for f in failures):
+        failures += endpoint_zone_checks(ec2, region, values.get("AvailabilityZoneId", ""))
     return failures
 
 
@@ -215,9 +351,9 @@ def plan_arn_given(values: dict[str, str]) -> bool:
 
 
 def check(variant: str, region: str, values: dict[str, str], on_note: Any = None,
-          today: datetime.date | None = None, plan: Any = None) -> list[Failure]:
+          today: datetime.date | None = None, plan: Any = None, ec2: Any = None) -> list[Failure]:
     """Run the checks; warnings go to on_note, errors become one UsageError line (exit 2)."""
-    failures = run(variant, region, values, today, plan)
+    failures = run(variant, region, values, today, plan, ec2)
     for f in failures:
         if f.level == FailureLevel.WARNING and on_note:
             on_note(f"warning: {f.message}")
@@ -225,3 +361,52 @@ def check(variant: str, region: str, values: dict[str, str], on_note: Any = None
     if errors:
         raise UsageError("pre-flight: " + "; ".join(errors))
     return failures
+
+
+# --- the quota step (hpq check-quotas' reading, cli/aws/quotas.py, inside deploy's pre-flight) ---------
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def quota_line(r: Any) -> str:
+    """'sagemaker/L-86822EDB (ml.g5.16xlarge for cluster usage) is 1, this deploy needs 2 (...)'."""
+    extra = f" ({_num(r.in_use)} in use + {_num(r.spec.needed_new)} new)" if r.in_use else ""
+    return (f"quota {r.spec.service}/{r.code or '?'} ({r.spec.title}) is {_num(r.applied)}, this deploy needs "
+            f"{_num(r.needed)}{extra}")
+
+
+def check_quotas(session: Any, variant: str, values: dict[str, str], previous: dict[str, str] | None = None,
+                 on_note: Any = None, sq: Any = None) -> list[Any]:
+    """The service quotas this deploy needs (an update: only what it adds), read as `hpq check-quotas` reads them.
+
+    A quota that is known and below the need is an ERROR (one line: quota code, value, need; exit 2) before
+    anything is created; a quota that cannot be read (API unreachable or refused, no such quota) is a WARNING,
+    never a pass.
+    """
+    from hpq.cfn.variants import VARIANTS
+    from hpq.cli.aws import quotas
+    from hpq.cli.aws.session import client
+
+    usage = quotas.Usage(client(session, "ec2"), client(session, "eks"))
+    specs = quotas.deploy_needs(values, previous, VARIANTS[variant].orchestrator, usage)
+    if not specs:
+        return []
+    results = quotas.check_specs(session, specs, sq)
+    fails = [r for r in results if r.status == quotas.FAIL]
+    unknown = [r for r in results if r.status == quotas.UNKNOWN]
+    if on_note:
+        for r in unknown:
+            why = " ".join((r.note or "not readable").split())
+            on_note(f"warning: quota {r.spec.service}/{r.code or '?'} ({r.spec.title}) not checked: "
+                    f"{why[:200] + ' ...' if len(why) > 200 else why}")
+        on_note(f"quotas ({'new stack' if previous is None else 'what this update adds'}): "
+                f"{len(results) - len(fails) - len(unknown)} pass, {len(fails)} fail, {len(unknown)} unknown")
+    if fails:
+        how = (f"; request an increase (aws service-quotas request-service-quota-increase --service-code "
+               f"{fails[0].spec.service} --quota-code {fails[0].code} --desired-value {int(fails[0].needed or 0)})")
+        raise UsageError("pre-flight: " + "; ".join(quota_line(r) for r in fails) + how)
+    return results

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpq.cli.aws.session import error_code, error_message, translate
+from hpq.errors import UsageError
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
@@ -265,6 +266,103 @@ def evaluate(spec: QuotaSpec, quota: dict[str, Any] | None, source: str, problem
     return QuotaResult(spec, needed, applied, code, status, source, note, in_use)
 
 
+def _nodes(values: dict[str, str], orchestrator: str) -> dict[str, int]:
+    """Instance type -> count a stack with these root parameters runs (workers, Slurm controller and login)."""
+    out: dict[str, int] = {}
+
+    def add(itype: str, n: int) -> None:
+        if itype and n > 0:
+            out[itype] = out.get(itype, 0) + n
+
+    add(values.get("WorkerInstanceType", ""), _int(values.get("WorkerCount")))
+    if orchestrator == "slurm":
+        add(values.get("ControllerInstanceType", ""), 1)
+        if values.get("EnableLoginGroup") == "true":
+            add(values.get("LoginInstanceType", ""), 1)
+    return out
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(float(value or 0))
+    except ValueError:
+        return 0
+
+
+def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orchestrator: str,
+                 usage: Any = None) -> list[QuotaSpec]:
+    """The quotas ``hpq deploy`` checks for a stack with root parameters ``values``.
+
+    A new stack (``previous`` None) needs what ``plan`` lists. An update needs only its increase: more instances
+    of a type, more instances in all, more FSx capacity; a per-cluster or per-instance maximum (instances per
+    cluster, EBS GB per instance) is checked at its new value when that value grows. VPC, NAT, EIP, endpoint
+    and EKS quotas are taken once, at creation. Workers on a training plan use its reserved capacity, so their
+    type's "for cluster usage" quota is not counted for them.
+    """
+    u = usage or Usage(None, None)
+    old = previous or {}
+    planned = values.get("TrainingPlanArn", "").strip()
+    now = _nodes(values, orchestrator)
+    before = _nodes(old, orchestrator) if previous is not None else {}
+    worker = values.get("WorkerInstanceType", "")
+    specs: list[QuotaSpec] = []
+    for itype, count in now.items():
+        more = count - before.get(itype, 0)
+        if planned and itype == worker:
+            more -= _int(values.get("WorkerCount"))  # reserved by the plan
+        if more > 0:
+            specs.append(QuotaSpec("instance:" + itype, "sagemaker", cluster_usage_name(itype), more,
+                                   CLUSTER_USAGE_CODES.get(itype), cluster_usage_name(itype)))
+    total, total_before = sum(now.values()), sum(before.values())
+    if total > total_before:
+        title = "Total number of instances allowed across SageMaker HyperPod clusters"
+        specs.append(QuotaSpec("total-instances", "sagemaker", title, total - total_before, CODE_TOTAL_INSTANCES,
+                               title))
+        title = "Maximum number instances allowed per SageMaker HyperPod cluster"
+        specs.append(QuotaSpec("instances-per-cluster", "sagemaker", title, total, CODE_INSTANCES_PER_CLUSTER, title))
+    ebs = _int(values.get("EbsVolumeSizeGB"))
+    if ebs > _int(old.get("EbsVolumeSizeGB")) or previous is None:
+        title = "Maximum size of EBS volume in GB for a SageMaker HyperPod cluster instance"
+        specs.append(QuotaSpec("ebs-per-instance", "sagemaker", title, ebs, None, title, ("ebs", "hyperpod", "instance")))
+    if previous is None:
+        specs += [
+            QuotaSpec("vpcs", "vpc", "VPCs per Region", 1, CODE_VPCS, usage=u.vpcs),
+            QuotaSpec("internet-gateways", "vpc", "Internet gateways per Region", 1, CODE_IGWS, usage=u.igws),
+            QuotaSpec("nat-per-az", "vpc", "NAT gateways per Availability Zone", 1, CODE_NAT_PER_AZ,
+                      usage=u.nat_per_az),
+            QuotaSpec("elastic-ips", "ec2", "EC2-VPC Elastic IPs", 1, CODE_EIPS, usage=u.eips),
+            QuotaSpec("interface-endpoints", "vpc", "Interface VPC endpoints per VPC", INTERFACE_ENDPOINTS,
+                      CODE_INTERFACE_ENDPOINTS),
+        ]
+        if orchestrator == "eks":
+            specs.append(QuotaSpec("eks-clusters", "eks", "EKS clusters per Region", 1, CODE_EKS_CLUSTERS,
+                                   usage=u.eks_clusters))
+    fsx_more = _int(values.get("FsxStorageCapacityGiB")) - _int(old.get("FsxStorageCapacityGiB"))
+    if fsx_more > 0:
+        specs.append(QuotaSpec("fsx-lustre-storage", "fsx", "FSx for Lustre persistent SSD storage capacity (GiB)",
+                               fsx_more, None, None, ("lustre", "persistent", "storage")))
+    return specs
+
+
+def check_specs(session: Any, specs: list[QuotaSpec], sq: Any = None) -> list[QuotaResult]:
+    """Read and judge each quota; anything that goes wrong reading one makes it unknown, never pass or a crash."""
+    from hpq.cli.aws.session import client
+
+    sq = sq or client(session, "service-quotas")
+    reader = QuotaReader(sq)
+    results = []
+    for spec in specs:
+        try:
+            quota, source, problem = read_quota(reader, spec)
+        except Exception as exc:  # noqa: BLE001 - unreachable endpoint, odd answers: unknown, said why
+            mapped = translate(exc, f"servicequotas {spec.service}")
+            if isinstance(mapped, UsageError):  # no or bad credentials, no region: the user's to fix (exit 2)
+                raise mapped from None
+            quota, source, problem = None, "", str(mapped or exc)
+        results.append(evaluate(spec, quota, source, problem))
+    return results
+
+
 def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str = "slurm",
                  controller_type: str = "ml.m5.xlarge", fsx_gib: int = 1200, ebs_gib: int = 500,
                  sq: Any = None) -> QuotaReport:
@@ -272,11 +370,8 @@ def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str
     from hpq.cli.aws.session import client, region_of
 
     region = region_of(session)
-    sq = sq or client(session, "service-quotas")
     usage = Usage(client(session, "ec2"), client(session, "eks"))
-    reader = QuotaReader(sq)
     report = QuotaReport(instance_type, count, region)
-    for spec in plan(instance_type, count, orchestrator, controller_type, fsx_gib, ebs_gib, usage):
-        quota, source, problem = read_quota(reader, spec)
-        report.results.append(evaluate(spec, quota, source, problem))
+    report.results = check_specs(session, plan(instance_type, count, orchestrator, controller_type, fsx_gib, ebs_gib,
+                                               usage), sq)
     return report

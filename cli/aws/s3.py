@@ -95,6 +95,7 @@ class Upload:
     objects: dict[str, bytes] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)  # key -> VersionId PutObject answered (versioned buckets)
 
 
 def content_hash(files: dict[str, bytes]) -> str:
@@ -127,8 +128,10 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
                     raise
         ctype = "application/json" if key.endswith(".json") else "application/octet-stream"
         with aws_errors(f"s3:PutObject s3://{bucket}/{key}"):
-            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=ctype)
+            put = s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=ctype)
         result.written.append(key)
+        if put.get("VersionId"):
+            result.versions[key] = put["VersionId"]
         if on_progress:
             on_progress(i, len(objects), key)
     return result

@@ -128,24 +128,12 @@ def stack_tree(cfn: Any, root: str, max_depth: int = 5, label: str | None = None
 
 
 @dataclass
-class Change:
-    action: str
-    logical_id: str
-    resource_type: str
-    replacement: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return {"action": self.action, "logical_id": self.logical_id, "type": self.resource_type,
-                "replacement": self.replacement}
-
-
-@dataclass
 class SubmitResult:
-    """What deploy did: created, updated (with the changes), or nothing to do."""
+    """What deploy did: created, updated (with the changes), nothing to do, or only planned (dry run)."""
 
-    kind: str  # "create" | "update" | "no-changes"
+    kind: str  # "create" | "update" | "no-changes" | "dry-run"
     stack_id: str
-    changes: list[Change] = field(default_factory=list)
+    changes: list[Any] = field(default_factory=list)  # deploy_plan.ResourceAction, nested stacks' included
     started: float = 0.0
 
 
@@ -166,39 +154,61 @@ def create_stack(cfn: Any, name: str, template_url: str, params: dict[str, str],
     return SubmitResult("create", resp["StackId"], started=started)
 
 
-def _change_set_changes(cfn: Any, stack: str, cs_id: str) -> tuple[str, str, list[Change]]:
-    """Wait for the change set to be computed; return (status, reason, changes)."""
-    deadline = time.time() + 600
+def _describe_all(cfn: Any, stack: str | None, cs_id: str) -> dict[str, Any]:
+    """DescribeChangeSet with every page of Changes (NextToken: API reference, DescribeChangeSet)."""
+    kw = {"StackName": stack} if stack else {}
+    with aws_errors(f"cloudformation:DescribeChangeSet {stack or cs_id}"):
+        data = cfn.describe_change_set(ChangeSetName=cs_id, **kw)
+        changes = list(data.get("Changes", []))
+        token = data.get("NextToken")
+        while token:
+            more = cfn.describe_change_set(ChangeSetName=cs_id, NextToken=token, **kw)
+            changes.extend(more.get("Changes", []))
+            token = more.get("NextToken")
+    return {**data, "Changes": changes}
+
+
+def _wait_change_set(cfn: Any, stack: str | None, cs_id: str, deadline: float) -> dict[str, Any]:
+    """Describe until the change set is computed (CREATE_COMPLETE, FAILED) or the deadline passes."""
     delay = 0.2
     while True:
-        with aws_errors(f"cloudformation:DescribeChangeSet {stack}"):
-            data = cfn.describe_change_set(StackName=stack, ChangeSetName=cs_id)
-            changes = list(data.get("Changes", []))
-            token = data.get("NextToken")
-            while token:
-                more = cfn.describe_change_set(StackName=stack, ChangeSetName=cs_id, NextToken=token)
-                changes.extend(more.get("Changes", []))
-                token = more.get("NextToken")
-        status = data.get("Status", "")
-        if status in ("CREATE_COMPLETE", "FAILED", "DELETE_COMPLETE") or time.time() > deadline:
-            out = []
-            for c in changes:
-                rc = c.get("ResourceChange", {})
-                out.append(Change(rc.get("Action", ""), rc.get("LogicalResourceId", ""), rc.get("ResourceType", ""),
-                                  str(rc.get("Replacement", "") or "")))
-            return status, data.get("StatusReason", "") or "", out
+        data = _describe_all(cfn, stack, cs_id)
+        if data.get("Status", "") in ("CREATE_COMPLETE", "FAILED", "DELETE_COMPLETE") or time.time() > deadline:
+            return data
         time.sleep(delay)
         delay = min(delay * 2, 5)
 
 
-def update_via_change_set(
-    cfn: Any, info: StackInfo, template_url: str, params: dict[str, str], tags: dict[str, str],
-    on_changes: Any = None, declared: set[str] | None = None,
-) -> SubmitResult:
-    """Create a change set, show it (``on_changes``), execute it; 'no changes' is success, not an error.
+def change_set_actions(cfn: Any, stack: str, cs_id: str, timeout: float = 600,
+                       max_depth: int = 5) -> tuple[str, str, list[Any]]:
+    """(status, reason, actions) of a change set and, depth first, of each nested stack's change set.
 
-    Parameters not given keep their previous values (only those the new template still declares).
+    With IncludeNestedStacks a nested stack's ResourceChange carries ``ChangeSetId``, its own change set
+    (API reference, ResourceChange.ChangeSetId; user guide, "Change sets for nested stacks"); a stand-in
+    that does not nest (moto) simply has none.
     """
+    from hpq.cli.aws import deploy_plan
+
+    deadline = time.time() + timeout
+    data = _wait_change_set(cfn, stack, cs_id, deadline)
+    actions: list[Any] = []
+
+    def walk(path: str, changes: list[dict[str, Any]], depth: int) -> None:
+        for c in changes:
+            if c.get("Type", "Resource") != "Resource":
+                continue
+            act = deploy_plan.resource_action(path, c)
+            actions.append(act)
+            if act.nested_change_set and depth < max_depth:
+                inner = _wait_change_set(cfn, None, act.nested_change_set, deadline)
+                walk(act.where, inner.get("Changes", []), depth + 1)
+
+    walk("", data.get("Changes", []), 0)
+    return data.get("Status", ""), data.get("StatusReason", "") or "", actions
+
+
+def check_updatable(info: StackInfo) -> None:
+    """Refuse, before anything is uploaded, a stack that cannot take an update now."""
     if info.status in ("ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
         raise OperationFailed(
             f"stack {info.name} is {info.status} (its creation failed) and cannot be updated: "
@@ -208,18 +218,34 @@ def update_via_change_set(
         raise OperationFailed(
             f"stack {info.name} is {info.status}; wait for it (`hpq status {info.name} --follow`) and deploy again"
         )
+
+
+def update_via_change_set(
+    cfn: Any, info: StackInfo, template_url: str, params: dict[str, str], tags: dict[str, str],
+    on_changes: Any = None, declared: set[str] | None = None, dry_run: bool = False, confirm: Any = None,
+) -> SubmitResult:
+    """Create a change set with EVERY parameter given explicitly, show it (``on_changes``), and execute exactly it.
+
+    CreateChangeSet / DescribeChangeSet / ExecuteChangeSet / DeleteChangeSet (CloudFormation API reference:
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_CreateChangeSet.html and its
+    siblings). 'No changes' is success, not an error. ``dry_run`` deletes the change set after showing it;
+    ``confirm(actions)`` may raise to refuse (the change set is deleted then too). ``declared``: parameters
+    the template declares that ``params`` leaves out keep their value through UsePreviousValue (callers that
+    compute the full set, as ``hpq deploy`` does, pass none).
+    """
+    check_updatable(info)
     name = "hpq-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{int(time.time() * 1000) % 1000:03d}"
+    previous = set(info.parameters) & declared if declared is not None else set()
     with aws_errors(f"cloudformation:CreateChangeSet {info.name}"):
         resp = cfn.create_change_set(
             StackName=info.name, ChangeSetName=name, ChangeSetType="UPDATE", TemplateURL=template_url,
-            Parameters=_params(params, set(info.parameters) & (declared if declared is not None else set(info.parameters))),
-            Capabilities=CAPABILITIES,
+            Parameters=_params(params, previous), Capabilities=CAPABILITIES,
             Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
             IncludeNestedStacks=True,
         )
     cs_id = resp["Id"]
     try:
-        status, reason, changes = _change_set_changes(cfn, info.name, cs_id)
+        status, reason, changes = change_set_actions(cfn, info.name, cs_id)
         if status == "FAILED" and any(m.lower() in reason.lower() for m in _NO_CHANGE_MARKERS):
             _delete_change_set(cfn, info.name, cs_id)
             return SubmitResult("no-changes", info.stack_id)
@@ -227,11 +253,16 @@ def update_via_change_set(
             raise OperationFailed(f"change set for {info.name} is {status}: {reason or 'not ready after 10 minutes'}")
         if on_changes:
             on_changes(changes)
+        if dry_run:
+            _delete_change_set(cfn, info.name, cs_id)
+            return SubmitResult("dry-run", info.stack_id, changes)
+        if confirm:
+            confirm(changes)
         started = time.time()
         with aws_errors(f"cloudformation:ExecuteChangeSet {info.name}"):
             cfn.execute_change_set(StackName=info.name, ChangeSetName=cs_id)
     except BaseException:
-        # A failed or abandoned (Ctrl-C, error) change set would linger on the stack: remove it.
+        # A failed, refused or abandoned (Ctrl-C, error) change set would linger on the stack: remove it.
         _delete_change_set(cfn, info.name, cs_id)
         raise
     return SubmitResult("update", info.stack_id, changes, started=started)

@@ -17,16 +17,39 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
     return report
 
 
+def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: ignore[no-untyped-def]
+    from hpq.cli.aws import deploy_plan
+
+    changed = sum(r.changed for r in plan.rows)
+    what = f"update stack {name}" if existing is not None else f"create stack {name}"
+    err.print(f"plan: {what} ({variant}); {changed} of {len(plan.rows)} parameter(s) "
+              f"{'change' if existing is not None else 'set'}", highlight=False, markup=False)
+    err.print("  (rule: --param > --size > kept: the stack's current value > default; release: this release's "
+              "locations" + ("; ~ marks a change)" if existing is not None else ")"), highlight=False, markup=False)
+    for line in deploy_plan.format_parameters(plan, creating=existing is None):
+        err.print("  " + line, highlight=False, markup=False)
+
+
 @click.command("deploy")
 @click.argument("variant", metavar="VARIANT", type=inputs.VARIANT)
 @click.argument("bucket", type=inputs.BUCKET)
 @aws_options(services=inputs.SERVICES_DEPLOY)
 @click.option("--stack-name", default=None, type=inputs.STACK_NAME,
               help="Root stack name (default: hpq-VARIANT; also the cluster name).")
-@click.option("--size", default="small", show_default=True, type=inputs.SIZE,
-              help=f"Size preset: {', '.join(names.SIZES)}.")
+@click.option("--size", default=None, type=inputs.SIZE,
+              help=f"Size preset ({', '.join(names.SIZES)}): sets WorkerCount, FsxStorageCapacityGiB and "
+                   "EbsVolumeSizeGB. A new stack without it is small; an update without it keeps the stack's values.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
-              callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once).")
+              callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once); wins over --size.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (every parameter old -> new, and for an update the change set's resource "
+                   "actions) and stop: no stack, no change set and no uploaded object is left behind.")
+@click.option("--yes", "assume_yes", is_flag=True,
+              help="Allow an update that replaces or removes the FSx file system, the HyperPod cluster or the "
+                   "EKS cluster (without it: asked on a terminal, refused otherwise).")
+@click.option("--no-quota-check", is_flag=True,
+              help="Skip the service-quota step of the pre-flight (what `hpq check-quotas` reads); the other checks "
+                   "still run.")
 @click.option("--no-wait", is_flag=True, help="Start the create/update and return without following it.")
 @click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
 @click.option("--emulate", type=click.Choice(["moto"]), default=None,
@@ -34,60 +57,92 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
                    "SageMaker::Cluster, Lambda and custom resources become SSM parameter stand-ins). "
                    "For a moto server at AWS_ENDPOINT_URL; never for real AWS.")
 @output_option
-def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None, size: str,
-           params: tuple[str, ...], no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
+def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None,
+           size: str | None, params: tuple[str, ...], dry_run: bool, assume_yes: bool, no_quota_check: bool,
+           no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
     """Package VARIANT into BUCKET, create or update its stack, follow it to the end.
 
     VARIANT is one of slurm-gpu, slurm-trn, eks-gpu, eks-trn. BUCKET must exist in the
     region; templates and the node bundle go under a versioned prefix (hpq/<version>-<hash>/).
-    An existing stack is updated through a change set whose changes are shown first.
+    Pre-flight checks (instance offers, AZs, Kubernetes support, service quotas) run first.
+    The plan comes next: every root parameter with its old and new value and the rule that
+    chose it (--param, then --size, then the stack's current value, then the template
+    default). An existing stack is updated by executing exactly the change set shown, whose
+    resource actions (replacements called out) are printed first; replacing FSx, the
+    HyperPod cluster or the EKS cluster needs --yes. See docs/updates.md.
     Ctrl-C stops following, not the stack. --emulate moto sends a moto server the rendition
     it can create (cli/aws/emulator.py); the real templates (`hpq synth`) never change.
 
     \b
     Examples:
       hpq deploy slurm-gpu my-artifacts --region us-west-2
+      hpq deploy slurm-gpu my-artifacts --size large --dry-run
       hpq deploy eks-gpu my-artifacts --size medium --param WorkerInstanceType=ml.p5.48xlarge
       hpq deploy slurm-gpu my-artifacts --stack-name team-a --no-wait
       AWS_ENDPOINT_URL=http://127.0.0.1:5000 hpq deploy slurm-gpu my-artifacts --emulate moto
     """
+    import sys
+
     from rich.console import Console
 
     from hpq.cli.aws import deploy as aws_deploy
+    from hpq.cli.aws import deploy_plan
     from hpq.cli.aws import emulator as aws_emulator
     from hpq.cli.aws import report as aws_report
     from hpq.cli.aws.s3 import validate_bucket_name
     from hpq.cli.aws.session import client, make_session, region_of
+    from hpq.errors import UsageError
 
     # Bad input exits 2 before any credential lookup or network call.
     aws_deploy.check_variant(variant)
-    aws_deploy.check_size(size)
+    if size is not None:
+        aws_deploy.check_size(size)
     validate_bucket_name(bucket)
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     from hpq.cfn.synth import parse_params
 
     user_params = parse_params(params)
-    aws_deploy.synthesize(variant, size, user_params)  # every --param value checked here, before any AWS call
+    aws_deploy.synthesize(variant, size or "small", user_params)  # every --param value checked here, before AWS
     if emulate == "moto" and not aws_emulator.endpoint_is_moto():
-        from hpq.errors import UsageError
-
         raise UsageError("--emulate moto needs AWS_ENDPOINT_URL pointing at a running moto server "
                          "(it deploys stand-ins that only make sense there)")
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
+    name = stack_name or f"hpq-{variant}"
+    seen: dict = {}
 
-    def show_changes(changes):  # type: ignore[no-untyped-def]
-        err.print(f"change set: {len(changes)} change(s)", highlight=False)
-        for c in changes:
-            repl = f" (replacement: {c.replacement})" if c.replacement and c.replacement != "False" else ""
-            err.print(f"  {c.action:<8} {c.logical_id} [{c.resource_type}]{repl}", highlight=False, markup=False)
+    def show_plan(plan, existing):  # type: ignore[no-untyped-def]
+        seen["plan"] = plan
+        _print_plan(err, plan, existing, name, variant)
+
+    def show_changes(actions):  # type: ignore[no-untyped-def]
+        seen["actions"] = actions
+        repl = sum(a.replaces for a in actions)
+        err.print(f"change set: {len(actions)} resource change(s), {repl} replacement(s)", highlight=False)
+        for line in deploy_plan.format_actions(actions):
+            err.print(line, highlight=False, markup=False)
+        if deploy_plan.guarded(actions):
+            err.print(f"needs --yes: this update {deploy_plan.describe_guarded(actions)}", highlight=False,
+                      markup=False)
+
+    def confirm(actions):  # type: ignore[no-untyped-def]
+        if not deploy_plan.guarded(actions) or assume_yes:
+            return
+        what = deploy_plan.describe_guarded(actions)
+        if sys.stdin is not None and sys.stdin.isatty():
+            if click.confirm(f"This update {what}. Execute the change set?", default=False, err=True):
+                return
+            raise UsageError(f"not executed: the update {what}; the change set was deleted")
+        raise UsageError(f"refused: this update {what}; pass --yes to allow it (--dry-run shows the plan only)")
 
     transform = None
     if emulate == "moto":
 
         def transform(name, templates):  # type: ignore[no-untyped-def]
             # Said only once the bucket checks passed, so errors before it stay one line.
-            err.print(aws_emulator.RENDITION_NOTE, highlight=False)
+            if not seen.get("noted"):
+                err.print(aws_emulator.RENDITION_NOTE, highlight=False)
+                seen["noted"] = True
             return aws_emulator.moto_compatible(name, templates)
 
     elif aws_emulator.endpoint_is_moto():
@@ -101,15 +156,27 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params, transform=transform,
                                   on_changes=show_changes, on_progress=_upload_progress(err),
-                                  on_note=lambda msg: err.print(msg, highlight=False))
+                                  on_note=lambda msg: err.print(msg, highlight=False, markup=False),
+                                  on_plan=show_plan, dry_run=dry_run, confirm=confirm, quotas=not no_quota_check)
     rel = dep.release
     up = rel.upload
+    plan_json = {"parameters": [r.as_dict() for r in dep.plan.rows] if dep.plan else [],
+                 "changes": [a.as_dict() for a in dep.submit.changes]}
+    result = {"stack": dep.stack_name, "stack_id": dep.submit.stack_id, "action": dep.submit.kind,
+              "version": rel.version, "template_url": rel.template_url(variant), "plan": plan_json}
+    if dep.submit.kind == "dry-run":
+        if dep.existing is None:
+            err.print(f"resources: would create {rel.totals.get(variant, 0)} resources in "
+                      f"{len(rel.templates[variant])} templates (`hpq synth {variant}` writes them)", highlight=False)
+        err.print("dry run: nothing created or changed" + (" (the change set was deleted, and the objects this run "
+                  "uploaded for it were removed)" if dep.existing is not None else ""), highlight=False)
+        if output == "json":
+            aws_report.echo_json(result)
+        return
     err.print(f"release {rel.version}: {len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} "
               f"unchanged, s3://{bucket}/{names.s3_version_prefix(rel.version)}/", highlight=False)
     cfn = client(session, "cloudformation")
     reg = region_of(session)
-    result = {"stack": dep.stack_name, "stack_id": dep.submit.stack_id, "action": dep.submit.kind,
-              "version": rel.version, "template_url": rel.template_url(variant)}
     if dep.submit.kind == "no-changes":
         err.print(f"no changes: stack {dep.stack_name} is up to date", highlight=False)
     elif no_wait:
@@ -165,6 +232,10 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
     rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
+    from hpq.cfn.synth import calendar_notes  # published EKS templates go stale with the EKS calendar
+
+    for note in calendar_notes("eks-gpu"):
+        err.print(f"warning: {note}", markup=False)
     links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
     if output == "json":
         aws_report.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 
-from hpq.cfn.lint import DEFAULT_REGIONS
 from hpq.cli import inputs
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle.names import VARIANTS
@@ -75,6 +74,8 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
     chosen = list(VARIANTS) if all_ else [variant]
     # Render (and so validate) everything before writing anything.
     rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
+    for note in dict.fromkeys(n for name in chosen for n in cfn_synth.calendar_notes(name, overrides)):
+        click.echo(f"hpq: warning: {note}", err=True)
     out_dir = Path(out)
     for name, files in rendered.items():  # every target checked before the first write: all or nothing
         for path in [out_dir / name] + [out_dir / name / f for f in (*files, cfn_synth.MANIFEST_FILE)]:
@@ -96,12 +97,15 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
 
 @click.command("lint")
 @click.argument("directory", required=False, type=inputs.ExistingDir())
-@click.option("--region", "regions", multiple=True, default=DEFAULT_REGIONS, show_default=True, type=inputs.REGION,
-              help="Region(s) whose resource schemas cfn-lint checks against (repeatable).")
+@click.option("--region", "regions", multiple=True, type=inputs.REGION,
+              help="Region(s) whose resource schemas cfn-lint checks against (repeatable). Default: every region "
+                   "the variant deploys to (OUT/<variant>/), else every HyperPod region.")
 def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     """Run cfn-lint over every *.json under DIRECTORY (default: the last synth folder, else ./out).
 
-    Exit 0 when clean, 1 on any error or warning (findings are printed),
+    By default each variant's templates are checked in every region it deploys to (the HyperPod regions
+    whose CloudFormation has all its resource types; cfn-lint's data), which takes a while: the files
+    done are shown as it goes. Exit 0 when clean, 1 on any error or warning (findings are printed),
     2 when the folder holds no templates.
 
     \b
@@ -116,7 +120,10 @@ def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     files = cfn_lint.template_files(target) if target.is_dir() else []
     if not files:
         raise UsageError(f"no *.json templates under {target} (run: hpq synth --all -o {target})")
-    findings = cfn_lint.lint_files(files, regions)
+    def progress(done: int, total: int) -> None:
+        click.echo(f"\rhpq: cfn-lint {done}/{total} files", err=True, nl=done == total)
+
+    findings = cfn_lint.lint_files(files, regions or None, on_progress=progress)
     for finding in findings:
         click.echo(str(finding))
     if findings:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.cfn.common import SLURM_PARTITION  # the partition the templates give the workers
+from hpq.cfn.common import HYPERPOD_UNIVERSAL_PARTITION  # HyperPod's own all-nodes partition
 from hpq.cli.rehearse import plan as plan_mod
 from hpq.cli.rehearse.fsx import MOUNTS_FILE
 from hpq.cli.rehearse.node import Node
@@ -182,16 +182,19 @@ def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[
     assert ctl is not None
     nodes = [f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
              for n in plan.nodes if n.role != plan_mod.CONTROLLER]
-    if partitions:
-        parts = [f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
-                 "MaxTime=INFINITE State=UP" for i, (name, members) in enumerate(partitions.items())]
-    else:
-        parts = [f"PartitionName={SLURM_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+    # The groups' own partitions, then HyperPod's universal partition with every node, login nodes included
+    # ("All nodes are automatically added to the universal dev partition": cfn/common.py). A group that names
+    # that partition itself gets no second line.
+    parts = [f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if i == 0 else 'NO'} "
+             "MaxTime=INFINITE State=UP" for i, (name, members) in enumerate(partitions.items())
+             if name != HYPERPOD_UNIVERSAL_PARTITION]
+    parts.append(f"PartitionName={HYPERPOD_UNIVERSAL_PARTITION} Nodes=ALL Default={'NO' if parts else 'YES'} "
+                 "MaxTime=INFINITE State=UP")
     return agent_slurm_conf(plan.cluster_name, ctl.hostname, nodes, parts)
 
 
 def partitions_of(plan: plan_mod.Plan, groups: list[GroupRequest]) -> dict[str, list[str]]:
-    """API-driven model: partitions from the Compute groups' PartitionNames; none -> HyperPod's ``dev``."""
+    """API-driven model: partitions from the Compute groups' PartitionNames (HyperPod's ``dev`` is added anyway)."""
     out: dict[str, list[str]] = {}
     for g in groups:
         for p in g.partitions:
@@ -300,6 +303,9 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
         "HPQ_SERVICE_MANAGER": "direct",
         # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (cli/rehearse/fsx.py).
         "HPQ_PROC_MOUNTS": MOUNTS_FILE,
+        # A failed OnCreate waits for HyperPod's agent to ship its log to CloudWatch (60 s by default); the
+        # rehearsal has no such agent and reads the log itself, so the documented wait is set to none.
+        "HPQ_FAIL_LOG_WAIT_S": "0",
     }
     env.update(extra)
     return env

@@ -8,6 +8,12 @@ directory of the run (HyperPod stages the lifecycle there), ``/proc`` and ``/sys
 for the node's namespaces. The root is switched with ``pivot_root`` so nothing of the host's
 mount tree stays reachable.
 
+EFA_DEVICES: a worker of a type with EFA interfaces sees that many EFA devices where the transport
+probe looks (``/sys/class/infiniband/<dev>/device/driver`` -> ``efa``, as the EFA kernel driver
+shows them; ``lifecycle/transport.count_efa_devices``), so the lifecycle and the worker probe choose
+the type's own transport (p5: EFA RDMA) as on an instance. No traffic goes over them: gloo runs on
+the bridge. ``fi_info`` is not installed here, so the probe leaves the catalog's RDMA as it is.
+
 A *holder* process (``sleep infinity``) keeps the mount and UTS namespaces alive; every
 command that runs "on the node" enters them with ``nsenter``. Teardown needs no unmounting:
 when the last process of the namespace is gone, the kernel drops its mounts.
@@ -30,15 +36,35 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared FSx tmpfs, bound before pivot_root
 
 # $1 node dir, $2 hostname, $3 FSx export on the host ("" for none), $4 "1" for a data volume at
-# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume), then host directories under
+# /opt/sagemaker (where HyperPod mounts the instance group's EBS volume), $5 the instance type's EFA
+# devices (see EFA_DEVICES), then host directories under
 # /tmp that stay visible (see host_tmp_dirs), each through an overlay of its own. Runs in fresh mount+UTS namespaces inside the
 # node's network namespace; prints "ready" once the node's root is in place.
 NODE_INIT = r"""set -eu
-d=$1; host=$2; fsx=$3; ebs=$4; r=$d/root
-shift 4
+d=$1; host=$2; fsx=$3; ebs=$4; efa=$5; r=$d/root
+shift 5
 mount -t overlay hpq-node -o "lowerdir=/,upperdir=$d/upper,workdir=$d/work" "$r"
 mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
+if [ "$efa" -gt 0 ]; then
+    # /sys/class as the kernel shows it (each class bound back in), plus infiniband/rdmap<N>s0 whose
+    # device/driver is "efa": what the EFA driver shows on an instance with EFA interfaces.
+    mkdir -p "$d/sysclass"
+    mount --bind "$r/sys/class" "$d/sysclass"
+    mount -t tmpfs -o mode=755,nosuid,nodev,noexec hpq-sysclass "$r/sys/class"
+    for c in "$d/sysclass"/*; do
+        mkdir "$r/sys/class/${c##*/}"
+        mount --bind "$c" "$r/sys/class/${c##*/}"
+    done
+    mkdir -p "$r/sys/class/.hpq-rehearse/bus/pci/drivers/efa" "$r/sys/class/infiniband"
+    i=0
+    while [ "$i" -lt "$efa" ]; do
+        mkdir -p "$r/sys/class/infiniband/rdmap${i}s0/device"
+        ln -s /sys/class/.hpq-rehearse/bus/pci/drivers/efa "$r/sys/class/infiniband/rdmap${i}s0/device/driver"
+        i=$((i + 1))
+    done
+    mount -o remount,ro "$r/sys/class"
+fi
 if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "$r/sys/fs/cgroup"; fi
 mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777,nosuid,nodev shm "$r/dev/shm"
@@ -128,7 +154,9 @@ class Node:
 
     # ------------------------------------------------------------------ lifecycle of the namespaces
 
-    def create(self, fsx_export: str | None, data_volume: bool = True, timeout: float = 30.0) -> None:
+    def create(self, fsx_export: str | None, data_volume: bool = True, timeout: float = 30.0,
+               efa_devices: int = 0) -> None:
+        """Namespaces and root; ``efa_devices`` EFA devices in the node's /sys/class/infiniband (EFA_DEVICES)."""
         for sub in ("upper", "work", "root", "tmp", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir / "tmp", 0o1777)
@@ -136,7 +164,7 @@ class Node:
         # which slurmd needs to see (its cgroup plugin initializes even with proctrack/linuxproc).
         argv = ["unshare", "--mount", "--uts", "--propagation", "private",
                 "nsenter", f"--net=/run/netns/{self.spec.netns}", "/bin/sh", "-c", NODE_INIT, "node-init", str(self.dir), self.spec.hostname, fsx_export or "",
-                "1" if data_volume else "0", *host_tmp_dirs()]
+                "1" if data_volume else "0", str(max(0, int(efa_devices))), *host_tmp_dirs()]
         log = open(self.log_dir / "node-init.log", "wb")  # noqa: SIM115 - the holder keeps it open
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

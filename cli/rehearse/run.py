@@ -281,7 +281,8 @@ class Rehearsal:
             netns.create_node_link(spec.netns, spec.host_iface, p.bridge, spec.ip, p.prefix_len, p.gateway,
                                    plan_mod.NODE_IFACE)
             node = Node(spec, Path(self.state.workdir) / "nodes" / spec.name)
-            node.create(self.state.fsx_export or None, data_volume=self._has_data_volume(spec.group))
+            node.create(self.state.fsx_export or None, data_volume=self._has_data_volume(spec.group),
+                        efa_devices=_efa_devices(spec))
             self.nodes[spec.name] = node
             st = self.state.node(spec.name)
             assert st is not None
@@ -461,8 +462,13 @@ class Rehearsal:
                                                  len(self.plan.worker_nodes), self.opts.validate_timeout)
         self.result["nccl"] = data
         self.say("nccl", message)
+        env = data.pop("environment_of_job")
+        self.result["environment"] = env
+        self.say("nccl", env["message"])
         if code:
             raise Failure("nccl", message, node="controller", last_lines=data.get("stderr_tail"))
+        if not env["ok"]:
+            raise Failure("nccl", env["message"], node="controller")
 
     def run_nanogpt(self) -> None:
         assert self.plan is not None and self.remote is not None
@@ -568,7 +574,8 @@ class Rehearsal:
             "nodes": self.node_results(),
             "slurm_nodes_idle": self.result.get("slurm_nodes_idle", 0),
             "without_fsx": bool(self.opts.without_fsx), "ssh": self.result.get("ssh"),
-            "nccl": self.result.get("nccl"), "nanogpt": self.result.get("nanogpt"),
+            "nccl": self.result.get("nccl"), "environment": self.result.get("environment"),
+            "nanogpt": self.result.get("nanogpt"),
             "sweep": self.result.get("sweep"),
             "kept": bool(self.opts.keep), "logs": self.state.logdir if self.state else None,
         }
@@ -653,6 +660,18 @@ def default_worker_type(variant: str, workers: int = 2) -> str:
         return (figure.gbps if figure else 0.0, e.accelerator_count, e.vcpus, e.name)
 
     return min(VARIANTS[variant].worker_types(), key=key)
+
+
+def _efa_devices(spec: plan_mod.NodeSpec) -> int:
+    """EFA devices a node's image shows (node.EFA_DEVICES): a worker's type's EFA interfaces, else none."""
+    from hpq.lifecycle import catalog
+
+    if spec.role != plan_mod.WORKER:
+        return 0
+    try:
+        return catalog.lookup(spec.instance_type).efa_interfaces
+    except catalog.UnknownInstanceType:
+        return 0
 
 
 def _torch_python() -> str | None:

@@ -195,7 +195,43 @@ def run_nccl(remote: Remote, command: str, worker_type: str, nodes: int, timeout
     data["bandwidth_note"] = BRIDGE_NOTE
     if exit_code and err.strip():
         data["stderr_tail"] = err.strip().splitlines()[-10:]
+    data["environment_of_job"] = job_environment(remote, out, worker_type, nodes)
     return data, exit_code, message
+
+
+# run-nccl-test sets these itself (its --nccl-debug, default INFO with INIT,NET): logging, not transport.
+LAUNCH_LOGGING_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")
+
+
+def expected_environment(worker_type: str) -> dict[str, str]:
+    """``hpq nccl-env TYPE --iface ens5``: the transport function for the type, on a node whose default route is
+    the rehearsal's interface and whose EFA devices are the type's own (node.EFA_DEVICES)."""
+    from hpq.lifecycle import catalog, transport
+
+    entry = catalog.lookup(worker_type)
+    probe = transport.NodeProbe(efa_devices=entry.efa_interfaces, default_iface=plan_mod.NODE_IFACE)
+    return dict(transport.node_environment(worker_type, probe).variables)
+
+
+def job_environment(remote: Remote, out: str, worker_type: str, nodes: int) -> dict[str, Any]:
+    """The ranks' own hpq-env blocks (printed on the workers inside the job) against the worker type's environment.
+
+    ``{expected, effective, problems, ok, message}``; no block at all is a failure here (hpq's own launch always
+    prints one). The controller's login environment names where a stray variable came from.
+    """
+    from hpq.scripts import env_check
+
+    code, login_env, _ = remote.run("env")
+    inherited = dict(line.split("=", 1) for line in login_env.splitlines() if "=" in line) if code == 0 else {}
+    result = env_check.check(out, expected_environment(worker_type), inherited, f"`hpq nccl-env {worker_type}`",
+                             nodes, required=True, unjudged=LAUNCH_LOGGING_KEYS).to_dict()
+    if result["ok"]:
+        message = (f"PASS: the job's ranks on {len(result['effective'])} worker(s) had exactly the {worker_type} "
+                   f"transport environment (hpq nccl-env {worker_type})")
+    else:
+        message = "FAIL: the job's transport environment is not the worker type's: " + "; ".join(result["problems"])
+    result["message"] = message
+    return result
 
 
 def sweep_command(nodes: int, worker_type: str, extra: str, budget: float) -> str:

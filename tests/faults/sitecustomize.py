@@ -1,11 +1,15 @@
-"""Test-only fault injection for the built-in benchmark: corrupt one all-reduce result, prove the check sees it.
+"""Test-only fault injection: prove that a check sees the fault it exists for.
 
-Never shipped to nodes and never read by hpq: a test puts this folder first on PYTHONPATH of the
-benchmark's interpreter only (tests.faults.python_with_corruption writes a wrapper for ``--python``),
-so Python imports this file at start-up. It waits until ``torch.distributed`` is imported, then
-wraps ``all_reduce``: on rank RANK, the first call on a tensor of SIZE bytes gets one element
-altered after the real collective ran, exactly what a faulty link or GPU would leave behind.
-The spec comes from HPQ_TEST_FAULT_CORRUPT_ALLREDUCE=SIZE:RANK, set by that wrapper alone.
+Never shipped to nodes and never read by hpq: a test puts this folder first on PYTHONPATH of one
+interpreter only, so Python imports this file at start-up. Two faults, each off unless its variable is set:
+
+- HPQ_TEST_FAULT_CORRUPT_ALLREDUCE=SIZE:RANK (set by tests.faults.python_with_corruption's wrapper for
+  ``--python``): once ``torch.distributed`` is imported, ``all_reduce`` on rank RANK gets one element of
+  the first tensor of SIZE bytes altered after the real collective ran, as a faulty link or GPU would.
+- HPQ_TEST_FAULT_INHERIT_ENV=1: once ``hpq.scripts.launch`` is imported, its ``child_env`` merges the
+  launching process's transport variables again instead of removing them (hpq before issue 19), so a
+  controller's ``NCCL_NET_PLUGIN=none`` reaches the ranks: the twin that the job's environment check
+  and the rehearsal must fail.
 """
 
 from __future__ import annotations
@@ -35,24 +39,39 @@ def _wrap(dist) -> None:  # type: ignore[no-untyped-def]
     dist.all_reduce = all_reduce
 
 
+def _inherit_env(launch) -> None:  # type: ignore[no-untyped-def]
+    real = launch.child_env
+
+    def child_env(extra=None, path_prepend=(), inherit_transport=False):  # type: ignore[no-untyped-def]
+        return real(extra, path_prepend, inherit_transport=True)
+
+    launch.child_env = child_env
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, wrap) -> None:  # type: ignore[no-untyped-def]
+        self.name, self.wrap = name, wrap
+
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name != "torch.distributed":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         load = spec.loader.exec_module
+        wrap = self.wrap
 
         def exec_module(module):  # type: ignore[no-untyped-def]
             load(module)
-            _wrap(module)
+            wrap(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
 if _SPEC:
-    sys.meta_path.insert(0, _AfterImport())
+    sys.meta_path.insert(0, _AfterImport("torch.distributed", _wrap))
+if os.environ.get("HPQ_TEST_FAULT_INHERIT_ENV"):
+    sys.meta_path.insert(0, _AfterImport("hpq.scripts.launch", _inherit_env))
 if os.environ.get("COVERAGE_PROCESS_CONFIG"):  # this file shadows the coverage start-up one (conftest.py)
     try:
         import coverage

@@ -1,0 +1,70 @@
+"""Values that end up inside line-based node files (fstab, ssh config, known_hosts, drop-ins), checked first.
+
+Whatever the source (hpq-cluster.json, provisioning_parameters.json, resource_config.json, an FSx API
+answer), a value is checked against the shape AWS documents for it before any file is built from it, so a
+name with a space or a newline is refused with FieldError naming the field, never spliced into a line:
+- FSx DNS names: a host name (RFC 1123 labels: letters, digits, hyphens; at most 253 characters). botocore's
+  FSx model (``DNSName``: ``^((fs|fc)i?-[0-9a-f]{8,}\\..{4,253})$``, at most 275) leaves the tail open; a
+  Lustre NID host (``<dns>@tcp``) must be a host name, so the tail is held to RFC 1123 here.
+- Lustre mount names: ``^([A-Za-z0-9_-]{1,8})$`` (botocore FSx model, ``LustreFileSystemMountName``).
+- Instance group and cluster names: HyperPod's ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`` (SageMaker API
+  reference, ClusterInstanceGroupSpecification.InstanceGroupName, CreateCluster.ClusterName).
+- Host-like names (InstanceName, InstanceId) and Slurm partition names: one token of letters, digits and
+  ``._-`` (no blank, no comma, no pattern character: they go into ssh_config/known_hosts host lists).
+- Addresses: dotted IPv4.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+# fullmatch, never match with "$": "$" also matches before a trailing newline.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
+GROUP_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+
+
+class FieldError(ValueError):
+    pass
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def dns_name(value, what: str) -> str:
+    if isinstance(value, str) and 0 < len(value) <= 253 and all(_LABEL.fullmatch(p) for p in value.split(".")):
+        return value
+    raise FieldError("%s %s is not a DNS name (letters, digits, hyphens and dots, at most 253 characters)"
+                     % (what, _shown(value)))
+
+
+def mount_name(value, what: str) -> str:
+    if isinstance(value, str) and MOUNT_NAME.fullmatch(value):
+        return value
+    raise FieldError("%s %s is not an FSx for Lustre mount name (1 to 8 of A-Z a-z 0-9 _ -)" % (what, _shown(value)))
+
+
+def group_name(value, what: str) -> str:
+    if isinstance(value, str) and len(value) <= 63 and GROUP_NAME.fullmatch(value):
+        return value
+    raise FieldError("%s %s is not a HyperPod name (letters, digits and hyphens, at most 63, no leading hyphen)"
+                     % (what, _shown(value)))
+
+
+def token(value, what: str) -> str:
+    if isinstance(value, str) and TOKEN.fullmatch(value):
+        return value
+    raise FieldError("%s %s is not one name (letters, digits, '.', '_', '-'; no blanks)" % (what, _shown(value)))
+
+
+def ipv4(value, what: str) -> str:
+    try:
+        if isinstance(value, str) and str(ipaddress.IPv4Address(value)) == value:
+            return value
+    except ValueError:
+        pass
+    raise FieldError("%s %s is not an IPv4 address" % (what, _shown(value)))

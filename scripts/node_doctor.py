@@ -1,0 +1,239 @@
+"""Run the node checks on this node and print one report: ``python3 -m hpq.scripts.node_doctor``.
+
+The laptop's ``hpq doctor`` runs this on every node at once (srun on Slurm, a pod per node on EKS) and
+joins the reports; drift between nodes is judged there, from each report's ``fingerprint``.
+
+Every tool runs under a time bound, so one hung tool (nvidia-smi on a GPU that fell off the bus, a write
+to a hung Lustre mount) costs its bound, not the whole doctor. A check whose tool could not be read is
+named in ``unchecked``: such a node is INCONCLUSIVE, never PASS.
+
+Exit codes: 0 PASS, 1 FAIL (a critical finding), 2 bad arguments, 3 INCONCLUSIVE.
+Standard library only: it runs on cluster nodes with the system python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+from hpq.lifecycle import catalog
+from hpq.scripts import node_checks as nc
+from hpq.scripts import nodeinfo
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+TOOL_TIMEOUT_S = 30.0
+FSX_WRITE_TIMEOUT_S = 10.0
+# EFA error counters are cumulative since boot; only a rise while we watch says the link is sick now.
+EFA_WINDOW_S = 5.0
+DAEMONS = ("slurmd", "kubelet")
+# Where NCCL's library is found on HyperPod's DLAMI-based images and in CUDA installs.
+NCCL_GLOBS = ("/opt/nccl/build/lib/libnccl.so.2.*", "/usr/local/cuda*/lib*/libnccl.so.2.*",
+              "/usr/lib/x86_64-linux-gnu/libnccl.so.2.*", "/usr/lib64/libnccl.so.2.*")
+OFI_NCCL_GLOBS = ("/opt/amazon/ofi-nccl/lib*/libnccl-net*.so*", "/opt/aws-ofi-nccl/lib*/libnccl-net*.so*")
+EFA_PACKAGES = "/opt/amazon/efa_installed_packages"
+
+
+def run_tool(argv: List[str], timeout: float = TOOL_TIMEOUT_S) -> Tuple[Optional[int], str, str]:
+    """(exit code or None when absent/timed out, stdout, stderr), output capped at the parsers' bound."""
+    if shutil.which(argv[0]) is None:
+        return None, "", "%s: not found" % argv[0]
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              universal_newlines=True, errors="replace")
+    except subprocess.TimeoutExpired:
+        return None, "", "%s: no answer in %.0f s" % (argv[0], timeout)
+    except OSError as exc:
+        return None, "", "%s: %s" % (argv[0], exc)
+    cap = nc.MAX_TOOL_OUTPUT_BYTES
+    return done.returncode, done.stdout[:cap], done.stderr[:cap]
+
+
+def kernel_log() -> Tuple[Optional[str], str]:
+    """The kernel ring buffer (dmesg), else the kernel journal; None with the reason when neither reads."""
+    rc, out, err = run_tool(["dmesg"])
+    if rc == 0:
+        return out, "dmesg"
+    rc2, out2, err2 = run_tool(["journalctl", "-k", "--no-pager", "-n", "100000"])
+    if rc2 == 0:
+        return out2, "journalctl -k"
+    return None, (err or err2).strip().splitlines()[0] if (err or err2).strip() else "no kernel log"
+
+
+def fsx_writable(path: str) -> Optional[bool]:
+    """Write and remove a small file in a child process, so a hung Lustre mount cannot hang the doctor."""
+    code = ("import os,sys\np=os.path.join(sys.argv[1],'.hpq-doctor-%d'%os.getpid())\n"
+            "with open(p,'w') as f: f.write('ok')\nos.remove(p)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, path], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=FSX_WRITE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False
+    except OSError:
+        return None
+    return done.returncode == 0
+
+
+def _first_version(patterns, regex: str) -> Optional[str]:
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            match = re.search(regex, os.path.basename(os.path.realpath(path)))
+            if match:
+                return match.group(1)
+    return None
+
+
+def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str) -> Dict[str, str]:
+    """The software this node runs, for drift across nodes: absent pieces are left out, not guessed."""
+    fp = {"kernel": os.uname().release}
+    if smi is not None:
+        fp["nvidia_driver"], fp["cuda"] = smi.driver_version, smi.cuda_version
+    try:
+        with open(EFA_PACKAGES) as fh:
+            match = re.search(r"EFA installer version:\s*(\S+)", fh.read(4096))
+        if match:
+            fp["efa_installer"] = match.group(1)
+    except OSError:
+        pass
+    match = re.search(r"^libfabric:\s*(\S+)", fi_info_version, re.MULTILINE)
+    if match:
+        fp["libfabric"] = match.group(1)
+    nccl = _first_version(NCCL_GLOBS, r"libnccl\.so\.(2\.\d+\.\d+)")
+    if nccl:
+        fp["nccl"] = nccl
+    ofi = _first_version(OFI_NCCL_GLOBS, r"\.so\.(\d+\.\d+\.\d+)")
+    if ofi:
+        fp["aws_ofi_nccl"] = ofi
+    return {k: v for k, v in fp.items() if v}
+
+
+def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
+    """A node daemon whose unit is loaded (installed, not masked) but not active.
+
+    ``systemctl is-active`` says "inactive" for a unit that does not exist, so the unit's LoadState decides
+    first: not-found (an EKS node's slurmd) and masked (slurmd on hpq's Slurm controller) are not checked.
+    """
+    findings = []
+    for name in daemons:
+        rc, out, _ = run_tool(["systemctl", "show", "-p", "LoadState,ActiveState", name], timeout=10)
+        if rc != 0:
+            continue
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        if props.get("LoadState") == "loaded" and props.get("ActiveState") != "active":
+            findings.append(nc.Finding("daemon_down", nc.SEVERITY_CRITICAL,
+                                       "%s is %s" % (name, props.get("ActiveState", "?")), nc.ACTION_REBOOT))
+    return findings
+
+
+def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float = EFA_WINDOW_S,
+            sys_infiniband: str = "/sys/class/infiniband", proc_mounts: str = "/proc/mounts",
+            disks=("/", "/opt/sagemaker")) -> Dict[str, object]:
+    """Every check on this node: findings, what could not be checked, and the software fingerprint."""
+    started = time.monotonic()
+    findings: List[nc.Finding] = []
+    unchecked: List[str] = []
+    smi: Optional[nc.SmiReport] = None
+    efa_before = nc.read_efa_counters(sys_infiniband)
+    if entry.accelerator == catalog.GPU:
+        rc, out, err = run_tool(["nvidia-smi", "-q", "-x"])
+        if rc == 0:
+            try:
+                smi = nc.parse_smi_xml(out)
+            except ValueError as exc:
+                unchecked.append("gpus: %s" % exc)
+        elif "not found" in err:
+            unchecked.append("gpus: nvidia-smi not found")
+        else:
+            # nvidia-smi failing or hanging is itself the finding: a GPU off the bus does both.
+            findings += nc.judge_gpus(None, entry.accelerator_count, entry.accelerator_model)
+        if smi is not None:
+            links = None
+            if nc.GPU_MODELS.get(entry.accelerator_model, nc.GpuModelFacts(0, 0, 0)).nvlinks:
+                rc_l, out_l, _ = run_tool(["nvidia-smi", "nvlink", "-s"])
+                if rc_l == 0:
+                    links = nc.parse_nvlink_status(out_l)
+                else:
+                    unchecked.append("nvlink: nvidia-smi nvlink -s did not answer")
+            findings += nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, links)
+        log, source = kernel_log()
+        if log is None:
+            unchecked.append("xid: %s" % source)
+        else:
+            findings += nc.judge_xids(nc.parse_xids(log))
+    elif entry.accelerator == catalog.TRAINIUM:
+        unchecked.append("neuron: Trainium device checks are not implemented yet")
+    fi_version = ""
+    if entry.has_efa:
+        rc, out, err = run_tool(["fi_info", "-p", "efa"])
+        provider_ok = None if rc is None else (rc == 0 and "provider: efa" in out)
+        if rc is None:
+            unchecked.append("efa provider: %s" % (err.strip() or "fi_info did not answer"))
+        fi_version = run_tool(["fi_info", "--version"])[1]
+        if efa_window > 0:
+            time.sleep(efa_window)
+        findings += nc.judge_efa(nc.efa_devices(sys_infiniband), entry.efa_interfaces, efa_before,
+                                 nc.read_efa_counters(sys_infiniband), provider_ok)
+    for path in disks:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        findings += nc.judge_disk(path, st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
+    if fsx:
+        try:
+            with open(proc_mounts) as fh:
+                mounts = fh.read(nc.MAX_TOOL_OUTPUT_BYTES)
+        except OSError as exc:
+            mounts = ""
+            unchecked.append("fsx: %s" % exc)
+        findings += nc.judge_mounts(mounts, fsx, fsx_writable(fsx) if os.path.isdir(fsx) else None)
+    findings += daemon_findings()
+    verdict = nc.worst(findings)
+    if verdict == "PASS" and unchecked:
+        verdict = "INCONCLUSIVE"
+    return {"instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
+            "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version),
+            "seconds": round(time.monotonic() - started, 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.node_doctor",
+                                 description="Check this node's GPUs, EFA, disks and /fsx; print findings.")
+    ap.add_argument("--instance-type", default=None, help="default: from the node's info file or IMDS")
+    ap.add_argument("--fsx", default="/fsx", help="shared file system to check ('' for none; default /fsx)")
+    ap.add_argument("--efa-window", type=float, default=EFA_WINDOW_S,
+                    help="seconds to watch the EFA error counters (default %(default)s)")
+    ap.add_argument("--output", choices=("json", "text"), default="text")
+    args = ap.parse_args(argv)
+    if not (0 <= args.efa_window <= 300):
+        ap.error("--efa-window must be between 0 and 300 seconds")
+    itype = nodeinfo.resolve_instance_type(args.instance_type)
+    if not itype:
+        ap.error("cannot tell this node's instance type: pass --instance-type")
+    try:
+        entry = catalog.lookup(itype)
+    except catalog.UnknownInstanceType as exc:
+        ap.error(str(exc))
+    report = examine(entry, args.fsx or None, args.efa_window)
+    if args.output == "json":
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print("%s: %s on %s (%d finding(s), %.1f s)" % (report["verdict"], os.uname().nodename,
+                                                        report["instance_type"], len(report["findings"]),
+                                                        report["seconds"]))
+        for f in report["findings"]:
+            print("  %-8s %-18s %-8s %s" % (f["severity"], f["kind"], f["action"], f["evidence"]))
+        for item in report["unchecked"]:
+            print("  unchecked: %s" % item)
+    return {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL}.get(report["verdict"], EXIT_INCONCLUSIVE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
