@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
         os.remove(base + ".metrics.json")  # merged into the result below: one JSON per run
     except (OSError, ValueError):
         result["metrics"] = None  # rank 0 ran on a node that does not share this directory
-    verdict, message = judge(rc, log_path, result.get("metrics"), nodes * gpus)
+    verdict, message = assess(rc, log_path, result.get("metrics"), nodes * gpus)
     result["ok"] = verdict == oc.PASS
     result["verdict"] = verdict
     result["outcome"] = verdict
@@ -192,11 +192,17 @@ def _num_ok(tok: str) -> bool:
     return True
 
 
-def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: int) -> Tuple[str, str]:
+def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int] = None) -> str:
+    """PASS, FAIL or INCONCLUSIVE (``assess`` without its message)."""
+    return assess(rc, log_path, metrics, ranks)[0]
+
+
+def assess(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int]) -> Tuple[str, str]:
     """(PASS|FAIL|INCONCLUSIVE, message whose first words are the verdict).
 
     PASS needs positive evidence of training: finite first and final loss with the final one lower,
-    every one of the ``ranks`` processes started taking part (world size) with the same weights at the
+    every one of the ``ranks`` processes started (None: as many as trained) taking part (world size) with the
+    same weights at the
     end (nanoGPT's checksum, all-reduced over the ranks, finite and agreeing), and a program that
     exited 0. Rank 0's metrics file may live on another node; its log lines say the same things. A
     program that printed none of it (e.g. ``--python /bin/true``) is INCONCLUSIVE, never PASS; a
@@ -210,7 +216,7 @@ def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: int) -> Tuple[
                                                    "neuron_devices_unused") if k in metrics})
     first, final = facts.get("first_loss"), facts.get("final_loss")
     number = ("loss %s -> %s" % (first, final)) if first is not None or final is not None else "no loss reported"
-    expectation = "a falling loss on %d rank(s)" % ranks
+    expectation = "a falling loss on %s rank(s)" % (ranks if ranks is not None else "every")
 
     def out(outcome: str, reason: str) -> Tuple[str, str]:
         return outcome, oc.headline(outcome, number, expectation, reason)
@@ -229,7 +235,7 @@ def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: int) -> Tuple[
     world = facts.get("world_size")
     if world is None:
         return out(oc.INCONCLUSIVE, "the log does not say how many ranks trained (no 'ranks on' line, no metrics)")
-    if world != ranks:
+    if ranks is not None and world != ranks:
         return out(oc.FAIL, "%s rank(s) trained, %d were started" % (world, ranks))
     if not (facts.get("loss_fell") and float(final) < float(first)):  # type: ignore[arg-type]
         return out(oc.FAIL, "the loss did not fall")
@@ -241,7 +247,7 @@ def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: int) -> Tuple[
         return out(oc.INCONCLUSIVE, nanogpt.NEURON_UNUSED_RESULT.split(": ", 1)[1])
     if result and result != "PASS":
         return out(oc.FAIL, "the program's own RESULT line says %s" % result[:200])
-    return out(oc.PASS, "the loss fell and all %d rank(s) agree" % ranks)
+    return out(oc.PASS, "the loss fell and all %s rank(s) agree" % world)
 
 
 if __name__ == "__main__":

@@ -280,8 +280,9 @@ def test_rank_environment_unlike_the_workers_fails(tmp_path):
     res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
                                                    "--instance-type", "ml.p4d.24xlarge"], env, tmp_path)
     assert res.returncode == 1, res.stdout
-    assert "FAIL: the job's transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the " \
+    assert "the job's transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the " \
            "job but `hpq nccl-env ml.p4d.24xlarge` does not set it" in res.stdout
+    assert "\nFAIL: 1 environment difference(s) vs the worker type's transport environment: " in res.stdout
     assert "inherited from the environment the job was launched from" in res.stdout  # the submitter had it too
     doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text())
     assert doc["verdict"]["ok"] is False and doc["verdict"]["exit_code"] == 1
@@ -534,7 +535,8 @@ def test_nanogpt_verdict_needs_finite_metrics_from_every_rank(tmp_path, log, met
 
     path = tmp_path / "run.log"
     path.write_text(log)
-    verdict, message = run_nanogpt.judge(rc, str(path), metrics, 2)
+    verdict, message = run_nanogpt.assess(rc, str(path), metrics, 2)
+    assert run_nanogpt.judge(rc, str(path), metrics, 2) == verdict
     assert verdict == outcome and message.startswith(outcome + ": ") and words in message, message
 
 
