@@ -44,3 +44,6 @@ def test_stand_in_network_waives_the_transport_only():
     assert nccl_verdict(wrong, P5, 1, 2, "none", stand_in_network=True)[1] == 1
     crashed = sock + "\n  exit: FAIL: nccl-tests exited with status 3 (see the log)\n"
     assert nccl_verdict(crashed, P5, 1, 2, "none", stand_in_network=True)[1] == 1
+    leaked = sock + ("FAIL: 1 environment difference(s) vs the worker type's transport environment: the job's "
+                     "transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the job\n")
+    assert nccl_verdict(leaked, P5, 1, 2, "none", stand_in_network=True)[1] == 1  # a leak still fails

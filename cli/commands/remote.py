@@ -131,13 +131,15 @@ def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
 def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int | None, expect: Any,
                               text: str) -> bool:
     """Whether the node's own FAIL (exit 1) can only have come from the transport check: the same log judged
-    as the node judged it fails that check alone, and the benchmark itself did not exit non-zero."""
+    as the node judged it fails that check alone, the benchmark itself did not exit non-zero, and the ranks'
+    environment check (scripts/env_check) did not fail."""
     from hpq.scripts import nccl_report
     from hpq.scripts import outcome as oc
 
     real = nccl_report.evaluate(report, instance_type, nodes, expect)
     failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
-    return failed == {"transport"} and "exited with status" not in text
+    return (failed == {"transport"} and "exited with status" not in text
+            and "transport environment is not the worker type's" not in text)  # the env check stays a FAIL
 
 
 def worker_instance_type(cl: Any) -> str | None:
