@@ -164,9 +164,14 @@ def controller_types() -> List[str]:
 #
 # What a healthy cluster reaches depends on where the bytes travel. Inside one instance an all-reduce
 # runs over NVLink / NeuronLink (hundreds of GB/s on p4d/p5); across instances it is bound by the
-# network, and the figure falls as nodes are added (p4d: ~231 GB/s on 1 node, ~57 on 2, ~30 on 4). So
-# every type carries a one-node figure and figures per node count, each with the publication it
-# comes from; ``expected_busbw(type, nodes)`` picks the one for a run.
+# network, and the figure falls as nodes are added (p5 on HyperPod: 445 GB/s on 2 nodes, 348 on 4, 278
+# on 8). So every figure belongs to one node count and says where it comes from and what software
+# produced it; ``expected_busbw(type, nodes)`` picks the one for a run, and a type or node count
+# without one has no expectation (the verdict is then INCONCLUSIVE, never PASS).
+
+PUBLISHED = "published"  # a healthy run published by AWS (first) or NVIDIA / a public benchmark
+ASSUMED = "assumed"  # another type's published figure, for a type with the same links
+SEED = "seed"  # measured by this project's seed on HyperPod; an excerpt, not a publication
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,13 @@ class Busbw:
     gbps: float
     nodes: int  # the node count it belongs to; 1 = inside one instance
     source: str
-    derived: bool = False  # computed from the published network bandwidth, not measured
+    kind: str = PUBLISHED  # PUBLISHED, ASSUMED or SEED (what the verdict calls it)
+    software: str = ""  # what produced it (nccl-tests / NCCL / EFA versions) where the source says
+
+    @property
+    def derived(self) -> bool:
+        """Kept for callers of the old table: no figure is derived from a line rate any more."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -186,9 +197,17 @@ class BusbwTable:
     why_not: str = ""  # why a part is missing (no published figure, or nothing to measure)
 
 
-# Published measurements, cited where they are read. Figures are busbw at the message size named.
-_P4D_527 = ("https://github.com/NVIDIA/nccl/issues/527 (comment of 2022-07-25: nccl-tests all_reduce_perf on "
-            "1, 2, 3 and 4 p4d.24xlarge over EFA with GPUDirect RDMA, busbw at 1 GiB)")
+# Healthy published measurements, cited where they are read. Figures are the peak busbw of the run.
+# The figures of NVIDIA/nccl issue 527 (a thread titled "Slow bus bandwidth" about p4d) are NOT used:
+# a report of a slow cluster is not a healthy figure.
+_AWS_NCCL_README = ("https://github.com/awslabs/awsome-distributed-ai/blob/main/micro-benchmarks/nccl-tests/"
+                    "README.md")
+_P4DE_AWS = _AWS_NCCL_README + (" (Results, Slurm: all_reduce_perf 8 B..2 GB on 2x p4de.24xlarge, busbw 78.33 GB/s "
+                                "at 2 GiB; tests/data/nccl/aws_2x_p4de_all_reduce_perf.txt)")
+_P5_AWS = _AWS_NCCL_README + (" (Results, Slurm: all_reduce_perf 8 B..16 GB on 2x p5.48xlarge, busbw 487.09 GB/s "
+                              "at 16 GiB, 443.72 at 2 GiB; tests/data/nccl/aws_2x_p5_all_reduce_perf.txt)")
+_AWS_SOFTWARE = ("AWS's nccl-tests container of micro-benchmarks/nccl-tests (EFA installer, NCCL, aws-ofi-nccl "
+                 "and nccl-tests built from its Dockerfile)")
 _P5_HYPERPOD = ("https://github.com/crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv "
                 "(nccl-tests all_reduce_perf on 2-32 p5.48xlarge of a SageMaker HyperPod EKS cluster, busbw "
                 "at 2 GiB, the largest message hpq's EKS test sends)")
@@ -197,51 +216,53 @@ _H100_NVLS = ("https://github.com/NVIDIA/nccl/issues/1442 (one p5.48xlarge, 8x H
               "busbw on 8 H100)")
 _H200_NVLINK = ("https://github.com/NVIDIA/nccl-tests/issues/272 (one server, 8x H200 over NVLink4: "
                 "all_reduce_perf peak 475 GB/s)")
-_SEED_G5_16 = ("seed 004: 2x ml.g5.16xlarge over TCP, nccl-tests all_reduce_perf peak 3.02 GB/s "
-               "(tests/data/nccl/seed004_slurm_2x_g5.16xlarge_excerpt.txt)")
-_SEED_G5_48 = "seed 004: 2x ml.g5.48xlarge over EFA without device RDMA, all_reduce_perf about 12 GB/s"
-_SEED_TRN1 = ("seed 004: 2x ml.trn1.32xlarge, nccom-test all-reduce peak 37.0 GB/s at 128 MiB "
-              "(tests/data/nccl/seed004_nccom_2x_trn1.32xlarge_excerpt.txt)")
+_SEED_G5_16 = ("seed 004 excerpt (measured on HyperPod, not published): 2x ml.g5.16xlarge over TCP, nccl-tests "
+               "all_reduce_perf peak 3.02 GB/s (tests/data/nccl/seed004_slurm_2x_g5.16xlarge_excerpt.txt)")
+_SEED_G5_48 = ("seed 004 excerpt (measured on HyperPod, not published): 2x ml.g5.48xlarge over EFA without device "
+               "RDMA, all_reduce_perf about 12 GB/s")
+_SEED_TRN1 = ("seed 004 excerpt (measured on HyperPod, not published): 2x ml.trn1.32xlarge, nccom-test all-reduce "
+              "peak 37.0 GB/s at 128 MiB (tests/data/nccl/seed004_nccom_2x_trn1.32xlarge_excerpt.txt)")
 
-# Where no multi-node measurement is published for a GPU type, expect half of its network line rate:
-# every published multi-node figure above reaches at least 59% of it (p4d 4 nodes: 29.6 of 50 GB/s;
-# p5 32 nodes: 269 of 400; g5.48xlarge: 12 of 12.5; g5.16xlarge: 3.02 of 3.1), while a fallback to TCP
-# sockets on an EFA type lands far below.
+# A level for orientation only, printed when no figure is known: half of the network line rate. It is
+# derived from a data sheet, not measured, so it never decides a verdict.
 DERIVED_LINE_RATE_FRACTION = 0.5
 
 
-def _several(source: str, figures: Dict[int, float]) -> Tuple[Busbw, ...]:
-    return tuple(Busbw(g, n, source) for n, g in sorted(figures.items()))
+def _several(source: str, figures: Dict[int, float], kind: str = PUBLISHED, software: str = "") -> Tuple[Busbw, ...]:
+    return tuple(Busbw(g, n, source, kind, software) for n, g in sorted(figures.items()))
 
 
-_P4D = BusbwTable(Busbw(230.8, 1, _P4D_527), _several(_P4D_527, {2: 57.2, 3: 31.8, 4: 29.6}))
-_P5_SEVERAL = _several(_P5_HYPERPOD, {2: 445.0, 4: 347.6, 8: 278.2, 16: 270.9, 32: 269.5})
+_P5_SEVERAL = (Busbw(487.09, 2, _P5_AWS, PUBLISHED, _AWS_SOFTWARE),) + _several(
+    _P5_HYPERPOD, {4: 347.6, 8: 278.2, 16: 270.9, 32: 269.5}, software="nccl-tests on HyperPod EKS (see the repo)")
+_P4DE_SEVERAL = (Busbw(78.33, 2, _P4DE_AWS, PUBLISHED, _AWS_SOFTWARE),)
 
 
 def _assumed(table: BusbwTable, why: str, one_node: Optional[Busbw] = None) -> BusbwTable:
     """Another type's figures for a type with the same links, marked as assumed in every source."""
-    several = tuple(Busbw(b.gbps, b.nodes, "assumed equal to %s: %s" % (why, b.source)) for b in table.several_nodes)
+    several = tuple(Busbw(b.gbps, b.nodes, "assumed equal to %s: %s" % (why, b.source), ASSUMED, b.software)
+                    for b in table.several_nodes)
     one = one_node or (table.one_node and Busbw(table.one_node.gbps, 1, "assumed equal to %s: %s"
-                                                % (why, table.one_node.source)))
+                                                % (why, table.one_node.source), ASSUMED, table.one_node.software))
     return BusbwTable(one, several, table.why_not)
 
 
 _PUBLISHED: Dict[str, BusbwTable] = {
-    "ml.p4d.24xlarge": _P4D,
-    "ml.p4de.24xlarge": _assumed(_P4D, "p4d.24xlarge (same A100 NVSwitch and 4x 100 Gbps EFA)"),
+    "ml.p4de.24xlarge": BusbwTable(None, _P4DE_SEVERAL),
+    "ml.p4d.24xlarge": _assumed(BusbwTable(None, _P4DE_SEVERAL),
+                                "p4de.24xlarge (same 8x A100 NVSwitch and 4x 100 Gbps EFA)"),
     "ml.p5.48xlarge": BusbwTable(Busbw(480.0, 1, _H100_NVLS), _P5_SEVERAL),
     "ml.p5e.48xlarge": _assumed(BusbwTable(None, _P5_SEVERAL), "p5.48xlarge (same 3200 Gbps EFA)",
                                 Busbw(475.0, 1, _H200_NVLINK)),
     "ml.p5en.48xlarge": _assumed(BusbwTable(None, _P5_SEVERAL), "p5.48xlarge (same 3200 Gbps, on EFAv3)",
                                  Busbw(475.0, 1, _H200_NVLINK)),
-    "ml.g5.16xlarge": BusbwTable(None, (Busbw(3.0, 2, _SEED_G5_16),)),
-    "ml.g5.48xlarge": BusbwTable(None, (Busbw(12.0, 2, _SEED_G5_48),)),
-    "ml.trn1.32xlarge": BusbwTable(None, (Busbw(37.0, 2, _SEED_TRN1),)),
+    "ml.g5.16xlarge": BusbwTable(None, (Busbw(3.0, 2, _SEED_G5_16, SEED),)),
+    "ml.g5.48xlarge": BusbwTable(None, (Busbw(12.0, 2, _SEED_G5_48, SEED),)),
+    "ml.trn1.32xlarge": BusbwTable(None, (Busbw(37.0, 2, _SEED_TRN1, SEED),)),
 }
 
 
 def busbw_table(name: str) -> BusbwTable:
-    """One-node and several-node figures for ``name``: published ones, else derived or explained gaps."""
+    """One-node and several-node figures for ``name`` (published, assumed or seed), and why parts are missing."""
     entry = lookup(name)
     table = _PUBLISHED.get(entry.name)
     why = []
@@ -250,43 +271,72 @@ def busbw_table(name: str) -> BusbwTable:
     if one is None:
         if entry.accelerator_count < 2:
             why.append("one node: a single %s has nothing to all-reduce with" % (entry.accelerator_model or "CPU"))
-        elif entry.accelerator == TRAINIUM:
-            why.append("one node: no published nccom-test figure for all NeuronCores of one %s" % entry.name)
         else:
-            why.append("one node: no published figure for %d %s over PCIe (no NVLink)"
-                       % (entry.accelerator_count, entry.accelerator_model))
+            why.append("one node: no published figure for %s on one node" % entry.name)
     if not several:
-        if entry.accelerator == GPU:
-            line = entry.network_gbps / 8.0
-            several = (Busbw(round(line * DERIVED_LINE_RATE_FRACTION, 2), 2,
-                             "derived: %d%% of the %g Gbps network bandwidth (no published multi-node "
-                             "measurement; published ones reach at least 59%% of line rate)"
-                             % (DERIVED_LINE_RATE_FRACTION * 100, entry.network_gbps), derived=True),)
-        else:
-            why.append("several nodes: no published multi-node figure for %s" % entry.name)
+        why.append("several nodes: no published multi-node figure for %s" % entry.name)
     return BusbwTable(one, several, "; ".join(why))
+
+
+def derived_level(name: str) -> Optional[float]:
+    """Half of the network line rate in GB/s: printed for orientation where no figure is known, never judged."""
+    entry = lookup(name)
+    return round(entry.network_gbps / 8.0 * DERIVED_LINE_RATE_FRACTION, 2) if entry.network_gbps else None
 
 
 def expected_busbw(name: str, nodes: int) -> Optional[Busbw]:
     """The figure a healthy run of ``nodes`` nodes should reach, or None when none is known.
 
-    Several nodes: the figure published for that count, else for the largest published count below it
-    (busbw falls as nodes are added, so a higher count is judged against a lower-count figure only
-    beyond the published range; ``Busbw.nodes`` says which count it is).
+    Several nodes: the figure for that count, else for the nearest published count ABOVE it (busbw
+    falls as nodes are added, as every published series shows, so what a healthy larger cluster
+    reaches a healthy smaller one reaches too; ``Busbw.nodes`` says which count it is). Beyond the
+    largest published count there is no figure: extrapolating a 2-node figure to 64 nodes would
+    fail healthy clusters or pass broken ones.
     """
     if nodes < 1:
         raise ValueError("nodes must be at least 1")
     table = busbw_table(name)
     if nodes == 1:
         return table.one_node
-    fitting = [b for b in table.several_nodes if b.nodes <= nodes]
-    if fitting:
-        return fitting[-1]
-    return table.several_nodes[0] if table.several_nodes else None
+    above = [b for b in table.several_nodes if b.nodes >= nodes]
+    return above[0] if above else None
 
 
 def lowest_busbw(name: str) -> Optional[Busbw]:
-    """The lowest figure of any node count: the expectation when a run's node count is unknown."""
+    """The lowest figure of any node count (the rehearsal's orientation when the count is unknown)."""
     table = busbw_table(name)
     figures = list(table.several_nodes) + ([table.one_node] if table.one_node else [])
     return min(figures, key=lambda b: b.gbps) if figures else None
+
+
+# ------------------------------------------------------------------ physical ceiling of busbw
+#
+# No all-reduce moves data faster than the links it runs on: a busbw above a GPU's NVLink (or PCIe)
+# bandwidth plus the instance's network line rate, or a Trainium chip's DMA / memory bandwidth plus the
+# network, is an error in the log, not a record. Sources:
+#   A100 NVLink 600 GB/s, H100/H200 SXM NVLink 900 GB/s: NVIDIA's data sheets
+#     (https://www.nvidia.com/en-us/data-center/a100/, /h100/, /h200/);
+#   A10G, L4, L40S: PCIe Gen4 x16, 64 GB/s both directions (PCI-SIG 16 GT/s x 16 lanes; no NVLink);
+#   Trainium: 1 TB/s of DMA bandwidth per chip
+#     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html);
+#   Trainium2: 2.9 TB/s of device memory bandwidth per chip
+#     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/arch/trainium2_arch.html).
+_LINK_GBYTES = {"A100-40GB": 600.0, "A100-80GB": 600.0, "H100": 900.0, "H200": 900.0,
+                "A10G": 64.0, "L4": 64.0, "L40S": 64.0, "Trainium": 1000.0, "Trainium2": 2900.0}
+
+# With no instance type known: no interconnect today moves 10 TB/s per device (NVLink 5: 1.8 TB/s).
+UNIVERSAL_CEILING_GBPS = 10000.0
+
+
+def busbw_ceiling(name: Optional[str]) -> Tuple[float, str]:
+    """(GB/s, why): the highest busbw the type's links can carry; above it a log is in error."""
+    if name:
+        entry = lookup(name)
+        link = _LINK_GBYTES.get(entry.accelerator_model, 0.0)
+        net = entry.network_gbps / 8.0
+        if entry.is_accelerated and link:
+            return link + net, ("%s: %g GB/s %s plus %g GB/s of network (%g Gbps)" % (
+                entry.name, link, "NVLink" if link > 100 and entry.accelerator == GPU else
+                ("PCIe Gen4 x16" if entry.accelerator == GPU else "device bandwidth per chip"), net,
+                entry.network_gbps))
+    return UNIVERSAL_CEILING_GBPS, "no interconnect carries more than %g GB/s" % UNIVERSAL_CEILING_GBPS

@@ -27,7 +27,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from hpq.lifecycle import catalog, names, transport
-from hpq.scripts import distenv, env_check, nccl_report, nodeinfo
+from hpq.scripts import distenv, env_check, nodeinfo, verdicts
 
 TORCH_PYTHONS = (
     "/opt/conda/envs/pytorch/bin/python3",
@@ -365,53 +365,9 @@ def srun_command(nodes: int, tasks_per_node: int, python: str, module: str, args
              EXPORT_ALL] + chdir + list(extra) + (env_check.wrap(program) if report_env else program))
 
 
-def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Optional[str],
-              nodes: Optional[int] = None, expect: Optional[object] = None,
-              env: Optional[env_check.EnvCheck] = None) -> int:
-    """Parse a benchmark log, print the summary and verdict, write ``<log>.json``; the exit code.
-
-    One ending for run-nccl-test and run-nccom-test: a run without result rows, with wrong
-    elements, short of the catalog's figure for its node count (the log's rank lines, else
-    ``nodes``; ``expect`` as ``nccl_report.evaluate`` takes it), or whose program exited non-zero
-    is a failure (1). So is a job whose ranks' transport environment (``env``, env_check) differs
-    from the worker type's; ``env`` with no opinion (no block in the log) changes nothing.
-    """
-    base = log_path[:-len(".log")] if log_path.endswith(".log") else log_path
-    with open(log_path, errors="replace") as fh:
-        text = fh.read()
-    try:
-        report = nccl_report.parse_text(text)
-    except nccl_report.ReportError:
-        message = "FAIL: %s produced no result rows (exit status %d); see %s" % (what, rc, log_path)
-        result["verdict"] = {"ok": False, "exit_code": 1, "message": message}
-        code = 1
-    else:
-        try:
-            verdict = nccl_report.evaluate(report, instance_type, nodes, expect)  # type: ignore[arg-type]
-        except nccl_report.ReportError as exc:  # a type the catalog does not know: judge without expectation
-            verdict = nccl_report.evaluate(report, None, nodes, expect)  # type: ignore[arg-type]
-            verdict.message += " (%s)" % exc
-        result.update(nccl_report.report_to_dict(report, verdict))
-        message, code = verdict.message, verdict.exit_code
-        if rc != 0:
-            code = 1
-            message = "FAIL: %s exited with status %d (see the log); its rows say: %s" % (
-                what, rc, verdict.message.split(": ", 1)[1])
-            result["verdict"].update(ok=False, exit_code=1, message=message)  # type: ignore[union-attr]
-        print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
-            what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
-            report.wrong_total))
-    if env is not None:  # issue 19: the ranks' own transport environment (env_check), FAIL when not the worker's
-        result["environment_check"] = env.to_dict()
-        if env.problems:
-            code = 1
-            message = "FAIL: the job's transport environment is not the worker type's: %s\n%s" % (
-                "; ".join(env.problems), message)
-            result["verdict"].update(ok=False, exit_code=1, message=message)
-    print(message)
-    write_json(base + ".json", result)
-    print("# log: %s\n# result: %s.json" % (log_path, base))
-    return code
+# The ending of run-nccl-test and run-nccom-test lives in hpq.scripts.verdicts (PASS/FAIL/INCONCLUSIVE);
+# kept importable here for callers of launch.judge_log.
+judge_log = verdicts.judge_log
 
 
 def write_json(path: str, data: Dict) -> None:

@@ -17,24 +17,26 @@ Standard library only: it runs on cluster nodes (``run-nccl-test``) and on lapto
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hpq.errors import UsageError
+from hpq.scripts import outcome as outcome_mod
 
-# A result passes when its peak bus bandwidth reaches this fraction of the figure the catalog
+# A result passes when its peak bus bandwidth reaches this fraction of the healthy figure the catalog
 # holds for the instance type and the run's node count (hpq.lifecycle.catalog.expected_busbw).
 # Inside one node (NVLink/NeuronLink) results repeat within a few percent: 0.8. Across nodes the
 # figure depends more on NCCL's algorithm (on 2 nodes the tree reports busbw above the NIC line
-# rate, a ring below it: NVIDIA/nccl-tests#22, NVIDIA/nccl#812), so 0.7. Both still fail the
-# misconfigurations that matter, which cost a factor of 5 or more (TCP sockets instead of EFA).
+# rate, a ring below it: NVIDIA/nccl-tests#22, NVIDIA/nccl#812), so 0.7. A run at half of the
+# healthy figure fails either way.
 PASS_FRACTION = 0.80
 PASS_FRACTION_SEVERAL_NODES = 0.70
 
 # NCCL's socket transport on these instances stays at a few GB/s (seed 004: 3.02 GB/s on 2x
-# g5.16xlarge); an EFA type at or below this level did not use EFA.
+# g5.16xlarge); advice only: the transport itself is judged from the log's network line.
 TCP_SPEED_GBPS = 4.0
 
 # Old nccl-tests print the largest numeric error instead of a count; a float sum of a few
@@ -44,7 +46,16 @@ OLD_ERROR_TOLERANCE = 1e-3
 # Below this message size a collective is latency-bound and cannot show peak bandwidth.
 PEAK_MIN_BYTES = 128 * 1024 * 1024
 
+# The largest log read (a file or standard input): 64 MiB holds a 32-node run with NCCL_DEBUG=INFO and
+# the INIT,NET subsystems many times over; past it the input is refused (exit 2) before memory grows.
+MAX_LOG_BYTES = 64 << 20
+READ_CHUNK = 1 << 20
+# A network or provider name longer than this is not one (NCCL's are "Socket", "IB", "AWS Libfabric").
+MAX_NET_NAME = 64
+
 NOT_CHECKED = "results were not checked (#wrong N/A): run with -c 1 to verify data"
+DEBUG_HINT = ("rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET (run-nccl-test sets both) so the log names "
+              "the network NCCL used")
 
 # What the bandwidth is judged against (``--expect``): the catalog's figure for the instance type and
 # node count (the default), nothing (``none``: bandwidth reported, not judged; the run must still be
@@ -53,18 +64,31 @@ NOT_CHECKED = "results were not checked (#wrong N/A): run with -c 1 to verify da
 EXPECT_CATALOG = "catalog"
 EXPECT_NONE = "none"
 
+# What the log says about the transport, classified (``transport_seen``).
+NET_EFA, NET_SOCKET, NET_OTHER, NET_MIXED = "efa", "socket", "other", "mixed"
+
 _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"}
+# Every pattern below is anchored on a literal and bounded, so a line is matched in linear time whatever
+# it holds (no nested or open-ended lazy quantifiers: issue 21's 100k-space "Using network" line).
 # The value may be glued to its unit (nccom-test: "43.6901GB/s") or be "-nan" (nccl-tests' %g).
-_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.IGNORECASE)
-_OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)", re.IGNORECASE)
+_AVG_RE = re.compile(r"Avg bus bandwidth\s{0,64}:\s{0,64}([-+]?(?:nan|inf|\d{1,40}(?:\.\d{0,40})?(?:e[-+]?\d{1,4})?))",
+                     re.IGNORECASE | re.ASCII)
+_OOB_RE = re.compile(r"Out of bounds values\s{0,64}:\s{0,64}(\d{1,20})", re.IGNORECASE | re.ASCII)
 # srun --label "0: ", mpirun --tag-output "[1,0]<stdout>:" (job, rank)
-_LABEL_RE = re.compile(r"^\s*(?:(\d+):\s|\[\d+,(\d+)\]<std(?:out|err)>:\s?)")
+_LABEL_RE = re.compile(r"^[ \t]{0,64}(?:(\d{1,9}):\s|\[\d{1,9},(\d{1,9})\]<std(?:out|err)>:\s?)", re.ASCII)
 # nccl-tests' device lines: "#  Rank  0 Group  0 Pid  18892 on node-a device  0 [0x1b] NVIDIA H100"
 # (older releases and hpq's built-in benchmark print no "Group").
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\b")
-# NCCL_DEBUG=INFO: "NCCL INFO Using network AWS Libfabric", "... via NET/Socket/0", ".../GDRDMA".
-_USING_NET_RE = re.compile(r"NCCL INFO Using network ([A-Za-z][\w ]*?)\s*$")
-_VIA_NET_RE = re.compile(r"\bvia NET/([A-Za-z][\w ]*?)/\d+(/GDRDMA)?")
+_RANK_RE = re.compile(r"^#[ \t]{0,64}Rank[ \t]{1,64}(\d{1,9})[ \t]{1,64}(?:Group[ \t]{1,64}\d{1,9}[ \t]{1,64})?"
+                      r"Pid[ \t]{1,64}\d{1,12}[ \t]{1,64}on[ \t]{1,64}(\S{1,255})[ \t]{1,64}device\b", re.ASCII)
+# NCCL_DEBUG=INFO: "NCCL INFO Using network AWS Libfabric", "... via NET/Socket/0", ".../GDRDMA";
+# aws-ofi-nccl: "NET/OFI Selected provider is efa" (older: "Selected Provider is efa").
+_USING_NET = "NCCL INFO Using network "
+_NET_NAME_RE = re.compile(r"^[A-Za-z][\w ]*$", re.ASCII)
+_VIA_NET_RE = re.compile(r"\bvia NET/([A-Za-z][\w ]{0,%d}?)/\d{1,6}(/GDRDMA)?" % MAX_NET_NAME, re.ASCII)
+_OFI_PROVIDER_RE = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w;-]{1,%d})" % MAX_NET_NAME, re.ASCII)
+# hpq's built-in benchmark: "# hpq built-in benchmark: all_reduce, torch.distributed backend gloo, ..."
+_BUILTIN_RE = re.compile(r"# hpq built-in benchmark: [\w ]{0,64}, torch\.distributed backend (\w{1,16})", re.ASCII)
+_DTYPE_RE = re.compile(r"^[A-Za-z]\w{0,31}$", re.ASCII)
 
 
 class ReportError(UsageError):
@@ -132,6 +156,11 @@ class NcclReport:
     ranks: int = 0
     network: Optional[str] = None  # the NCCL network the log names ("Socket", "AWS Libfabric", ...)
     gdr: bool = False  # some NET channel ran GPUDirect RDMA ("/GDRDMA")
+    networks: List[str] = field(default_factory=list)  # every network the log names
+    ofi_providers: List[str] = field(default_factory=list)  # aws-ofi-nccl's "Selected provider is X"
+    backend: Optional[str] = None  # hpq's built-in benchmark: torch.distributed backend (nccl, gloo)
+    runs: int = 1  # result tables in the log (more than one: several runs appended to one file)
+    invalid: List[str] = field(default_factory=list)  # result rows holding impossible values, with why
 
     @property
     def max_size_bytes(self) -> int:
@@ -139,10 +168,22 @@ class NcclReport:
 
 
 @dataclass
+class Check:
+    """One check of a verdict: its outcome (PASS, FAIL, INCONCLUSIVE or not judged) and why."""
+
+    outcome: str
+    detail: str
+    short: str = ""  # the headline's reason when the detail's first clause would repeat the headline
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"outcome": self.outcome, "detail": self.detail}
+
+
+@dataclass
 class Verdict:
     ok: bool
     exit_code: int
-    message: str
+    message: str  # the headline (PASS|FAIL|INCONCLUSIVE: number vs expectation: reason), then details
     expected_busbw_gbps: Optional[float] = None
     instance_type: Optional[str] = None
     fraction: Optional[float] = None
@@ -153,23 +194,38 @@ class Verdict:
     pass_fraction: Optional[float] = None
     expect: str = EXPECT_CATALOG  # what the bandwidth was judged against: catalog, none, or the user's GB/s
     bandwidth_judged: bool = False  # False: no figure (none known, or --expect none); the bandwidth is reported only
+    outcome: str = outcome_mod.FAIL  # PASS, FAIL or INCONCLUSIVE
+    checks: Dict[str, Check] = field(default_factory=dict)  # complete, values, data, transport, bandwidth
+    expected_kind: Optional[str] = None  # published, assumed, seed or "your own" (--expect GBPS)
+    number: str = ""  # what was measured, as the headline says it
+
+    @property
+    def headline(self) -> str:
+        return self.message.split("\n", 1)[0]
 
 
 # ----------------------------------------------------------------------------- parsing
 
 
 def _num(tok: str) -> Optional[float]:
+    """A number as printf prints it: ASCII only (float() also takes '٣' and '1_000', no benchmark prints them)."""
+    if not tok.isascii() or "_" in tok:
+        return None
     try:
         return float(tok)
     except ValueError:
         return None
 
 
+_ASCII_DIGITS = frozenset("0123456789")
+
+
 def _int(tok: str) -> Optional[int]:
-    try:
-        return int(tok)
-    except ValueError:
+    """An ASCII integer (str.isdigit also accepts '²', which int() refuses), at most 20 characters."""
+    body = tok[1:] if tok[:1] in "-+" else tok
+    if not body or len(tok) > 20 or not set(body) <= _ASCII_DIGITS:
         return None
+    return int(tok)
 
 
 def _norm_col(tok: str) -> str:
@@ -179,46 +235,73 @@ def _norm_col(tok: str) -> str:
 
 
 def _header_columns(line: str) -> Optional[List[str]]:
-    """Column names when ``line`` is a table header (nccl-tests, nccom-test), else None."""
-    body = line.strip()
-    while body.startswith("#") and not body.startswith("#wrong"):
-        body = body[1:].lstrip()
+    """Column names when ``line`` is a table header (nccl-tests, nccom-test), else None.
+
+    One lstrip of every leading '#' and blank: linear, where stripping one '#' at a time was
+    quadratic on a long line of '#' (issue 21). A header's first column is "size", never "#wrong".
+    """
+    body = line.lstrip("# \t")
+    if not body[:4].lower() == "size":
+        return None
     toks = [_norm_col(t) for t in body.split()]
     if len(toks) >= 4 and toks[0] == "size" and "busbw" in toks:
         return toks
     return None
 
 
+class _Invalid(ValueError):
+    """A result row whose layout is right but whose values cannot be true (the message says which)."""
+
+
+def _value(tok: str, what: str) -> float:
+    f = _num(tok)
+    if f is None:
+        raise _Invalid("%s %r is not a number" % (what, tok))
+    if not math.isfinite(f):
+        raise _Invalid("%s is %s" % (what, tok))
+    if f < 0:
+        raise _Invalid("%s is negative (%s)" % (what, tok))
+    return f
+
+
 def _wrong(tok: str, old_style: bool) -> Optional[int]:
-    """``#wrong`` is a count, printed with %g (``1.23457e+06`` from a million on); old ``error`` a magnitude."""
+    """``#wrong`` is a non-negative integer count, printed with %g (``1.23457e+06`` from a million on).
+
+    Old nccl-tests print an ``error`` magnitude instead: above OLD_ERROR_TOLERANCE is a wrong result.
+    Anything else (negative, fractional, nan, inf) makes the row invalid: it is never dropped and never
+    summed, so -5 and +5 cannot cancel out.
+    """
     if tok.upper() == "N/A":
         return None
-    f = _num(tok)
-    if f is None or math.isnan(f):
-        raise ValueError(tok)
+    f = _value(tok, "the error column" if old_style else "#wrong")
     if old_style:
-        return 1 if abs(f) > OLD_ERROR_TOLERANCE else 0
-    return int(round(f)) if not math.isinf(f) else 1
+        return 1 if f > OLD_ERROR_TOLERANCE else 0
+    if f != int(f):
+        raise _Invalid("#wrong is not a whole number (%s)" % tok)
+    return int(f)
 
 
 def _measurements(vals: Sequence[str], width: int, old_style: bool) -> List[Measurement]:
     out = []
     for i in range(0, len(vals), width):
         chunk = vals[i:i + width]
-        t, a, b = (_num(x) for x in chunk[:3])
-        if t is None or a is None or b is None:
-            raise ValueError(chunk)
+        t, a, b = _value(chunk[0], "time"), _value(chunk[1], "algbw"), _value(chunk[2], "busbw")
         out.append(Measurement(t, a, b, _wrong(chunk[3], old_style) if width == 4 else None))
     return out
 
 
 def _parse_row(toks: List[str], header: Optional[List[str]]) -> Optional[Row]:
-    """A data row, or None when the tokens are not one (log chatter, a cut-off line)."""
+    """A data row; None when the tokens are not one (log chatter, a cut-off line).
+
+    Raises _Invalid when the tokens have a result row's layout but hold impossible values.
+    """
     if len(toks) < 6:
         return None
     size, count = _int(toks[0]), _int(toks[1])
-    if size is None or count is None or size < 0 or count < 0 or not re.match(r"^[A-Za-z]\w*$", toks[2]):
+    if size is None or count is None or not _DTYPE_RE.match(toks[2]):
         return None
+    if size < 0 or count < 0:
+        raise _Invalid("negative size or count (%s %s)" % (toks[0], toks[1]))
     dtype, rest = toks[2], toks[3:]
     redop = None
     # With a header the redop column is taken by position (any op name); without one, by name.
@@ -228,7 +311,10 @@ def _parse_row(toks: List[str], header: Optional[List[str]]) -> Optional[Row]:
     has_wrong = bool(header) and ("#wrong" in header or "error" in header)
     has_root = bool(header) and "root" in header
     if header is None:
-        # No header seen: infer from the count (nccl-tests: groups of 4, optional root first).
+        # No header seen: infer from the count (nccl-tests: groups of 4, optional root first), and
+        # only numbers count as a row (without a header, text is chatter).
+        if any(_num(t) is None and t.upper() != "N/A" for t in rest):
+            return None
         has_root = len(rest) % 2 == 1 and len(rest) >= 5
         n = len(rest) - (1 if has_root else 0)
         has_wrong = n % 4 == 0
@@ -251,105 +337,262 @@ def _parse_row(toks: List[str], header: Optional[List[str]]) -> Optional[Row]:
             rest = rest[:want]  # date and time after the in-place columns (timestamp option)
         if len(rest) != want:
             return None  # a row cut short (truncated output)
-    try:
-        meas = _measurements(rest, width, old_style)
-    except ValueError:
-        return None
+    meas = _measurements(rest, width, old_style)
     if len(meas) > 2:
         return None
     return Row(size, count, dtype, redop, root, meas[0], meas[1] if len(meas) > 1 else None)
 
 
+@dataclass
+class _Run:
+    """One result table: from its header (or first row) to its summary line."""
+
+    header: Optional[List[str]] = None
+    rows: List[Row] = field(default_factory=list)
+    invalid: List[str] = field(default_factory=list)
+    summary: bool = False
+    avg: Optional[float] = None
+    oob: Optional[int] = None
+
+    @property
+    def started(self) -> bool:
+        return bool(self.rows or self.invalid or self.summary)
+
+
+class _Parser:
+    """A line-at-a-time reader: memory holds the rows, never the text, and each line costs its length."""
+
+    def __init__(self) -> None:
+        self.streams: Dict[int, List[_Run]] = {}  # label rank (-1: unlabelled) -> its tables in order
+        self.last_header: Optional[List[str]] = None
+        self.last_row_stream = -1
+        self.producer = "nccl-tests"
+        self.hosts: List[str] = []
+        self._hosts_seen: set = set()
+        self.rank_ids: set = set()
+        self.networks: Dict[str, int] = {}
+        self.providers: Dict[str, int] = {}
+        self.gdr = False
+        self.backend: Optional[str] = None
+        self.avg_unreadable = False
+        self.skipped_partial = False
+        self.lineno = 0
+
+    def _runs(self, key: int) -> List[_Run]:
+        runs = self.streams.get(key)
+        if runs is None:
+            runs = self.streams[key] = [_Run()]
+        return runs
+
+    def _net(self, name: str) -> None:
+        name = name.strip()
+        if name and len(name) <= MAX_NET_NAME and _NET_NAME_RE.match(name):
+            self.networks[name] = self.networks.get(name, 0) + 1
+
+    def feed(self, raw: str, unterminated: bool = False) -> None:
+        """One line of the log (without its newline); ``unterminated``: the input's last line had none."""
+        self.lineno += 1
+        if raw.endswith("\r"):
+            raw = raw[:-1]
+        first = raw[:1]
+        label = _LABEL_RE.match(raw) if first.isdigit() or first in " \t[" else None
+        key = int(label.group(1) or label.group(2)) if label else -1
+        line = raw[label.end():] if label else raw
+        stripped = line.lstrip()
+        if stripped.startswith("#") and "Rank" in stripped[:80]:
+            m = _RANK_RE.match(stripped)
+            if m:
+                self.rank_ids.add(int(m.group(1)))
+                if m.group(2) not in self._hosts_seen:
+                    self._hosts_seen.add(m.group(2))
+                    self.hosts.append(m.group(2))
+                return
+        if "NCCL INFO" in line or "NET/OFI" in line:
+            for m in _VIA_NET_RE.finditer(line):
+                self._net(m.group(1))
+                self.gdr = self.gdr or bool(m.group(2))
+            at = line.find(_USING_NET)
+            if at >= 0:
+                self._net(line[at + len(_USING_NET):])
+            m = _OFI_PROVIDER_RE.search(line)
+            if m:
+                self.providers[m.group(1)] = self.providers.get(m.group(1), 0) + 1
+            return
+        if stripped.startswith("# hpq built-in benchmark:"):
+            m = _BUILTIN_RE.match(stripped)
+            if m:
+                self.backend = m.group(1)
+            return
+        cols = _header_columns(line) if "busbw" in line else None
+        if cols is not None:
+            runs = self._runs(key)
+            if runs[-1].started:
+                runs.append(_Run(header=cols))
+            else:
+                runs[-1].header = cols
+            self.last_header = cols
+            if not stripped.startswith("#"):
+                self.producer = "nccom-test"
+            return
+        if "bandwidth" in line:
+            m = _AVG_RE.search(line)
+            if m:
+                run = self._summary_run(key)
+                run.summary = True
+                value = _num(m.group(1))
+                run.avg = value if value is not None and math.isfinite(value) and value >= 0 else None
+                self.avg_unreadable = self.avg_unreadable or run.avg is None
+                return
+        if "bounds" in line:
+            m = _OOB_RE.search(line)
+            if m:
+                self._summary_run(key).oob = int(m.group(1))
+                return
+        if stripped.startswith("#") or not stripped[:1].isdigit():
+            return
+        toks = line.split()
+        runs = self._runs(key)
+        header = runs[-1].header or self.last_header
+        try:
+            row = _parse_row(toks, header)
+        except _Invalid as exc:
+            if unterminated:  # a cut-off last line: "12.3" of "12.34" is no evidence of anything
+                self.skipped_partial = True
+                return
+            if runs[-1].summary:
+                runs.append(_Run(header=header))
+            runs[-1].invalid.append("line %d: %s" % (self.lineno, exc))
+            self.last_row_stream = key
+            return
+        if row is None:
+            if unterminated and _int(toks[0]) is not None:
+                self.skipped_partial = True
+            return
+        if unterminated and header is not None and len(toks) < len(header):
+            self.skipped_partial = True  # cut mid-number: keep the last line only if whole
+            return
+        if runs[-1].summary:  # rows after a summary line: another run appended without its header
+            runs.append(_Run(header=header))
+        runs[-1].rows.append(row)
+        self.last_row_stream = key
+
+    def _summary_run(self, key: int) -> _Run:
+        """The table a summary line closes: its own stream's, else the one whose rows came last."""
+        runs = self._runs(key)
+        if runs[-1].rows or runs[-1].invalid or key == self.last_row_stream:
+            return runs[-1]
+        return self._runs(self.last_row_stream)[-1]
+
+    def finish(self) -> NcclReport:
+        keys = sorted(k for k, runs in self.streams.items() if any(r.rows or r.invalid for r in runs))
+        if not keys:
+            raise ReportError("no benchmark result rows found (expected nccl-tests, hpq built-in or "
+                              "nccom-test output with size/count/type/time/algbw/busbw columns)")
+        notes: List[str] = []
+        ranks = [k for k in keys if k >= 0]
+        key = keys[0]
+        if len(ranks) > 1:
+            # Several ranks each printed a table (e.g. a non-MPI nccl-tests started by srun --label):
+            # keep one rank's, as nccl-tests itself prints only rank 0's.
+            notes.append("result rows came from %d ranks (%s); only rank %d's are used"
+                         % (len(ranks), ",".join(str(k) for k in ranks), key))
+        runs = [r for r in self.streams[key] if r.started or r.header]
+        with_rows = [r for r in runs if r.rows or r.invalid]
+        judged = with_rows[-1]
+        dead_tail = runs[-1] is not judged  # a table header after the last rows: a run that printed nothing
+        invalid = [i for r in with_rows for i in r.invalid]
+        if self.skipped_partial:
+            notes.append("the last line was incomplete and was ignored")
+        if self.avg_unreadable:
+            notes.append("the 'Avg bus bandwidth' summary holds no usable number; the average is computed "
+                         "from the rows")
+        if len(self.networks) > 1:
+            notes.append("the log names several NCCL networks: %s" % ", ".join(sorted(self.networks)))
+        if len(runs) > 1:
+            notes.append("the log holds %d result tables (runs appended to one file); the last one with rows is "
+                         "shown" % len(runs))
+        if dead_tail:
+            notes.append("the last run printed its table header but no result row: it died or was cut off")
+        if not judged.rows:
+            raise ReportError("no valid benchmark result rows found: %s" % "; ".join(invalid[:3]))
+        report = report_from_rows(judged.rows, producer=self.producer, avg_busbw_gbps=judged.avg,
+                                  summary=judged.summary and not dead_tail, out_of_bounds=judged.oob, notes=notes)
+        report.hosts = self.hosts
+        report.ranks = len(self.rank_ids)
+        report.networks = sorted(self.networks)
+        report.network = max(report.networks, key=lambda k: self.networks[k]) if self.networks else None
+        report.ofi_providers = sorted(self.providers)
+        report.gdr = self.gdr
+        report.backend = self.backend
+        report.runs = len(runs)
+        report.invalid = invalid
+        return report
+
+
+def parse_lines(lines: Iterable[str], complete_last: bool = True) -> NcclReport:
+    """Parse benchmark output given line by line (without newlines); ``complete_last``: the input ended
+    with a newline (else its last line may be cut mid-number)."""
+    parser = _Parser()
+    pending: Optional[str] = None
+    for line in lines:
+        if pending is not None:
+            parser.feed(pending)
+        pending = line
+    if pending is not None:
+        parser.feed(pending, unterminated=not complete_last)
+    return parser.finish()
+
+
 def parse_text(text: str) -> NcclReport:
-    """Parse benchmark output; raise ReportError when nothing in it is a result row."""
+    """Parse benchmark output; raise ReportError when nothing in it is a result row or it is too large."""
     if not isinstance(text, str):
         raise ReportError("benchmark output must be text")
-    header: Optional[List[str]] = None
-    rows: List[Row] = []
-    row_ranks: List[int] = []  # the label's rank per row; -1 without a label
-    avg: Optional[float] = None
-    summary = False
-    oob: Optional[int] = None
-    producer = "nccl-tests"
-    lines = text.splitlines()
-    complete_last = text.endswith(("\n", "\r"))
-    skipped_partial = False
-    hosts: List[str] = []
-    rank_ids = set()
-    networks: Dict[str, int] = {}
-    gdr = False
-    for idx, raw in enumerate(lines):
-        label = _LABEL_RE.match(raw)
-        line = raw[label.end():] if label else raw
-        m = _RANK_RE.match(line.lstrip())
-        if m:
-            rank_ids.add(int(m.group(1)))
-            if m.group(2) not in hosts:
-                hosts.append(m.group(2))
-            continue
-        if "NCCL INFO" in line:
-            for m in _VIA_NET_RE.finditer(line):
-                networks[m.group(1)] = networks.get(m.group(1), 0) + 1
-                gdr = gdr or bool(m.group(2))
-            m = _USING_NET_RE.search(line)
-            if m:
-                networks[m.group(1)] = networks.get(m.group(1), 0) + 1
-            continue
-        cols = _header_columns(line)
-        if cols is not None:
-            header = cols
-            if not line.lstrip().startswith("#"):
-                producer = "nccom-test"
-            continue
-        m = _AVG_RE.search(line)
-        if m:
-            summary = True
-            value = _num(m.group(1))
-            avg = value if value is not None and math.isfinite(value) else None
-            continue
-        m = _OOB_RE.search(line)
-        if m:
-            oob = int(m.group(1))
-            continue
-        if line.lstrip().startswith("#"):
-            continue
-        toks = line.split()
-        row = _parse_row(toks, header)
-        if row is None:
-            if idx == len(lines) - 1 and toks and _int(toks[0]) is not None:
-                skipped_partial = True
-            continue
-        if idx == len(lines) - 1 and not complete_last and not summary:
-            # The very last line had no newline: it may be cut mid-number; keep it only if whole.
-            if header is not None and len(toks) < len(header):
-                skipped_partial = True
-                continue
-        rows.append(row)
-        row_ranks.append(int(label.group(1) or label.group(2)) if label else -1)
-    if not rows:
-        raise ReportError("no benchmark result rows found (expected nccl-tests, hpq built-in or "
-                          "nccom-test output with size/count/type/time/algbw/busbw columns)")
-    notes = []
-    ranks = sorted(set(row_ranks))
-    if len(ranks) > 1:
-        # Several ranks each printed a table (e.g. a non-MPI nccl-tests started by srun --label):
-        # keep one rank's, as nccl-tests itself prints only rank 0's.
-        rows = [rows[i] for i, k in enumerate(row_ranks) if k == ranks[0]]
-        notes.append("result rows came from %d ranks (%s); only rank %d's are used"
-                     % (len(ranks), ",".join(str(k) for k in ranks), ranks[0]))
-    if skipped_partial:
-        notes.append("the last line was incomplete and was ignored")
-    if summary and avg is None:
-        notes.append("the 'Avg bus bandwidth' summary holds no number; the average is computed from the rows")
-    if len(networks) > 1:
-        notes.append("the log names several NCCL networks: %s" % ", ".join(sorted(networks)))
-    report = report_from_rows(rows, producer=producer, avg_busbw_gbps=avg, summary=summary, out_of_bounds=oob,
-                              notes=notes)
-    report.hosts = hosts
-    report.ranks = len(rank_ids)
-    report.network = max(sorted(networks), key=lambda k: networks[k]) if networks else None
-    report.gdr = gdr
-    return report
+    if len(text) > MAX_LOG_BYTES:
+        raise ReportError("the benchmark output is larger than %d MiB: give one run's log (e.g. grep -v "
+                          "'NCCL INFO' when INFO chatter made it large)" % (MAX_LOG_BYTES >> 20))
+    return parse_lines(text.splitlines(), complete_last=text.endswith(("\n", "\r")))
+
+
+def _stream_lines(fh: BinaryIO, name: str, limit: int) -> Iterator[Tuple[str, bool]]:
+    """Lines of a binary stream read in chunks: stops with ReportError past ``limit`` bytes, so /dev/zero or
+    an endless pipe costs at most ``limit`` of memory; Ctrl-C (KeyboardInterrupt) passes through between
+    chunks. Yields (line, ended by a newline)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    total = 0
+    pieces: List[str] = []  # the current line's parts: joined once, never re-copied chunk by chunk
+    while True:
+        chunk = fh.read(READ_CHUNK)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            raise ReportError("%s is larger than %d MiB (the limit for a benchmark log): give one run's log "
+                              "(e.g. grep -v 'NCCL INFO' when INFO chatter made it large)" % (name, limit >> 20))
+        text = decoder.decode(chunk)
+        start = 0
+        while True:
+            nl = text.find("\n", start)
+            if nl < 0:
+                break
+            pieces.append(text[start:nl])
+            yield "".join(pieces), True
+            pieces = []
+            start = nl + 1
+        if start < len(text):
+            pieces.append(text[start:])
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        pieces.append(tail)
+    if pieces:
+        yield "".join(pieces), False
+
+
+def read_stream(fh: BinaryIO, name: str = "standard input", limit: int = MAX_LOG_BYTES) -> NcclReport:
+    """Parse a binary stream (a file or stdin) incrementally, within ``limit`` bytes (MAX_LOG_BYTES)."""
+    parser = _Parser()
+    for line, ended in _stream_lines(fh, name, limit):
+        parser.feed(line, unterminated=not ended)
+    return parser.finish()
 
 
 def report_from_rows(rows: Sequence[Row], producer: str = "nccl-tests", avg_busbw_gbps: Optional[float] = None,
@@ -383,12 +626,12 @@ def report_from_rows(rows: Sequence[Row], producer: str = "nccl-tests", avg_busb
 
 
 def parse_file(path: str) -> NcclReport:
+    """Parse a log file (at most MAX_LOG_BYTES; a FIFO or device is read the same bounded way)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            return read_stream(fh, path)
     except OSError as exc:
         raise ReportError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    return parse_text(data.decode("utf-8", errors="replace"))
 
 
 # ----------------------------------------------------------------------------- verdict
@@ -480,17 +723,133 @@ def _run_nodes(report: NcclReport, nodes: Optional[int]) -> Tuple[Optional[int],
     return None, "unknown", notes
 
 
-def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None,
-             expect: Union[str, float, None] = None) -> Verdict:
-    """Judge a result: exit 1 on any wrong element or a peak under the pass fraction of its expectation.
+NEURON_EFA_DOC = ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/"
+                  "collective-communication.html")
 
-    The expectation (``expect`` ``catalog``, the default) is the catalog's figure for
-    ``instance_type`` and the run's node count: the distinct hosts of the log's rank lines, else
-    ``nodes`` (``--nodes``, or what the launcher started). With neither, the lowest figure of any
-    node count is used, and the message says so. ``expect`` ``none`` reports the bandwidth without
-    judging it; a number is the user's own figure in GB/s, held to the same pass fraction. Only
-    an explicit ``expect`` changes the judgement: nothing is skipped because of the producer or
-    the transport (gloo on a real cluster is judged like anything else).
+
+def transport_seen(report: NcclReport) -> Optional[str]:
+    """What the log says carried the traffic: NET_EFA, NET_SOCKET, NET_MIXED, NET_OTHER, or None (not said).
+
+    NCCL's own lines name the network ("Using network Socket", "via NET/AWS Libfabric/0"); aws-ofi-nccl
+    names its libfabric provider ("Selected provider is efa"; "tcp" or "sockets" there is not EFA);
+    hpq's built-in benchmark names its torch.distributed backend (gloo runs over TCP).
+    """
+    kinds = set()
+    for name in report.networks:
+        low = name.lower()
+        if low == "socket":
+            kinds.add(NET_SOCKET)
+        elif "libfabric" in low or low == "ofi":
+            others = [p for p in report.ofi_providers if p.lower() != "efa"]
+            kinds.add(NET_OTHER if others and not any(p.lower() == "efa" for p in report.ofi_providers)
+                      else NET_EFA)
+        else:
+            kinds.add(NET_OTHER)
+    if not report.networks and report.ofi_providers:
+        kinds.add(NET_EFA if any(p.lower() == "efa" for p in report.ofi_providers) else NET_OTHER)
+    if report.backend == "gloo":
+        kinds.add(NET_SOCKET)
+    if not kinds:
+        return None
+    if len(kinds) > 1:
+        return NET_MIXED
+    return kinds.pop()
+
+
+def _net_words(report: NcclReport) -> str:
+    said = ["'Using network %s'" % n for n in report.networks]
+    said += ["libfabric provider %s" % p for p in report.ofi_providers]
+    if report.backend:
+        said.append("torch.distributed backend %s" % report.backend)
+    return ", ".join(said)
+
+
+def _transport_check(report: NcclReport, entry, run_nodes: Optional[int]) -> Check:
+    """On a type whose catalog transport is EFA, TCP sockets are a failure whatever the bandwidth."""
+    from hpq.lifecycle import catalog
+
+    if entry is None:
+        return Check(outcome_mod.NOT_JUDGED, "no instance type given, so no transport to expect")
+    if report.producer == "nccom-test":
+        return Check(outcome_mod.NOT_JUDGED, "nccom-test does not print its transport; Neuron runs collectives "
+                                             "between instances over EFA (%s)" % NEURON_EFA_DOC)
+    if run_nodes == 1:
+        return Check(outcome_mod.NOT_JUDGED, "one node: the collective runs over NVLink/PCIe, not the network")
+    seen = transport_seen(report)
+    if not entry.has_efa:
+        return Check(outcome_mod.NOT_JUDGED, "%s has no EFA in the catalog: TCP sockets are its transport%s" % (
+            entry.name, " (the log says %s)" % _net_words(report) if seen else ""))
+    if seen == NET_EFA:
+        return Check(outcome_mod.PASS, "EFA: the log says %s%s" % (
+            _net_words(report), ", GPUDirect RDMA" if report.gdr else ""))
+    if seen is None:
+        return Check(outcome_mod.INCONCLUSIVE, "the log does not say which network NCCL used; %s" % DEBUG_HINT)
+    what = {NET_SOCKET: "TCP sockets, not EFA", NET_MIXED: "a mix of networks: some ranks did not use EFA",
+            NET_OTHER: "a network other than EFA"}[seen]
+    detail = "the log says %s: %s. %s's transport is EFA (%d interface%s in the catalog)" % (
+        _net_words(report), what, entry.name, entry.efa_interfaces, "" if entry.efa_interfaces == 1 else "s")
+    if entry.accelerator == catalog.GPU:
+        detail += ". " + _efa_checks(entry)
+    return Check(outcome_mod.FAIL, detail)
+
+
+def _values_check(report: NcclReport, entry) -> Check:
+    """Bandwidths and times finite, non-negative and below what the type's links can carry."""
+    from hpq.lifecycle import catalog
+
+    ceiling, why = catalog.busbw_ceiling(entry.name if entry else None)
+    over = []
+    for r in report.rows:
+        for m in r.measurements:
+            top = max(m.busbw_gbps, m.algbw_gbps)
+            if top > ceiling:
+                over.append("%s: %g GB/s" % (_fmt_size(r.size_bytes), top))
+    problems = list(report.invalid)
+    if over:
+        problems.append("bandwidth above the physical limit of %g GB/s (%s) at %s" % (
+            ceiling, why, ", ".join(over[:3]) + (" ..." if len(over) > 3 else "")))
+    if problems:
+        return Check(outcome_mod.FAIL, "the log holds impossible values, an error in the log, not a result: %s"
+                     % "; ".join(problems[:5]))
+    return Check(outcome_mod.PASS, "every value finite, non-negative and under %g GB/s" % ceiling)
+
+
+def _complete_check(report: NcclReport) -> Check:
+    if report.truncated:
+        return Check(outcome_mod.FAIL, "no 'Avg bus bandwidth' summary after the last result rows: the run was "
+                                       "cut off or crashed before the end; look at the end of the log")
+    if report.runs > 1:
+        return Check(outcome_mod.INCONCLUSIVE, "the log holds %d runs (tables appended to one file): judge one "
+                                               "run per log" % report.runs)
+    return Check(outcome_mod.PASS, "one run, finished with its summary line")
+
+
+def _data_check(report: NcclReport) -> Check:
+    if report.wrong_total:
+        return Check(outcome_mod.FAIL, (
+            "%d wrong element(s) in the results: the collective returned corrupted data. Do not train on "
+            "this cluster: look for Xid errors in `dmesg` on each node, run a DCGM diagnostic, and replace "
+            "the node that fails (rerun with fewer nodes to find it)." % report.wrong_total))
+    if report.out_of_bounds:
+        return Check(outcome_mod.FAIL, "%d out-of-bounds value(s) reported by the benchmark" % report.out_of_bounds)
+    if not report.checked:
+        return Check(outcome_mod.NOT_JUDGED, NOT_CHECKED if report.producer == "nccl-tests" else
+                     "%s printed no #wrong column" % report.producer)
+    return Check(outcome_mod.PASS, "no wrong elements")
+
+
+def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None,
+             expect: Union[str, float, None] = None, stand_in_network: bool = False) -> Verdict:
+    """PASS only when every check holds: the run is complete and alone in its log, its values are possible,
+    no element is wrong, the transport is the type's (EFA where the catalog says so), and the peak
+    reaches the pass fraction of the healthy figure for the type and the run's node count.
+
+    The node count is the distinct hosts of the log's rank lines, else ``nodes`` (``--nodes``, or
+    what the launcher started). ``expect`` ``none`` waives the bandwidth check (reported, not
+    judged); a number is the user's own figure in GB/s, held to the same pass fraction. A type or
+    node count without a figure, an unknown node count, or a log that does not say its transport on
+    an EFA type is INCONCLUSIVE: never PASS. ``stand_in_network``: the run crossed a network that stands
+    in for the type's (the rehearsal's veth bridge), so the transport is not judged, and says so.
     """
     from hpq.lifecycle import catalog  # local: keeps parse_text importable with no catalog
 
@@ -505,80 +864,106 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         raise ReportError("the node count must be at least 1, got %d" % nodes)
     run_nodes, nodes_from, node_notes = _run_nodes(report, nodes)
     figure = None
-    if entry is not None and expect == EXPECT_CATALOG:
-        figure = (catalog.expected_busbw(entry.name, run_nodes) if run_nodes
-                  else catalog.lowest_busbw(entry.name))
-    elif isinstance(expect, float):
+    kind = None
+    if isinstance(expect, float):
         figure = catalog.Busbw(expect, run_nodes or 0, "--expect %g: your own figure" % expect)
+        kind = "your own"
+    elif entry is not None and expect == EXPECT_CATALOG and run_nodes:
+        figure = catalog.expected_busbw(entry.name, run_nodes)
+        kind = figure.kind if figure else None
     expected = figure.gbps if figure else None
-    one_node = run_nodes == 1 if isinstance(expect, float) else bool(figure and figure.nodes == 1)
+    one_node = run_nodes == 1
     fraction_needed = PASS_FRACTION if one_node else PASS_FRACTION_SEVERAL_NODES
-    parts: List[str] = []
-    ok = True
-    if report.wrong_total:
-        ok = False
-        parts.append(
-            "%d wrong element(s) in the results: the collective returned corrupted data. Do not train on "
-            "this cluster: look for Xid errors in `dmesg` on each node, run a DCGM diagnostic, and replace "
-            "the node that fails (rerun with fewer nodes to find it)." % report.wrong_total)
-    if report.out_of_bounds and not report.wrong_total:
-        ok = False
-        parts.append("%d out-of-bounds value(s) reported by the benchmark." % report.out_of_bounds)
-    fraction = None
+    checks: Dict[str, Check] = {
+        "complete": _complete_check(report),
+        "values": _values_check(report, entry),
+        "data": _data_check(report),
+        "transport": (Check(outcome_mod.NOT_JUDGED, "a stand-in network (rehearsal): no EFA to use")
+                      if stand_in_network else _transport_check(report, entry, run_nodes)),
+    }
     where = ("" if run_nodes is None else " on %d node%s" % (run_nodes, "" if run_nodes == 1 else "s"))
-    peak_txt = "peak bus bandwidth %.2f GB/s at %s%s" % (report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes),
-                                                         where)
+    number = "%.2f GB/s peak busbw at %s%s" % (report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes), where)
+    fraction = None
     if expect == EXPECT_NONE:
-        parts.insert(0, "%s, reported, not judged (--expect none): the run is judged on completing cleanly "
-                        "with no wrong elements." % peak_txt)
+        expectation = "no expectation (--expect none)"
+        checks["bandwidth"] = Check(outcome_mod.NOT_JUDGED, "reported, not judged (--expect none)")
     elif figure is None:
         if entry is None:
-            why = "no instance type given"
+            expectation = "no expectation"
+            why = "no instance type given: pass --instance-type (or --expect GBPS, your own healthy baseline)"
+        elif run_nodes is None:
+            expectation = "no expectation"
+            why = ("the node count is unknown (no rank lines in the log): pass --nodes, the figure depends on it")
         else:
-            why = catalog.busbw_table(entry.name).why_not or "no figure known for %s" % entry.name
-        parts.insert(0, "%s; %s, so no bandwidth expectation to compare with." % (peak_txt, why))
+            expectation = "no published figure for %s at %d node%s" % (entry.name, run_nodes,
+                                                                     "" if run_nodes == 1 else "s")
+            why = expectation
+            level = catalog.derived_level(entry.name)
+            table = catalog.busbw_table(entry.name)
+            counts = sorted([1] if table.one_node else []) + [b.nodes for b in table.several_nodes]
+            if counts:
+                why += " (figures exist for %s node(s))" % ", ".join(str(c) for c in counts)
+            if level and run_nodes > 1:
+                why += ("; for orientation only: half of its %g Gbps line rate is %g GB/s, a level derived from "
+                        "a data sheet, not a measurement" % (entry.network_gbps, level))
+            why += "; judge against a healthy run of your own with --expect GBPS"
+        checks["bandwidth"] = Check(outcome_mod.INCONCLUSIVE, why)
     else:
-        fraction = report.peak_busbw_gbps / expected
-        if entry is None or isinstance(expect, float):
-            basis = "%g GB/s you expect (--expect)" % expected
+        fraction = report.peak_busbw_gbps / expected if expected else None
+        if isinstance(expect, float) or entry is None:
+            expectation = "%g GB/s you expect (--expect)" % expected
+            source = figure.source
         else:
-            basis = "%g GB/s %s for %d x %s" % (expected, "derived" if figure.derived else "published", figure.nodes,
-                                               entry.name)
-            if run_nodes is None:
-                basis += (" (node count unknown: no rank lines in the log and no --nodes, so the lowest figure "
-                          "of any node count is used)")
-            elif run_nodes > figure.nodes and figure.nodes > 1:
-                basis += " (the largest node count published; this run had %d)" % run_nodes
-            basis += " [%s]" % figure.source
-        if fraction >= fraction_needed:
-            parts.insert(0, "%s: %.0f%% of the %s; pass at %.0f%%." % (
-                peak_txt, fraction * 100, basis, fraction_needed * 100))
+            expectation = "%g GB/s %s for %d x %s" % (expected, {catalog.SEED: "seed-measured (not published)"}.get(
+                kind, kind), figure.nodes, entry.name)
+            source = figure.source + (" [software: %s]" % figure.software if figure.software else "")
+            if run_nodes is not None and run_nodes < figure.nodes:
+                expectation += " (the next published node count above %d)" % run_nodes
+        detail = "%.0f%% of %s; pass at %.0f%%. Source: %s" % ((fraction or 0) * 100, expectation,
+                                                               fraction_needed * 100, source)
+        if fraction is not None and fraction >= fraction_needed:
+            checks["bandwidth"] = Check(outcome_mod.PASS, detail)
         else:
-            ok = False
-            msg = "%s is only %.0f%% of the %s; pass at %.0f%%. " % (
-                peak_txt, fraction * 100, basis, fraction_needed * 100)
+            advice = ""
             if report.max_size_bytes < PEAK_MIN_BYTES:
-                msg += ("The largest message was %s; bandwidth peaks only at 128 MB and above: rerun with "
-                        "-e 16G. " % _fmt_size(report.max_size_bytes))
+                advice += (" The largest message was %s; bandwidth peaks only at 128 MB and above: rerun with "
+                           "-e 16G." % _fmt_size(report.max_size_bytes))
             if entry is not None:
-                msg += _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes, report.network)
-            parts.insert(0, msg.rstrip())
+                advice += " " + _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes,
+                                                  report.network)
+            checks["bandwidth"] = Check(outcome_mod.FAIL, detail + "." + advice, "only %.0f%% of it; pass at %.0f%%" % (
+                (fraction or 0) * 100, fraction_needed * 100))
+    outcome = outcome_mod.combine(c.outcome for c in checks.values())
+    order = ["values", "data", "transport", "bandwidth", "complete"]
+    deciding = [k for k in order if checks[k].outcome == outcome] if outcome != outcome_mod.PASS else []
+    if deciding:
+        reason = checks[deciding[0]].short or _short(checks[deciding[0]].detail)
+    else:
+        reason = "%s%s" % ("%.0f%% of the figure" % (fraction * 100) if fraction is not None else "complete and clean",
+                           ", EFA confirmed" if checks["transport"].outcome == outcome_mod.PASS else "")
+    lines = [outcome_mod.headline(outcome, number, expectation, reason)]
+    for k in order:
+        lines.append("  %s: %s: %s" % (k, checks[k].outcome, checks[k].detail))
     for note in node_notes:
-        parts.append("Note: %s." % note)
-    if report.truncated:  # an incomplete log is never a pass, whatever its rows show
-        ok = False
-        parts.append("No 'Avg bus bandwidth' summary line: the run was cut off or crashed before the end, so "
-                     "it is not a pass; look at the end of the log.")
-    if NOT_CHECKED in report.notes:
-        parts.append("Note: %s." % NOT_CHECKED)
-    verdict = "PASS" if ok else "FAIL"
-    return Verdict(ok=ok, exit_code=0 if ok else 1, message="%s: %s" % (verdict, " ".join(parts)),
+        lines.append("  note: %s." % note)
+    code = outcome_mod.exit_code(outcome)
+    return Verdict(ok=outcome == outcome_mod.PASS, exit_code=code, message="\n".join(lines),
                    expected_busbw_gbps=expected, instance_type=entry.name if entry else None,
                    fraction=fraction, nodes=run_nodes, nodes_from=nodes_from,
                    expected_nodes=figure.nodes if figure else None,
                    expected_source=figure.source if figure else None,
                    pass_fraction=fraction_needed if figure else None,
-                   expect=expect_label(expect), bandwidth_judged=figure is not None)
+                   expect=expect_label(expect), bandwidth_judged=figure is not None,
+                   outcome=outcome, checks=checks, expected_kind=kind, number=number)
+
+
+def _short(detail: str) -> str:
+    """The first clause of a check's detail, for the headline."""
+    for stop in (". ", "; "):
+        at = detail.find(stop)
+        if 0 < at < 200:
+            return detail[:at]
+    return detail[:200]
 
 
 def judge_rows(rows: Sequence[Row], instance_type: Optional[str], nodes: Optional[int],
@@ -587,7 +972,21 @@ def judge_rows(rows: Sequence[Row], instance_type: Optional[str], nodes: Optiona
     return evaluate(report_from_rows(rows), instance_type, nodes, expect)
 
 
+def verdict_to_dict(verdict: Verdict) -> Dict[str, object]:
+    return {
+        "outcome": verdict.outcome, "ok": verdict.ok, "exit_code": verdict.exit_code, "message": verdict.message,
+        "headline": verdict.headline, "instance_type": verdict.instance_type,
+        "expected_busbw_gbps": verdict.expected_busbw_gbps, "expected_kind": verdict.expected_kind,
+        "fraction_of_expected": verdict.fraction, "pass_fraction": verdict.pass_fraction,
+        "nodes": verdict.nodes, "nodes_from": verdict.nodes_from, "expected_for_nodes": verdict.expected_nodes,
+        "expected_source": verdict.expected_source, "expect": verdict.expect,
+        "bandwidth_judged": verdict.bandwidth_judged,
+        "checks": {k: c.to_dict() for k, c in verdict.checks.items()},
+    }
+
+
 def report_to_dict(report: NcclReport, verdict: Optional[Verdict] = None) -> Dict[str, object]:
+    """The JSON shape (``--output json``); serialize with ``outcome.dumps`` (no NaN/Infinity)."""
     out: Dict[str, object] = {
         "producer": report.producer,
         "rows": [r.to_dict() for r in report.rows],
@@ -599,23 +998,23 @@ def report_to_dict(report: NcclReport, verdict: Optional[Verdict] = None) -> Dic
         "wrong_total": report.wrong_total,
         "checked": report.checked,
         "truncated": report.truncated,
+        "runs": report.runs,
+        "invalid_rows": list(report.invalid),
         "out_of_bounds": report.out_of_bounds,
         "notes": list(report.notes),
         "rank_hosts": list(report.hosts),
         "ranks": report.ranks,
         "network": report.network,
+        "networks": list(report.networks),
+        "ofi_providers": list(report.ofi_providers),
+        "backend": report.backend,
+        "transport_seen": transport_seen(report),
         "gdr": report.gdr,
     }
     if verdict is not None:
-        out["verdict"] = {
-            "ok": verdict.ok, "exit_code": verdict.exit_code, "message": verdict.message,
-            "instance_type": verdict.instance_type, "expected_busbw_gbps": verdict.expected_busbw_gbps,
-            "fraction_of_expected": verdict.fraction, "pass_fraction": verdict.pass_fraction,
-            "nodes": verdict.nodes, "nodes_from": verdict.nodes_from, "expected_for_nodes": verdict.expected_nodes,
-            "expected_source": verdict.expected_source, "expect": verdict.expect,
-            "bandwidth_judged": verdict.bandwidth_judged,
-        }
-    return out
+        out["outcome"] = verdict.outcome
+        out["verdict"] = verdict_to_dict(verdict)
+    return outcome_mod.json_safe(out)
 
 
 def format_table(report: NcclReport) -> str:
@@ -630,10 +1029,11 @@ def format_table(report: NcclReport) -> str:
     lines.append("rows %d | peak busbw %.2f GB/s at %s | avg busbw %.2f GB/s%s | #wrong %d" % (
         len(report.rows), report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes), report.avg_busbw_gbps,
         "" if report.avg_busbw_reported else " (computed)", report.wrong_total))
-    if report.hosts or report.network:
-        lines.append("nodes %s%s | network %s%s" % (
-            len(report.hosts) or "?", (" (%s)" % ", ".join(report.hosts[:8])) if report.hosts else "",
-            report.network or "not in the log (NCCL_DEBUG=INFO shows it)", ", GPUDirect RDMA" if report.gdr else ""))
+    lines.append("nodes %s%s | network %s%s" % (
+        len(report.hosts) or "?", (" (%s)" % ", ".join(report.hosts[:8])) if report.hosts else "",
+        _net_words(report) or "not in the log (NCCL_DEBUG=INFO shows it)", ", GPUDirect RDMA" if report.gdr else ""))
     for n in report.notes:
         lines.append("note: " + n)
+    for i in report.invalid[:10]:
+        lines.append("invalid row: " + i)
     return "\n".join(lines)

@@ -49,15 +49,22 @@ def _busbw_from_time(report: nccl_report.NcclReport) -> Optional[float]:
 
 
 def judge_pair(result: PairResult, log_path: str) -> PairResult:
-    """Status and bus bandwidth of a finished pair from its exit status and its log."""
+    """Status and bus bandwidth of a finished pair from its exit status and its log.
+
+    The log is read by the bounded parser of ``hpq nccl-report``; a log with impossible values, cut off
+    before its summary, or holding more than one run is a failed pair (it delivered no usable figure),
+    never a measurement. The network the log names is kept for the sweep's transport check.
+    """
     try:
         report: Optional[nccl_report.NcclReport] = nccl_report.parse_file(log_path)
-    except nccl_report.ReportError:  # unreadable or no result rows
+    except nccl_report.ReportError:  # unreadable, too large, or no result rows
         report = None
     if report is not None:
-        result.busbw_gbps = report.peak_busbw_gbps
-        if result.busbw_gbps < PRINTED_PRECISION_GBPS:
-            result.busbw_gbps = _busbw_from_time(report) or result.busbw_gbps
+        result.transport = nccl_report.transport_seen(report)
+        if not report.invalid:
+            result.busbw_gbps = report.peak_busbw_gbps
+            if result.busbw_gbps < PRINTED_PRECISION_GBPS:
+                result.busbw_gbps = _busbw_from_time(report) or result.busbw_gbps
     if result.status == TIMEOUT:
         return result
     if result.exit_status != 0:
@@ -66,9 +73,19 @@ def judge_pair(result: PairResult, log_path: str) -> PairResult:
     elif report is None:
         result.status = FAILED
         result.note = "no result rows"
+    elif report.invalid:
+        result.status = FAILED
+        result.busbw_gbps = None
+        result.note = "impossible values in the log: %s" % report.invalid[0]
     elif report.wrong_total:
         result.status = WRONG
         result.note = "%d wrong element(s)" % report.wrong_total
+    elif report.truncated:
+        result.status = FAILED
+        result.note = "the log ends before its summary line"
+    elif report.runs > 1:
+        result.status = FAILED
+        result.note = "the log holds %d runs" % report.runs
     else:
         result.status = OK
     return result

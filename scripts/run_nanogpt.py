@@ -4,22 +4,27 @@ Run on the Slurm controller. Makes an allocation when not inside one, asks a wor
 its transport environment (same function as the lifecycle: nccl on EFA GPU nodes, gloo
 on TCP-only or CPU nodes), then starts ``hpq.scripts.nanogpt`` with srun, one process per
 GPU. Checkpoints go to the shared filesystem (/fsx/hpq-results/nanogpt/<model> when FSx is
-mounted) every --ckpt-every iterations and a rerun resumes from the newest. Exit 0 when
-the loss fell and all ranks hold the same weights; 1 otherwise (also on Trainium, where the
-model trains on the host CPUs and the verdict is INCONCLUSIVE: the Neuron devices were not
-used); 2 for bad arguments.
+mounted) every --ckpt-every iterations and a rerun resumes from the newest. Exit 0 PASS: the
+training printed finite metrics, its loss fell, and every rank it was started with holds the
+same weights; 1 FAIL: it failed, the loss did not fall, ranks disagree or are missing, or a
+metric is not finite; 3 INCONCLUSIVE: it printed no training result (e.g. --python is not a
+python that runs hpq's nanoGPT), or on Trainium it trained on the host CPUs (the Neuron
+devices were not used); 2 for bad arguments; 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hpq.scripts import args as checks
 from hpq.scripts import launch, nanogpt
+from hpq.scripts import outcome as oc
 
 MODULE = "hpq.scripts.run_nanogpt"
 
@@ -135,29 +140,114 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
         os.remove(base + ".metrics.json")  # merged into the result below: one JSON per run
     except (OSError, ValueError):
         result["metrics"] = None  # rank 0 ran on a node that does not share this directory
-    verdict = judge(rc, log_path, result.get("metrics"))
-    result["ok"] = verdict == "PASS"
+    verdict, message = assess(rc, log_path, result.get("metrics"), nodes * gpus)
+    result["ok"] = verdict == oc.PASS
     result["verdict"] = verdict
-    launch.write_json(base + ".json", result)
-    if verdict == "INCONCLUSIVE":
-        print("# %s" % nanogpt.NEURON_UNUSED_RESULT)
-    print("# %s (exit status %d)\n# log: %s\n# result: %s.json" % (verdict, rc, log_path, base))
-    return 0 if verdict == "PASS" else 1
+    result["outcome"] = verdict
+    result["message"] = message
+    launch.write_json(base + ".json", oc.json_safe(result))
+    print("# %s\n# exit status %d\n# log: %s\n# result: %s.json" % (message, rc, log_path, base))
+    return oc.exit_code(verdict)
 
 
-def judge(rc: int, log_path: str, metrics: Optional[Dict]) -> str:
-    """PASS, FAIL, or INCONCLUSIVE when the run trained but left the Trainium devices idle (exit 1: a
-    Trainium cluster has not been shown to train). Rank 0's metrics may live on another node: the log's
-    RESULT line says it too."""
-    if rc != 0:
-        return "FAIL"
-    unused = bool(metrics and metrics.get("neuron_devices_unused"))
+# "loss 3.4629 -> 1.2345: falls; ranks agree (checksum ...)": hpq's nanoGPT's last line before RESULT.
+_LOSS_LINE_RE = re.compile(r"^loss (\S{1,40}) -> (\S{1,40}): (falls|DID NOT FALL); ranks (agree|DISAGREE)")
+_RANKS_ON_RE = re.compile(r"^ranks on: (.{0,100000})$")
+MAX_LOG_SCAN = 64 << 20  # the log is read at most this far (bounded, like every reader)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _from_log(log_path: str) -> Dict[str, object]:
+    """What rank 0 printed: its RESULT line, the loss line, the number of ranks it saw."""
+    seen: Dict[str, object] = {}
     try:
-        with open(log_path, errors="replace") as fh:
-            unused = unused or any(line.startswith("RESULT: INCONCLUSIVE") for line in fh)
+        with open(log_path, "rb") as fh:
+            data = fh.read(MAX_LOG_SCAN)
     except OSError:
-        pass
-    return "INCONCLUSIVE" if unused else "PASS"
+        return seen
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if line.startswith("RESULT: "):
+            seen["result"] = line[len("RESULT: "):]
+        m = _LOSS_LINE_RE.match(line)
+        if m:
+            seen["first_loss"] = float(m.group(1)) if _num_ok(m.group(1)) else None
+            seen["final_loss"] = float(m.group(2)) if _num_ok(m.group(2)) else None
+            seen["loss_fell"] = m.group(3) == "falls"
+            seen["ranks_agree"] = m.group(4) == "agree"
+        m = _RANKS_ON_RE.match(line)
+        if m:
+            seen["world_size"] = len([p for p in m.group(1).split(",") if p.strip()])
+    return seen
+
+
+def _num_ok(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int] = None) -> str:
+    """PASS, FAIL or INCONCLUSIVE (``assess`` without its message)."""
+    return assess(rc, log_path, metrics, ranks)[0]
+
+
+def assess(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int]) -> Tuple[str, str]:
+    """(PASS|FAIL|INCONCLUSIVE, message whose first words are the verdict).
+
+    PASS needs positive evidence of training: finite first and final loss with the final one lower,
+    every one of the ``ranks`` processes started (None: as many as trained) taking part (world size) with the
+    same weights at the
+    end (nanoGPT's checksum, all-reduced over the ranks, finite and agreeing), and a program that
+    exited 0. Rank 0's metrics file may live on another node; its log lines say the same things. A
+    program that printed none of it (e.g. ``--python /bin/true``) is INCONCLUSIVE, never PASS; a
+    Trainium run that left its devices idle is INCONCLUSIVE too.
+    """
+    seen = _from_log(log_path)
+    facts: Dict[str, object] = dict(seen)
+    if metrics:
+        facts.update({k: metrics.get(k) for k in ("first_loss", "final_loss", "loss_fell", "ranks_agree",
+                                                   "world_size", "checksum", "checksum_spread", "tokens_per_s",
+                                                   "neuron_devices_unused") if k in metrics})
+    first, final = facts.get("first_loss"), facts.get("final_loss")
+    number = ("loss %s -> %s" % (first, final)) if first is not None or final is not None else "no loss reported"
+    expectation = "a falling loss on %s rank(s)" % (ranks if ranks is not None else "every")
+
+    def out(outcome: str, reason: str) -> Tuple[str, str]:
+        return outcome, oc.headline(outcome, number, expectation, reason)
+
+    if rc != 0:
+        return out(oc.FAIL, "the training exited with status %d (see the log)" % rc)
+    if first is None and final is None and "result" not in seen:
+        return out(oc.INCONCLUSIVE, "the program exited 0 but printed no training result (no metrics, no loss, no "
+                                    "RESULT line): check --python is a python with torch that runs hpq's nanoGPT")
+    bad = [k for k in ("first_loss", "final_loss", "checksum", "checksum_spread", "tokens_per_s")
+           if facts.get(k) is not None and not _finite(facts.get(k))]
+    if first is None or final is None:
+        bad += [k for k in ("first_loss", "final_loss") if facts.get(k) is None]
+    if bad:
+        return out(oc.FAIL, "metrics that are not finite numbers: %s" % ", ".join(sorted(set(bad))))
+    world = facts.get("world_size")
+    if world is None:
+        return out(oc.INCONCLUSIVE, "the log does not say how many ranks trained (no 'ranks on' line, no metrics)")
+    if ranks is not None and world != ranks:
+        return out(oc.FAIL, "%s rank(s) trained, %d were started" % (world, ranks))
+    if not (facts.get("loss_fell") and float(final) < float(first)):  # type: ignore[arg-type]
+        return out(oc.FAIL, "the loss did not fall")
+    if not facts.get("ranks_agree"):
+        return out(oc.FAIL, "the ranks hold different weights at the end (checksum spread %s)"
+                   % facts.get("checksum_spread"))
+    result = str(seen.get("result", ""))
+    if facts.get("neuron_devices_unused") or result.startswith("INCONCLUSIVE"):
+        return out(oc.INCONCLUSIVE, nanogpt.NEURON_UNUSED_RESULT.split(": ", 1)[1])
+    if result and result != "PASS":
+        return out(oc.FAIL, "the program's own RESULT line says %s" % result[:200])
+    return out(oc.PASS, "the loss fell and all %s rank(s) agree" % world)
 
 
 if __name__ == "__main__":

@@ -9,18 +9,21 @@ hpq's built-in torch.distributed benchmark with srun, one task per GPU. The outp
 parsed by the same code as ``hpq nccl-report``; the log and a JSON result land in
 /fsx/hpq-results when FSx is mounted, else ~/hpq-results.
 
-Exit 0: result meets the catalog's expectation (or none is known; ``--expect`` names another
-figure, or none); 1: short, wrong elements, or the run failed; 2: bad arguments.
+Exit 0 PASS: every check holds (complete run, possible values, no wrong elements, EFA named in
+the log on EFA types, peak at least 70% of the healthy published figure for the type and node
+count); 1 FAIL: a check failed or the run failed; 3 INCONCLUSIVE: evidence is missing (no
+published figure for the type and node count, no transport line); 2: bad arguments; 130: Ctrl-C.
+``--expect`` names another figure (or none, which waives the bandwidth check).
 
 ``--sweep`` measures two nodes at a time instead (hpq.scripts.sweep, hpq.scripts.nccl_sweep)
-and names the node that is slower than the rest: exit 0 none, 1 slow node(s) or failed pairs.
+and names the node that is slower than the rest: exit 0 none (every node measured with at least two
+partners), 1 slow node(s) or failed pairs, 3 not every node could be judged.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -28,8 +31,9 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, TextIO, Tuple
 
+from hpq.lifecycle import catalog
 from hpq.scripts import args as checks
-from hpq.scripts import distenv, env_check, launch, nccl_report, nccl_sweep, sweep
+from hpq.scripts import distenv, env_check, launch, nccl_report, nccl_sweep, outcome, sweep, verdicts
 from hpq.scripts.args import OneLineParser
 from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
 
@@ -114,8 +118,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     checks.check_size_range(ap, args.minbytes, args.maxbytes)
     checks.check_nccl_debug(ap, args.nccl_debug)
-    if args.nccl_debug is None:  # an NCCL_DEBUG the user exported is passed on as set
-        args.nccl_debug = os.environ.get("NCCL_DEBUG", "INFO")
+    if args.nccl_debug is None:  # INFO even when the shell exports another level: the verdict needs the
+        args.nccl_debug = "INFO"  # "Using network" line (nccl_report's transport check); --nccl-debug overrides
     if args.builtin and args.op not in OPS:
         ap.error("the built-in benchmark supports --op %s" % ", ".join(OPS))
     if args.expect is not None:
@@ -143,6 +147,18 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         if given:
             ap.error("%s only goes with --sweep" % " and ".join(given))
     return args
+
+
+def debug_subsys(level: str, exported: Optional[str]) -> str:
+    """NCCL_DEBUG_SUBSYS for the run: at INFO, INIT and NET always (they print "Using network X", which the
+    verdict judges the transport by), added to what the user exported; NCCL's own default (INIT) without it."""
+    if level.upper() not in ("INFO", "TRACE"):
+        return exported or ""
+    parts = [p for p in (exported or "").split(",") if p.strip()]
+    if any(p.strip().upper() == "ALL" for p in parts) and not any(p.strip().startswith("^") for p in parts):
+        return ",".join(parts)
+    parts = [p for p in parts if p.strip().lstrip("^").upper() not in ("INIT", "NET")]
+    return ",".join(["INIT", "NET"] + parts)
 
 
 def find_nccl_tests(op: str, explicit: Optional[str] = None) -> Optional[str]:
@@ -215,6 +231,14 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     return _run_any(args, raw, out)
 
 
+def efa_type(instance_type: Optional[str]) -> bool:
+    """Whether the catalog gives the workers' type EFA (then TCP sockets in a log are a failure)."""
+    try:
+        return bool(instance_type) and catalog.lookup(instance_type).has_efa  # type: ignore[arg-type]
+    except catalog.UnknownInstanceType:
+        return False
+
+
 def idle_node_count() -> int:
     """Nodes a sweep takes by default: every idle node (``sinfo -t idle``), at least two."""
     try:
@@ -244,7 +268,7 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
     total = nodes * gpus
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
     env_vars["NCCL_DEBUG"] = args.nccl_debug
-    subsys = os.environ.get("NCCL_DEBUG_SUBSYS") or ("INIT,NET" if args.nccl_debug.upper() == "INFO" else "")
+    subsys = debug_subsys(args.nccl_debug, os.environ.get("NCCL_DEBUG_SUBSYS"))
     if subsys:
         env_vars["NCCL_DEBUG_SUBSYS"] = subsys
     ld = library_path()
@@ -310,8 +334,8 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
     result = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": launcher, "nodes": nodes,
               "hosts": hosts, "processes_per_node": gpus, "instance_type": itype,
               "transport": wenv.get("transport"), "environment": env_vars, "exit_status": rc, "log": log_path}
-    return launch.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
-                            result, itype, nodes, args.expect, env=env_result)
+    return verdicts.judge_log("nccl-tests" if mode == "nccl-tests" else "the built-in benchmark", log_path, rc,
+                              result, itype, nodes, args.expect, env=env_result)
 
 
 def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: int, wenv: Dict,
@@ -377,7 +401,8 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
              "processes_per_node": gpus, "instance_type": itype, "transport": tname, "environment": env_vars,
              "log_dir": log_dir}
     doc = sweep.build_report(hosts, results, len(rounds), size, extra,
-                             min_gap=sweep.MIN_GAP_CPU if cpu_only else sweep.MIN_GAP)
+                             min_gap=sweep.MIN_GAP_CPU if cpu_only else sweep.MIN_GAP,
+                             expect_efa=not cpu_only and efa_type(itype))
     path = os.path.join(outdir, "nccl-sweep-%s.json" % stamp)
     doc["result"] = path
     launch.write_json(path, doc)
@@ -385,7 +410,7 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     print(sweep.format_report(doc))
     print("# pair logs: %s\n# result: %s" % (log_dir, path))
     if args.output == "json":
-        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        out.write(outcome.dumps(doc, indent=2, sort_keys=True) + "\n")
         out.flush()
     return int(doc["exit_code"])  # type: ignore[call-overload]
 

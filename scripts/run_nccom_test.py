@@ -6,6 +6,11 @@ naming that first worker (the Neuron docs require it for several nodes) and Open
 to run as root (nccom-test refuses otherwise, and HyperPod sessions are root). The transport
 environment comes from the same function as the lifecycle. The output is parsed by the
 same code as ``hpq nccl-report``; log and JSON land next to run-nccl-test's.
+
+Exit 0 PASS (complete, possible values, at least 70% of the healthy figure for the type and node
+count), 1 FAIL (short of it, impossible values, a run that failed or was cut off), 3 INCONCLUSIVE
+(no figure for the type and node count: one node, trn1n, trn2), 2 bad arguments, 130 Ctrl-C.
+nccom-test prints no transport, so it is not judged (Neuron uses EFA between instances).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
 from hpq.scripts import args as checks
-from hpq.scripts import env_check, launch
+from hpq.scripts import env_check, launch, verdicts
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -133,7 +138,7 @@ def _run(args, raw: List[str]) -> int:
     result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
                                  "environment": env_vars, "exit_status": rc, "log": log_path}
-    return launch.judge_log("nccom-test", log_path, rc, result, itype, nodes)
+    return verdicts.judge_log("nccom-test", log_path, rc, result, itype, nodes)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,11 @@ from statistics import median, median_high  # median_high: what at least half th
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpq.lifecycle import transport
+from hpq.scripts.outcome import FAIL as FAIL_OUTCOME
+from hpq.scripts.outcome import INCONCLUSIVE as INCONCLUSIVE_OUTCOME
+from hpq.scripts.outcome import PASS as PASS_OUTCOME
+from hpq.scripts.outcome import exit_code as outcome_exit
+from hpq.scripts.outcome import headline as outcome_headline
 
 # Up to this many nodes every pair is measured (n-1 rounds, n with a bye for odd n).
 FULL_SCHEDULE_MAX_NODES = 16
@@ -118,6 +123,7 @@ class PairResult:
     exit_status: Optional[int] = None
     log: Optional[str] = None
     note: str = ""
+    transport: Optional[str] = None  # what the pair's log says carried it (nccl_report.transport_seen)
 
     @property
     def measured(self) -> bool:
@@ -135,7 +141,8 @@ class PairResult:
     def to_dict(self) -> Dict[str, object]:
         return {"round": self.round, "nodes": list(self.nodes), "status": self.status,
                 "busbw_gbps": self.busbw_gbps, "score_gbps": self.score_gbps if self.measured else None,
-                "seconds": self.seconds, "exit_status": self.exit_status, "log": self.log, "note": self.note}
+                "seconds": self.seconds, "exit_status": self.exit_status, "log": self.log, "note": self.note,
+                "transport": self.transport}
 
 
 def node_scores(nodes: Sequence[str], pairs: Sequence[PairResult]) -> Dict[str, Optional[float]]:
@@ -207,8 +214,15 @@ def exclude_command(nodes: Sequence[str]) -> str:
 
 
 def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int, size_bytes: int,
-                 extra: Optional[Dict[str, object]] = None, min_gap: float = MIN_GAP) -> Dict[str, object]:
-    """The sweep's result as one JSON-able dict (what ``--output json`` prints); verdict included."""
+                 extra: Optional[Dict[str, object]] = None, min_gap: float = MIN_GAP,
+                 expect_efa: bool = False) -> Dict[str, object]:
+    """The sweep's result as one JSON-able dict (what ``--output json`` prints); verdict included.
+
+    FAIL: a slow node, a failed pair, or (``expect_efa``: the workers' type has EFA) a pair whose log
+    says TCP sockets. INCONCLUSIVE: a node was not measured, fewer than three nodes were measured (a
+    slow node cannot be told from its only partner), or on an EFA type a pair's log does not name its
+    network. PASS only when every node met two partners or more and none is slow.
+    """
     scores = node_scores(nodes, pairs)
     met = partners(nodes, pairs)
     j = judge(scores, min_gap=min_gap)
@@ -241,18 +255,46 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     elif bad:
         parts.append("%d of %d pair(s) failed, hung or returned wrong data (counted as 0 GB/s)" % (
             len(bad), len(measured)))
-    if not measured:
-        parts.append("no pair ran")
+    if expect_efa:
+        tcp = [p for p in measured if p.transport not in (None, "efa")]
+        if tcp:
+            parts.append("%d pair(s) did not use EFA (%s): the workers' type has EFA, so TCP sockets fail whatever "
+                         "the bandwidth; compare the job's variables with `hpq nccl-env TYPE`" % (
+                             len(tcp), ", ".join("%s+%s: %s" % (p.nodes[0], p.nodes[1], p.transport) for p in tcp[:3])))
+    missing: List[str] = []
+    if not parts:
+        if not measured:
+            missing.append("no pair ran: the time budget ran out first (--budget)")
+        elif unmeasured:
+            missing.append("%d node(s) not measured (%s): rerun with a larger --budget" % (
+                len(unmeasured), ", ".join(unmeasured[:8])))
+        judged = [n for n in nodes if scores[n] is not None]
+        if 0 < len(judged) < MIN_PARTNERS:
+            missing.append("only %d node(s) measured: a slow node cannot be told from its only partner; sweep 3 or "
+                           "more nodes (a single run's verdict, run-nccl-test without --sweep, judges 2)" % len(judged))
+        if expect_efa and any(p.transport is None for p in measured if p.status == OK):
+            missing.append("a pair's log does not say which network NCCL used (NCCL_DEBUG=INFO "
+                           "NCCL_DEBUG_SUBSYS=INIT,NET)")
+    vals = [s for s in scores.values() if s is not None]
     if parts:
-        message = "FAIL: " + "; ".join(parts) + "."
+        outcome = FAIL_OUTCOME
+        if j.slow:  # "N slow node(s): A (x GB/s) vs the cluster median y GB/s; ..." reads as number vs expectation
+            message = "FAIL: " + "; ".join(parts) + "."
+        else:
+            message = outcome_headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
+                                       "every pair measured", "; ".join(parts) + ".")
         if j.slow:
             message += " Drain or exclude the slow node(s) (commands above)."
-        code = 1
+    elif missing:
+        outcome = INCONCLUSIVE_OUTCOME
+        message = outcome_headline(outcome, "%d of %d node(s) measured" % (len(vals), len(nodes)),
+                                   "every node, with 2+ partners", "; ".join(missing) + ".")
     else:
-        vals = [s for s in scores.values() if s is not None]
-        message = ("PASS: no slow node among %d: scores %.2f..%.2f GB/s, median %.2f GB/s (slow means below "
-                   "%.2f GB/s)." % (len(vals), min(vals), max(vals), j.median_gbps or 0.0, j.threshold_gbps or 0.0))
-        code = 0
+        outcome = PASS_OUTCOME
+        message = outcome_headline(outcome, "no slow node among %d: scores %.2f..%.2f GB/s" % (
+            len(vals), min(vals), max(vals)), "slow below %.2f GB/s (median %.2f GB/s)" % (
+            j.threshold_gbps or 0.0, j.median_gbps or 0.0), "every node within the margin of the median")
+    code = outcome_exit(outcome)
     doc: Dict[str, object] = {
         "hosts": list(nodes), "rounds": rounds, "size_bytes": size_bytes,
         "pairs": [p.to_dict() for p in pairs],
@@ -261,8 +303,8 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
         "mad_z": MAD_Z, "min_gap": min_gap,
         "slow_nodes": list(j.slow), "unmeasured_nodes": unmeasured, "evidence": ev, "actions": actions,
         "failed_pairs": len(bad), "notes": notes,
-        "ok": code == 0, "exit_code": code, "message": message,
-        "verdict": {"ok": code == 0, "exit_code": code, "message": message},
+        "ok": code == 0, "exit_code": code, "message": message, "outcome": outcome,
+        "verdict": {"outcome": outcome, "ok": code == 0, "exit_code": code, "message": message},
     }
     doc.update(extra or {})
     return doc
@@ -331,18 +373,25 @@ def format_report(doc: Dict) -> str:
     return "\n".join(lines)
 
 
+# A sweep's own JSON is the last object it prints: only this many of the last lines that open an object are
+# tried, so a text of many '{' lines that never close costs linear time, not one scan of the rest per line.
+EXTRACT_TRIES = 8
+
+
 def extract_json(text: str) -> Optional[Dict]:
     """The last sweep result object in ``text`` (``--output json`` captured over SSH), else None."""
     decoder = json.JSONDecoder()
-    found = None
+    starts: List[int] = []
     offset = 0
     for line in text.splitlines(True):
         if line.startswith("{"):
-            try:
-                obj, _ = decoder.raw_decode(text, offset)
-            except ValueError:
-                obj = None
-            if isinstance(obj, dict) and "slow_nodes" in obj:
-                found = obj
+            starts.append(offset)
         offset += len(line)
-    return found
+    for start in reversed(starts[-EXTRACT_TRIES:]):
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "slow_nodes" in obj:
+            return obj
+    return None

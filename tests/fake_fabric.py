@@ -139,6 +139,7 @@ def nccl_tests_output(hosts: list[str], gpus: int, binargs: list[str], busbw: fl
     for r in range(n):
         lines.append("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" % (
             r, 0, 4000 + r, hosts[r // gpus], r % gpus, 0, 0x53 + r % gpus, 0, "NVIDIA H100 80GB HBM3"))
+    lines += net_info_lines(hosts[0])
     lines.append("#")
     lines.append("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          " % (
         "", "", "", "", ""))
@@ -154,6 +155,23 @@ def nccl_tests_output(hosts: list[str], gpus: int, binargs: list[str], busbw: fl
               "# %-20s : %g %s" % ("Avg bus bandwidth", busbw, ""), "#",
               "# Collective test concluded: all_reduce_perf"]
     return "\n".join(lines) + "\n"
+
+
+def net_info_lines(host: str) -> list[str]:
+    """The NCCL_DEBUG=INFO lines (subsystems INIT,NET) naming the network, as NCCL would pick it from the rank's
+    environment: aws-ofi-nccl ("NET/OFI Selected provider is efa", "Using network AWS Libfabric") when the
+    plugin may load and FI_PROVIDER is efa, else NCCL's socket transport ("Using network Socket"). Nothing
+    without NCCL_DEBUG=INFO or with a NCCL_DEBUG_SUBSYS that leaves NET out (NCCL prints none then either)."""
+    if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    subsys = [p.strip().upper() for p in os.environ.get("NCCL_DEBUG_SUBSYS", "INIT").split(",")]
+    if "NET" not in subsys and "ALL" not in subsys:
+        return []
+    p = "%s:4000:4052 [0] NCCL INFO " % host
+    if os.environ.get("NCCL_NET_PLUGIN", "").lower() != "none" and os.environ.get("FI_PROVIDER") == "efa":
+        return [p + "NET/OFI Selected provider is efa, fabric is efa-direct (found 1 nics)",
+                p + "Using network AWS Libfabric"]
+    return [p + "NET/Socket : Using [0]ens32:10.1.0.10<0>", p + "Using network Socket"]
 
 
 def builtin_output(hosts: list[str], tpn: int, binargs: list[str], busbw: float, wrong: int) -> str:

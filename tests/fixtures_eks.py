@@ -328,11 +328,34 @@ class FakeKube:
         self.url = ""
         self.ca_data = ""
 
-    def add_nodes(self, instance_type: str, count: int, ready: bool = True) -> None:
+    def add_nodes(self, instance_type: str, count: int, ready: bool = True, efa: int | None = None,
+                  health: str | None = "Schedulable") -> None:
+        """Nodes as a HyperPod EKS cluster's API server lists them: the instance-type label, HyperPod's
+        ``sagemaker.amazonaws.com/node-health-status`` label (None: a node HyperPod does not manage), and
+        ``status.allocatable`` with the device plugins' resources (``vpc.amazonaws.com/efa``: the type's
+        EFA count from the catalog unless ``efa`` says otherwise; ``nvidia.com/gpu`` or
+        ``aws.amazon.com/neuron``). Label and resource names: AWS's HyperPod EKS docs
+        (sagemaker-hyperpod-eks-resiliency-node-labels) and awsome-distributed-ai's nccl-tests MPIJob."""
+        from hpq.lifecycle import catalog
+
+        try:
+            entry = catalog.lookup(instance_type)
+        except catalog.UnknownInstanceType:
+            entry = None
         for _ in range(count):
-            self.nodes.append({"metadata": {"name": f"node-{len(self.nodes)}",
-                                            "labels": {"node.kubernetes.io/instance-type": instance_type}},
-                               "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+            labels = {"node.kubernetes.io/instance-type": instance_type}
+            if health is not None:
+                labels["sagemaker.amazonaws.com/node-health-status"] = health
+            allocatable = {"cpu": "191450m", "memory": "2097152Ki", "pods": "737"}
+            if entry is not None and entry.is_accelerated:
+                key = "nvidia.com/gpu" if entry.accelerator == catalog.GPU else "aws.amazon.com/neuron"
+                allocatable[key] = str(entry.accelerator_count)
+                have = entry.efa_interfaces if efa is None else efa
+                if have:
+                    allocatable["vpc.amazonaws.com/efa"] = str(have)
+            self.nodes.append({"metadata": {"name": f"node-{len(self.nodes)}", "labels": labels},
+                               "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                                          "allocatable": allocatable}})
 
     # --------------------------------------------------------------- simulated operator
 

@@ -91,6 +91,15 @@ FIXTURES = {
                                        "[profile b]\nsource_profile = a\nrole_arn = arn:aws:iam::123456789012:role/y\n"),
     "kh.link": lambda p: ((p.parent / "outside_known_hosts").write_text(""), p.symlink_to(p.parent / "outside_known_hosts")),
     "process.cfg": lambda p: p.write_text("[profile cp]\ncredential_process = /nonexistent/get-credentials\n"),
+    # benchmark logs that once took quadratic time or unbounded memory (issue 21): a 2 MB line of '#', an
+    # NCCL "Using network" line padded with 100k spaces, a sparse file past nccl-report's 64 MiB limit, and
+    # result rows whose every value is impossible (nan busbw, negative #wrong)
+    "hashes.log": lambda p: p.write_text("#" * 2_000_000 + "\n"),
+    "spaces.log": lambda p: p.write_text("h:1:2 [0] NCCL INFO Using network" + " " * 100_000 + "x\n"),
+    "huge.log": lambda p: p.open("wb").truncate((64 << 20) + 1),
+    "nan.log": lambda p: p.write_text("#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                                      "1048576 262144 float sum -1 10.0 1.0 nan 0 10.0 1.0 1.0 -5\n"
+                                      "# Avg bus bandwidth : 1.0\n"),
 }
 
 

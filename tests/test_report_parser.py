@@ -15,6 +15,7 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.scripts import nccl_report as rep
+from hpq.scripts import outcome as oc
 
 DATA = Path(__file__).parent / "data" / "nccl"
 H200_FILES = sorted(DATA.glob("h200x*.txt"))
@@ -126,26 +127,28 @@ def test_nccom_real_format_without_hash():
 
 
 def test_verdict_p4d_at_tcp_speed_explains_efa():
-    """Seed 004's TCP rows judged as p4d: no rank lines and no --nodes, so the lowest p4d figure
-    (29.6 GB/s on 4 nodes, NVIDIA/nccl#527) applies, and 3.02 GB/s still fails with the EFA reason."""
+    """Seed 004's TCP rows judged as a 2-node p4d run: 3.02 GB/s is 4% of AWS's 78.33 GB/s and fails with
+    the EFA reason; without a node count (no rank lines, no --nodes) there is no figure: INCONCLUSIVE."""
     r = rep.parse_file(str(DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"))
-    v = rep.evaluate(r, "ml.p4d.24xlarge")
-    assert not v.ok and v.exit_code == 1
-    for needle in ("TCP", "EFA was not used", "FI_PROVIDER", "NCCL_NET_PLUGIN", "self-referencing",
-                   "hpq nccl-env", "node count unknown"):
+    v = rep.evaluate(r, "ml.p4d.24xlarge", nodes=2)
+    assert not v.ok and v.exit_code == 1 and v.outcome == oc.FAIL
+    for needle in ("TCP", "EFA was not used", "FI_PROVIDER", "NCCL_NET_PLUGIN", "self-referencing", "hpq nccl-env"):
         assert needle in v.message
-    assert v.expected_busbw_gbps == 29.6 and v.expected_nodes == 4 and v.nodes is None
-    assert v.fraction == pytest.approx(3.02 / 29.6)
+    assert v.expected_busbw_gbps == 78.33 and v.expected_nodes == 2 and v.fraction == pytest.approx(3.02 / 78.33)
+    unknown = rep.evaluate(r, "ml.p4d.24xlarge")
+    assert unknown.outcome == oc.INCONCLUSIVE and unknown.exit_code == 3 and "--nodes" in unknown.message
 
 
 def test_verdict_pass_and_unknowns():
     r = rep.parse_file(str(DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"))
-    v = rep.evaluate(r, "g5.16xlarge", nodes=2)  # seed 004's own run: 3.02 of the 3.0 it published
+    v = rep.evaluate(r, "g5.16xlarge", nodes=2)  # seed 004's own run: 3.02 of the 3.0 it measured
     assert v.ok and v.exit_code == 0 and v.instance_type == "ml.g5.16xlarge" and v.nodes_from == "argument"
     v = rep.evaluate(r, None)
-    assert v.ok and "no instance type" in v.message
-    v = rep.evaluate(r, "ml.trn1n.32xlarge", nodes=2)  # nothing published for trn1n
-    assert v.ok and "no published multi-node figure" in v.message and v.expected_busbw_gbps is None
+    assert v.outcome == oc.INCONCLUSIVE and v.exit_code == 3 and "no instance type" in v.message
+    v = rep.evaluate(r, "ml.trn1n.32xlarge", nodes=2)  # nothing published for trn1n: never a pass
+    assert v.outcome == oc.INCONCLUSIVE and "no published figure for ml.trn1n.32xlarge at 2 nodes" in v.message
+    assert v.expected_busbw_gbps is None
+    assert rep.evaluate(r, None, expect="none").outcome == oc.PASS  # bandwidth waived: complete and clean
     with pytest.raises(rep.ReportError):
         rep.evaluate(r, "ml.p9.huge")
     with pytest.raises(rep.ReportError):
@@ -162,11 +165,15 @@ def test_wrong_elements_fail_even_without_expectation():
 
 def test_report_to_dict_has_the_contract_keys():
     r = rep.parse_file(str(DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"))
-    d = rep.report_to_dict(r, rep.evaluate(r, None))
-    for key in ("rows", "peak_busbw_gbps", "avg_busbw_gbps", "wrong_total", "verdict"):
+    d = rep.report_to_dict(r, rep.evaluate(r, "ml.trn1.32xlarge", nodes=2))
+    for key in ("rows", "peak_busbw_gbps", "avg_busbw_gbps", "wrong_total", "verdict", "outcome", "runs",
+                "invalid_rows", "transport_seen"):
         assert key in d
     assert d["rows"][2]["out_of_place"]["busbw_gbps"] == pytest.approx(37.01)
-    assert d["verdict"]["exit_code"] == 0
+    assert d["outcome"] == d["verdict"]["outcome"] == "PASS" and d["verdict"]["exit_code"] == 0
+    assert set(d["verdict"]["checks"]) == {"complete", "values", "data", "transport", "bandwidth"}
+    none = rep.report_to_dict(r, rep.evaluate(r, None))
+    assert none["outcome"] == "INCONCLUSIVE" and none["verdict"]["exit_code"] == 3
 
 
 # ---- nccl-tests 2.x layouts, written with the printf formats of nccl-tests' util.cu (figures made up) ----
@@ -221,8 +228,9 @@ def test_all_gather_unchecked_crlf_with_rank_banners():
     assert all(row.redop == "none" and row.root == -1 and row.in_place is not None for row in r.rows)
     assert r.peak_busbw_gbps == pytest.approx(189.0) and r.avg_busbw_gbps == pytest.approx(139.8)
     assert not r.truncated and r.out_of_bounds == 0 and r.wrong_total == 0 and not r.checked
-    v = rep.evaluate(r, None)
+    v = rep.evaluate(r, None, expect="none")
     assert v.ok and v.exit_code == 0 and "-c 1" in v.message  # unchecked data is said, not failed
+    assert r.ofi_providers == ["efa"] and rep.transport_seen(r) == rep.NET_EFA
 
 
 def test_wrong_count_in_g_format_and_timestamps_and_cputime():

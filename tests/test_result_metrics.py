@@ -104,8 +104,10 @@ def doctor_result(tmp_path: Path) -> Path:
 def nanogpt_result(tmp_path: Path, rc: int = 0) -> Path:
     """Stand-in: the keys run_nanogpt.main() writes, with the verdict its judge() gives."""
     log = tmp_path / "nanogpt.log"
-    log.write_text("step 10 loss 3.2\n")
-    metrics = {"tokens_per_s": 12345.5, "mfu": 0.41}
+    log.write_text("loss 4.1700 -> 3.2000: falls; ranks agree (checksum 1.2e+02, spread 0)\nRESULT: PASS\n")
+    # what hpq's nanoGPT writes (scripts/nanogpt.py): run-nanogpt passes only on finite metrics of every rank
+    metrics = {"tokens_per_s": 12345.5, "mfu": 0.41, "first_loss": 4.17, "final_loss": 3.2, "loss_fell": True,
+               "ranks_agree": True, "world_size": 16, "checksum": 120.0, "checksum_spread": 0.0}
     result = {
         "command": "run-nanogpt 2 8",
         "launcher": "slurm",

@@ -221,6 +221,30 @@ def test_pair_status_from_log(tmp_path):
     assert res.busbw_gbps == 349.95
 
 
+def test_pair_logs_that_cannot_be_a_measurement(tmp_path):
+    """Broken twins of a healthy pair log (the real 2x H200 log): an impossible busbw, a log cut before its summary,
+    a second run appended. Each is a failed pair (evidence against its nodes), never a score; the network the
+    log names is kept for the sweep's transport check."""
+    good = (DATA / "h200x2_nccl_baseline_allreduce.txt").read_text()
+    row = next(ln for ln in good.splitlines() if ln.lstrip().startswith("1073741824 "))
+    busbw = row.split()[7]
+    cases = {
+        "inf": (good.replace(row, row.replace(" " + busbw + " ", " inf ", 1)), "impossible values"),
+        "nan #wrong": (good.replace(row, row[:row.rstrip().rindex(" ")] + " nan"), "impossible values"),
+        "cut": (good[:good.index("Avg bus bandwidth")].rsplit("\n", 3)[0] + "\n", "before its summary"),
+        "appended": (good + good[:good.index(row)], "before its summary"),
+        "two runs": (good + good, "holds 2 runs"),
+    }
+    for name, (text, note) in cases.items():
+        log = tmp_path / "pair.log"
+        log.write_text(text)
+        res = nccl_sweep.judge_pair(PairResult(1, ("a", "b"), OK, exit_status=0), str(log))
+        assert res.status == FAILED and note in res.note, (name, res)
+    log.write_text("h:1:2 [0] NCCL INFO Using network Socket\n" + good)
+    res = nccl_sweep.judge_pair(PairResult(1, ("a", "b"), OK, exit_status=0), str(log))
+    assert res.status == OK and res.transport == "socket"
+
+
 def test_ctrl_c_stops_running_pairs(tmp_path):
     import signal
     import time

@@ -130,9 +130,8 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     recorder(home / "build/all_reduce_perf",
              f'echo "$@" > {args_file}\ncat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
     env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
-    # one node: judged against the one-node (NVLink) figure; the real 2x H200 log (peak ~349 GB/s) clears
-    # p4d's 230.8 GB/s (NVIDIA/nccl#527)
-    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type", "p4d.24xlarge"],
+    # one node, judged against your own figure (--expect): the real 2x H200 log (peak ~349 GB/s) clears 300
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--expect", "300"],
                      env, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert args_file.read_text().split() == ["-b", "8", "-e", "16G", "-f", "2", "-n", "20", "-w", "5", "-c", "1",
@@ -143,11 +142,15 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     doc = json.loads(results[0].read_text())
     assert doc["mode"] == "nccl-tests" and doc["row_count"] == 32 and doc["verdict"]["ok"]
     assert Path(doc["log"]).exists() and Path(doc["log"]).parent == results[0].parent
-    # seed 004's 3 GB/s inside one p4d node: exit 1, and the reason is NVLink (one node), not EFA
+    # seed 004's 3 GB/s inside one p5 node (480 GB/s published): exit 1, the reason is NVLink, not EFA
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
-                                                   "p4d.24xlarge"], env, tmp_path)
+                                                   "p5.48xlarge"], env, tmp_path)
     assert res.returncode == 1 and "NVLink" in res.stdout and "EFA was not used" not in res.stdout
+    # inside one p4d node: no published figure, so INCONCLUSIVE (exit 3), not a pass
+    res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
+                                                   "p4d.24xlarge"], env, tmp_path)
+    assert res.returncode == 3 and "no published figure for ml.p4d.24xlarge at 1 node" in res.stdout
     # good rows but the program crashed at the end: a failure; a type the catalog lacks: judged without one
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\nexit 3\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
@@ -156,7 +159,7 @@ def test_nccl_tests_binary_run_locally(tmp_path):
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "h200x2_nccl_baseline_allreduce.txt"}\n')
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--instance-type",
                                                    "ml.p9.96xlarge"], env, tmp_path)
-    assert res.returncode == 0 and "unknown instance type 'ml.p9.96xlarge'" in res.stdout, res.stdout[-2000:] + res.stderr
+    assert res.returncode == 3 and "unknown instance type 'ml.p9.96xlarge'" in res.stdout, res.stdout[-2000:] + res.stderr
     # an unwritable log directory: one line, exit 1, no traceback
     res = run_module("hpq.scripts.run_nccl_test", ["1", "2", "--launcher", "local", "--log-dir", "/proc/hpq"],
                      env, tmp_path)
@@ -170,12 +173,12 @@ def test_run_nccl_test_expect_decides_what_the_bandwidth_is_judged_against(tmp_p
     (home / "build").mkdir(parents=True)
     recorder(home / "build/all_reduce_perf", f'cat {DATA / "seed004_slurm_2x_g5.16xlarge_excerpt.txt"}\n')
     env = base_env(tmp_path) | {"NCCL_TESTS_HOME": str(home)}
-    base = ["1", "2", "--launcher", "local", "--instance-type", "p4d.24xlarge"]
+    base = ["1", "2", "--launcher", "local", "--instance-type", "p5.48xlarge"]
 
     def run(*extra: str) -> subprocess.CompletedProcess:
         return run_module("hpq.scripts.run_nccl_test", base + list(extra), env, tmp_path)
 
-    assert run().returncode == 1  # 3 GB/s inside one p4d: far below its NVLink figure
+    assert run().returncode == 1  # 3 GB/s inside one p5: far below its NVLink figure
     res = run("--expect", "none")
     assert res.returncode == 0 and "reported, not judged (--expect none)" in res.stdout, res.stdout[-2000:]
     latest = max((tmp_path / "results").glob("nccl-test-*.json"), key=lambda p: p.stat().st_mtime_ns)
@@ -204,16 +207,22 @@ cat {log}
 """
 
 
-def mpirun_cluster(tmp_path: Path, extra: str = "") -> tuple[dict, Path]:
+def mpirun_cluster(tmp_path: Path, extra: str = "", log_text: str | None = None) -> tuple[dict, Path]:
     """Stand-ins: srun (runs the step locally), scontrol (expands the node list) and mpirun (above); the
-    transport comes from the real function on a fake node with one EFA device."""
+    transport comes from the real function on a fake node with one EFA device. The program's output is
+    ``log_text``, by default an all_reduce_perf log of the two nodes over EFA at AWS's 2-node p4de figure
+    (78.33 GB/s) in nccl-tests' format (tests/nccl_logs.py)."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info
+
     bindir = tmp_path / "bin"
     bindir.mkdir()
     rec = tmp_path / "mpirun.rec"
     recorder(bindir / "srun", 'while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n')
     recorder(bindir / "salloc", "exit 99\n")
     recorder(bindir / "scontrol", 'case "$2" in hostnames) echo node-1; echo node-2;; *) exit 1;; esac\n')
-    recorder(bindir / "mpirun", MPIRUN_STANDIN.format(rec=rec, log=DATA / "h200x2_nccl_baseline_allreduce.txt"))
+    (tmp_path / "run.txt").write_text(log_text if log_text is not None else allreduce_log(
+        ["node-1", "node-2"], 2, 78.33, nccl_info=efa_info("node-1")))
+    recorder(bindir / "mpirun", MPIRUN_STANDIN.format(rec=rec, log=tmp_path / "run.txt"))
     recorder(tmp_path / "all_reduce_perf", "exit 98\n")
     env = base_env(tmp_path) | {
         "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-[1-2]",
@@ -224,12 +233,16 @@ def mpirun_cluster(tmp_path: Path, extra: str = "") -> tuple[dict, Path]:
     return env, rec
 
 
-@pytest.mark.parametrize("itype,rdma", [("ml.g5.48xlarge", "0"), ("ml.p4d.24xlarge", "1")])
-def test_mpirun_command_from_allocation(tmp_path, itype, rdma):
+@pytest.mark.parametrize("itype,rdma,busbw", [("ml.g5.48xlarge", "0", 12.0), ("ml.p4d.24xlarge", "1", 78.33)])
+def test_mpirun_command_from_allocation(tmp_path, itype, rdma, busbw):
     """mpirun's arguments and environment: the worker's transport variables and what HPQ_KEEP_ENV names, none
     of the submitting node's others (NCCL_NET_PLUGIN=none from a controller is removed, not merged); the ranks'
-    hpq-env blocks are in the log and match, so the verdict stands."""
-    env, rec = mpirun_cluster(tmp_path)
+    hpq-env blocks are in the log and match, so the verdict stands (the log: the two nodes over EFA at the
+    type's 2-node figure)."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info
+
+    env, rec = mpirun_cluster(tmp_path, log_text=allreduce_log(["node-1", "node-2"], 2, busbw,
+                                                               nccl_info=efa_info("node-1")))
     res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
                                                    "--instance-type", itype], env, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -267,8 +280,9 @@ def test_rank_environment_unlike_the_workers_fails(tmp_path):
     res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
                                                    "--instance-type", "ml.p4d.24xlarge"], env, tmp_path)
     assert res.returncode == 1, res.stdout
-    assert "FAIL: the job's transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the " \
+    assert "the job's transport environment is not the worker type's: NCCL_NET_PLUGIN=none is set in the " \
            "job but `hpq nccl-env ml.p4d.24xlarge` does not set it" in res.stdout
+    assert "\nFAIL: 1 environment difference(s) vs the worker type's transport environment: " in res.stdout
     assert "inherited from the environment the job was launched from" in res.stdout  # the submitter had it too
     doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text())
     assert doc["verdict"]["ok"] is False and doc["verdict"]["exit_code"] == 1
@@ -295,7 +309,8 @@ def test_nccom_test_standin(tmp_path):
     env = base_env(tmp_path)
     res = run_module("hpq.scripts.run_nccom_test", ["1", "--launcher", "local", "--binary", str(fake),
                                                     "--instance-type", "trn1.32xlarge"], env, tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # one trn1 node: no published figure for all NeuronCores of one node, so INCONCLUSIVE (exit 3)
+    assert res.returncode == 3 and "INCONCLUSIVE: " in res.stdout, res.stdout + res.stderr
     args, path = rec.read_text().splitlines()
     assert args.split()[:4] == ["-r", "32", "-N", "1"] and args.split()[-1] == "allr"
     assert "/opt/aws/neuron/bin" in path
@@ -476,3 +491,93 @@ def bundle_root_for_tests(tmp_path: Path) -> Path:
     for d in [root, *root.rglob("*")]:
         d.chmod(0o755 if d.is_dir() else 0o644)
     return root
+
+
+# ---------------------------------------------------------------------------- run-nanogpt's verdict
+
+NANOGPT_PASS_LOG = """ranks on: 0=ip-10-1-0-7, 1=ip-10-1-0-8
+iter 0: loss 4.1700 | 12.3 ms
+iter 100: loss 3.0500 | 11.9 ms
+loss 4.1700 -> 3.0500: falls; ranks agree (checksum 1.234560e+02, spread 0)
+RESULT: PASS
+"""
+
+
+def nanogpt_metrics(**over) -> dict:
+    """The keys hpq's nanoGPT writes (scripts/nanogpt.py ``result``), values of a healthy 2-rank run."""
+    m = {"first_loss": 4.17, "final_loss": 3.05, "loss_fell": True, "ranks_agree": True, "world_size": 2,
+         "checksum": 123.456, "checksum_spread": 0.0, "tokens_per_s": 50000.0, "neuron_devices_unused": False}
+    m.update(over)
+    return m
+
+
+@pytest.mark.parametrize("log, metrics, rc, outcome, words", [
+    (NANOGPT_PASS_LOG, nanogpt_metrics(), 0, "PASS", "all 2 rank(s) agree"),
+    (NANOGPT_PASS_LOG, None, 0, "PASS", "loss fell"),  # rank 0's file on another node: the log says it all
+    ("", None, 0, "INCONCLUSIVE", "printed no training result"),  # run-nanogpt --python /bin/true
+    (NANOGPT_PASS_LOG, nanogpt_metrics(final_loss=float("nan")), 0, "FAIL", "not finite"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(checksum=float("inf")), 0, "FAIL", "checksum"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(world_size=1), 0, "FAIL", "1 rank(s) trained, 2 were started"),
+    (NANOGPT_PASS_LOG.replace("falls", "DID NOT FALL"), nanogpt_metrics(final_loss=4.5, loss_fell=False), 0,
+     "FAIL", "did not fall"),
+    (NANOGPT_PASS_LOG.replace("ranks agree", "ranks DISAGREE"), nanogpt_metrics(ranks_agree=False), 0, "FAIL",
+     "different weights"),
+    (NANOGPT_PASS_LOG, nanogpt_metrics(), 1, "FAIL", "exited with status 1"),
+    (NANOGPT_PASS_LOG.replace("RESULT: PASS", "RESULT: " + "INCONCLUSIVE: the model trained on the host CPUs"),
+     nanogpt_metrics(neuron_devices_unused=True), 0, "INCONCLUSIVE", "Neuron devices were not used"),
+    ("ranks on: 0=a, 1=b\nloss nan -> nan: DID NOT FALL; ranks agree (checksum nan, spread nan)\n", None, 0, "FAIL",
+     "not finite"),
+])
+def test_nanogpt_verdict_needs_finite_metrics_from_every_rank(tmp_path, log, metrics, rc, outcome, words):
+    """Issue 19: `run-nanogpt --python /bin/true` reported PASS with no metrics. PASS now needs a finite loss
+    that fell, every started rank, agreeing weights and exit 0; each broken twin names what is missing."""
+    from hpq.scripts import run_nanogpt
+
+    path = tmp_path / "run.log"
+    path.write_text(log)
+    verdict, message = run_nanogpt.assess(rc, str(path), metrics, 2)
+    assert run_nanogpt.judge(rc, str(path), metrics, 2) == verdict
+    assert verdict == outcome and message.startswith(outcome + ": ") and words in message, message
+
+
+def test_run_nanogpt_with_bin_true_is_not_a_pass(tmp_path):
+    res = run_module("hpq.scripts.run_nanogpt", ["1", "1", "--launcher", "local", "--python", "/bin/true",
+                                                 "--ckpt-every", "0"], base_env(tmp_path), tmp_path)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "# INCONCLUSIVE: no loss reported" in res.stdout and "PASS" not in res.stdout
+    doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
+    assert doc["verdict"] == doc["outcome"] == "INCONCLUSIVE" and doc["ok"] is False
+
+
+@pytest.mark.parametrize("itype, busbw, info, code, words", [
+    ("ml.g5.48xlarge", 8.99, "socket", 1, "TCP sockets, not EFA"),  # issue 19: passed on bandwidth alone
+    ("ml.g5.48xlarge", 12.0, "efa", 0, "PASS: "),
+    ("ml.p4d.24xlarge", float("inf"), "efa", 1, "impossible values"),
+    ("ml.p4d.24xlarge", 1e300, "efa", 1, "physical limit of 650 GB/s"),
+    ("ml.p4d.24xlarge", 78.33, None, 3, "does not say which network"),
+])
+def test_run_nccl_tests_own_verdict_on_two_nodes(tmp_path, itype, busbw, info, code, words):
+    """run-nccl-test judges its own log with the same checks as hpq nccl-report: the transport NCCL names, the
+    values' physical limit; the stand-ins of mpirun_cluster print the chosen log."""
+    from hpq.tests.nccl_logs import allreduce_log, efa_info, socket_info
+
+    lines = {"efa": efa_info("node-1"), "socket": socket_info("node-1"), None: []}[info]
+    text = allreduce_log(["node-1", "node-2"], 2, min(busbw, 78.33), nccl_info=lines)
+    if busbw > 1e6:  # the 1 GiB row's out-of-place busbw made impossible
+        row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("1073741824 "))
+        text = text.replace(row, row.replace(f" {row.split()[7]} ", f" {busbw} ", 1))
+    env, _rec = mpirun_cluster(tmp_path, log_text=text)
+    res = run_module("hpq.scripts.run_nccl_test", ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"),
+                                                   "--instance-type", itype], env, tmp_path)
+    assert res.returncode == code and words in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+    doc = json.loads(next((tmp_path / "results").glob("nccl-test-*.json")).read_text(),
+                     parse_constant=lambda t: pytest.fail("non-standard JSON token " + t))
+    assert doc["outcome"] == {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}[code]
+
+
+def test_debug_subsys_always_names_the_network():
+    from hpq.scripts.run_nccl_test import debug_subsys
+
+    assert debug_subsys("INFO", None) == "INIT,NET"
+    assert debug_subsys("INFO", "COLL") == "INIT,NET,COLL" and debug_subsys("INFO", "ALL") == "ALL"
+    assert debug_subsys("INFO", "^NET") == "INIT,NET" and debug_subsys("WARN", "X") == "X"

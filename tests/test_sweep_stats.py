@@ -97,8 +97,11 @@ def test_uniform_noise_never_flags():
         n = rng.randint(2, 32)
         cap = {x: 48.0 for x in names(n)}
         doc, _ = verdict(cap, rng, noise=0.10)
-        assert doc["slow_nodes"] == [] and doc["exit_code"] == 0, doc["scores"]
-        assert doc["message"].startswith("PASS")
+        assert doc["slow_nodes"] == [], doc["scores"]
+        if n == 2:  # two nodes: a slow one could not be told from its partner, so no pass either
+            assert doc["exit_code"] == 3 and doc["message"].startswith("INCONCLUSIVE: ")
+        else:
+            assert doc["exit_code"] == 0 and doc["message"].startswith("PASS: ") and doc["outcome"] == "PASS"
 
 
 def test_all_nodes_agree_exactly():
@@ -173,8 +176,26 @@ def test_three_nodes_pin_the_node_common_to_the_slow_pairs():
 
 def test_two_nodes_cannot_be_told_apart():
     doc = sweep.build_report(["a", "b"], [PairResult(1, ("a", "b"), OK, busbw_gbps=0.5)], 1, 1 << 20)
-    assert doc["slow_nodes"] == [] and doc["exit_code"] == 0
-    assert any("met only one partner" in n for n in doc["notes"])
+    assert doc["slow_nodes"] == [] and doc["exit_code"] == 3 and doc["outcome"] == "INCONCLUSIVE"
+    assert any("met only one partner" in n for n in doc["notes"]) and "only 2 node(s) measured" in doc["message"]
+
+
+def test_transport_on_an_efa_type():
+    """expect_efa (the workers' type has EFA): a pair whose log says TCP fails the sweep whatever its speed; a pair
+    whose log names no network leaves it INCONCLUSIVE; every pair on EFA can pass."""
+    def pairs(transports):
+        nodes = ["a", "b", "c"]
+        return [PairResult(1, (x, y), OK, busbw_gbps=40.0, transport=t)
+                for (x, y), t in zip([("a", "b"), ("a", "c"), ("b", "c")], transports, strict=True)], nodes
+    ps, nodes = pairs(["efa", "efa", "socket"])
+    doc = sweep.build_report(nodes, ps, 3, 1 << 28, expect_efa=True)
+    assert doc["exit_code"] == 1 and "did not use EFA" in doc["message"] and "b+c: socket" in doc["message"]
+    ps, nodes = pairs(["efa", None, "efa"])
+    assert sweep.build_report(nodes, ps, 3, 1 << 28, expect_efa=True)["exit_code"] == 3
+    ps, nodes = pairs(["efa"] * 3)
+    assert sweep.build_report(nodes, ps, 3, 1 << 28, expect_efa=True)["exit_code"] == 0
+    ps, nodes = pairs(["socket"] * 3)
+    assert sweep.build_report(nodes, ps, 3, 1 << 28)["exit_code"] == 0  # a type without EFA: TCP is its transport
 
 
 def test_skipped_pairs_do_not_count():
@@ -229,3 +250,14 @@ def test_default_size_by_transport():
     assert sweep.default_size("efa-sendrecv", False) == 256 << 20
     assert sweep.default_size("tcp", False) < 256 << 20
     assert sweep.default_size("tcp", True) < sweep.default_size("tcp", False)
+
+
+def test_extract_json_is_linear_on_unclosed_objects():
+    """Issue 21's class for the SSH capture: 20k lines that open an object and never close it, then the result."""
+    import time
+
+    doc = sweep.build_report(["a", "b", "c"], [PairResult(1, ("a", "b"), OK, busbw_gbps=10.0)], 1, 1 << 20)
+    junk = '{"x": [1,\n' * 20_000
+    start = time.monotonic()
+    assert sweep.extract_json(junk + json.dumps(doc, indent=2) + "\n")["hosts"] == ["a", "b", "c"]
+    assert time.monotonic() - start < 2.0

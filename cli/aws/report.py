@@ -14,7 +14,10 @@ from hpq.errors import OperationFailed
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    """Strict JSON (no NaN/Infinity tokens: non-finite numbers become null), whatever the data holds."""
+    from hpq.scripts.outcome import json_safe
+
+    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False))
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:

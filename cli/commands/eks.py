@@ -190,10 +190,14 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
     elif test == "nanogpt":
         verdict = eks_jobs.judge_nanogpt(outcome)
     else:
-        verdict = eks_jobs.judge_validate(outcome, nodes)
+        verdict = eks_jobs.judge_validate(outcome, nodes, eks_jobs.node_facts(client, itype))
     if output == "json":
-        click.echo(json.dumps({"test": test, "cluster": cluster, "instance_type": itype, "nodes": nodes,
-                               "ok": verdict.ok, "message": verdict.message, **verdict.data}, indent=2))
+        from hpq.scripts.outcome import EXIT_CODES, json_safe
+
+        result = {v: k for k, v in EXIT_CODES.items()}.get(verdict.exit_code, "FAIL")
+        doc = {"test": test, "cluster": cluster, "instance_type": itype, "nodes": nodes, "ok": verdict.ok,
+               "outcome": result, "message": verdict.message, **verdict.data}
+        click.echo(json.dumps(json_safe(doc), indent=2, allow_nan=False))
     else:
         click.echo(verdict.message)
     return verdict
@@ -228,7 +232,9 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     kubeconfig is built in-process from the EKS API and an STS token; the
     identity needs an EKS access entry. The expected bus bandwidth is the
     catalog's figure for the instance type and NODES (one node: NVLink or
-    NeuronLink; several: the network). Exit 0 on PASS, 1 on FAIL.
+    NeuronLink; several: the network). Exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE
+    (no published figure for the type and NODES, or the log does not name
+    the network NCCL used); the first line of the verdict says which and why.
 
     \b
     Examples:
@@ -263,7 +269,7 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
       hpq eks nanogpt my-eks 2 --fsx-claim hpq-fsx
 
     On Trainium the model trains on the host CPUs (no torch-neuronx path):
-    the verdict is INCONCLUSIVE (exit 1), never a Trainium pass.
+    the verdict is INCONCLUSIVE (exit 3), never a Trainium pass.
     """
     _finish(run_test("nanogpt", cluster, nodes, gpus, **kw))
 
@@ -276,7 +282,12 @@ def validate(cluster: str, nodes: int, **kw: Any) -> None:
     """Per-node check: every GPU (nvidia-smi) or Neuron device (neuron-ls) and EFA device is visible.
 
     CLUSTER is the EKS cluster name (or the HyperPod cluster name); NODES is how
-    many nodes to check, one pod each (default 2).
+    many nodes to check, one pod each (default 2). Nodes count as usable when
+    Ready and, on HyperPod, labelled sagemaker.amazonaws.com/node-health-status=
+    Schedulable. Also FAIL: a node of the type exposing fewer EFA devices
+    (vpc.amazonaws.com/efa allocatable) than the type has, or one HyperPod
+    marked UnschedulablePendingReplacement/Reboot; INCONCLUSIVE (exit 3): a
+    node still in deep health checks (Unschedulable).
 
     \b
     Examples:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -12,7 +11,7 @@ from hpq.errors import UsageError
 
 
 @click.command("nccl-report")
-@click.argument("file", type=inputs.InputFile(allow_dash=True))
+@click.argument("file", type=inputs.InputFile(allow_dash=True, max_bytes=64 << 20))
 @click.option("--instance-type", "-i", default=None, type=inputs.ACCELERATED_TYPE,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
 @click.option("--nodes", "-n", type=inputs.NODES, default=None,
@@ -31,11 +30,22 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
     bandwidth depends on the instance type and the node count: one node runs over
     NVLink/NeuronLink, several nodes are bound by the network. The node count is
     read from nccl-tests' rank lines ("#  Rank 0 Group 0 Pid ... on HOST device
-    ..."), else from --nodes. Exit 0: meets the expectation (or none is known);
-    1: below expectation, any #wrong, or a log cut off before its summary line;
-    2: unreadable input or a bad option. --expect none reports the bandwidth
-    without judging it; --expect GBPS judges against your own baseline instead
-    of the catalog.
+    ..."), else from --nodes. The verdict's first line reads
+    PASS|FAIL|INCONCLUSIVE: <number> vs <expectation>: <reason>, one line per
+    check follows (values, data, transport, bandwidth, complete).
+
+    \b
+    Exit 0  PASS: every check holds (complete run, possible values, no wrong
+            element, EFA named in the log on EFA types, bandwidth at least 70%
+            (80% on one node) of the healthy published figure).
+    Exit 1  FAIL: a check failed (TCP sockets on an EFA type, short of the
+            figure, #wrong, impossible values, a run cut off).
+    Exit 3  INCONCLUSIVE: evidence is missing (no published figure for the
+            type and node count, no transport line in the log, several runs
+            in one log); the message says what to run.
+    Exit 2  unreadable input (over 64 MiB, no result rows) or a bad option.
+    --expect none waives the bandwidth check; --expect GBPS judges against
+    your own healthy baseline instead of the catalog.
 
     \b
     Examples:
@@ -50,19 +60,20 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
     in /fsx/hpq-results/ on the cluster).
     """
     from hpq.scripts import nccl_report as rep
+    from hpq.scripts import outcome
 
     wanted = rep.parse_expect(expect)  # a bad value is a usage error before the file is read
     if file == "-" and sys.stdin is None:
         raise UsageError("FILE '-' reads standard input, which is closed: pipe a log in or give a file")
     if file == "-" and sys.stdin.isatty():
         raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
-    if file == "-":  # bytes: a log with stray non-UTF-8 bytes is still a log
-        report = rep.parse_text(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
+    if file == "-":  # read in chunks up to rep.MAX_LOG_BYTES: /dev/zero stops at the limit, Ctrl-C is honoured
+        report = rep.read_stream(sys.stdin.buffer)
     else:
         report = rep.parse_file(file)
     verdict = rep.evaluate(report, instance_type, nodes, wanted)
     if output == "json":
-        click.echo(json.dumps(rep.report_to_dict(report, verdict), indent=2))
+        click.echo(outcome.dumps(rep.report_to_dict(report, verdict), indent=2))
     else:
         click.echo(rep.format_table(report))
         click.echo(verdict.message)

@@ -10,6 +10,7 @@ so re-running is always safe.
 from __future__ import annotations
 
 import http.client
+import math
 import re
 import time
 from collections import Counter
@@ -21,6 +22,15 @@ from hpq.cli.eks.kube import KubeClient, KubeError
 from hpq.errors import OperationFailed, UsageError
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+# HyperPod's node health label and its values: "Schedulable" passed the basic health checks;
+# "Unschedulable" is running deep health checks; "UnschedulablePendingReplacement" and
+# "UnschedulablePendingReboot" failed them. Source: Resilience-related Kubernetes labels by SageMaker
+# HyperPod, https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-node-labels.html
+HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+HEALTH_SCHEDULABLE = "Schedulable"
+HEALTH_CHECKING = "Unschedulable"
+# The EFA device plugin's extended resource (what the pods request; AWS's MPIJob manifests ask for it).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # Waiting reasons that do not fix themselves; after PULL_GRACE_S they end the run with the message.
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "CrashLoopBackOff"}
@@ -306,16 +316,87 @@ class Runner:
 # ---------------------------------------------------------------------- cluster facts
 
 
+def _ready(node: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _health(node: dict[str, Any]) -> str | None:
+    """HyperPod's health label (None on a node HyperPod does not manage, e.g. a plain EKS node group)."""
+    value = ((node.get("metadata") or {}).get("labels") or {}).get(HEALTH_LABEL)
+    return str(value) if value is not None else None
+
+
+def usable(node: dict[str, Any]) -> bool:
+    """Ready, and Schedulable by HyperPod's health label where the node carries one."""
+    health = _health(node)
+    return _ready(node) and (health is None or health == HEALTH_SCHEDULABLE)
+
+
 def node_types(client: KubeClient) -> Counter[str]:
-    """Ready nodes per instance type label."""
+    """Usable nodes (Ready and, on HyperPod, labelled Schedulable) per instance type label."""
     counts: Counter[str] = Counter()
     for node in client.list_nodes():
         labels = node.get("metadata", {}).get("labels") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (node.get("status") or {}).get("conditions") or [])
-        if ready and labels.get(INSTANCE_LABEL):
+        if usable(node) and labels.get(INSTANCE_LABEL):
             counts[labels[INSTANCE_LABEL]] += 1
     return counts
+
+
+@dataclass
+class NodeFacts:
+    """What the API server says about the nodes of one instance type, for ``hpq eks validate``."""
+
+    instance_type: str
+    usable: list[str] = field(default_factory=list)
+    not_ready: list[str] = field(default_factory=list)
+    health_checking: list[str] = field(default_factory=list)  # HyperPod deep health checks in progress
+    unhealthy: list[str] = field(default_factory=list)  # "name (label value)": failed HyperPod's checks
+    efa_short: list[str] = field(default_factory=list)  # "name: N of M": fewer EFA devices than the type has
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instance_type": self.instance_type, "usable": self.usable, "not_ready": self.not_ready,
+                "health_checking": self.health_checking, "unhealthy": self.unhealthy, "efa_short": self.efa_short}
+
+
+def _allocatable(node: dict[str, Any], resource: str) -> int:
+    raw = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    try:
+        return int(str(raw)) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def node_facts(client: KubeClient, instance_type: str) -> NodeFacts:
+    """Per node of ``instance_type``: Ready, HyperPod's health label, and the EFA devices it exposes
+    (``status.allocatable["vpc.amazonaws.com/efa"]``) against the catalog's count for the type."""
+    from hpq.lifecycle import catalog
+
+    entry = catalog.lookup(instance_type)
+    facts = NodeFacts(entry.name)
+    for node in client.list_nodes():
+        meta = node.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+        try:
+            if not label or catalog.normalize(str(label)) != entry.name:
+                continue
+        except catalog.UnknownInstanceType:
+            continue
+        name = str(meta.get("name") or "?")
+        health = _health(node)
+        if not _ready(node):
+            facts.not_ready.append(name)
+        elif health == HEALTH_CHECKING:
+            facts.health_checking.append(name)
+        elif health is not None and health != HEALTH_SCHEDULABLE:
+            facts.unhealthy.append(f"{name} ({HEALTH_LABEL}={health})")
+        else:
+            facts.usable.append(name)
+        if entry.has_efa and _ready(node):
+            have = _allocatable(node, EFA_RESOURCE)
+            if have < entry.efa_interfaces:
+                facts.efa_short.append(f"{name}: {have} of {entry.efa_interfaces}")
+    return facts
 
 
 def pick_instance_type(client: KubeClient, requested: str | None, nodes: int) -> str:
@@ -393,17 +474,22 @@ class TestVerdict:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-_NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+# Numbers as Python prints them, nan and inf included: a loss of nan is evidence of a broken run, never skipped.
+_NUM = r"([-+]?(?:nan|inf(?:inity)?|[0-9]{1,40}(?:\.[0-9]{0,40})?(?:[eE][-+]?[0-9]{1,4})?))"
 # "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
 _ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
 _LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
 _INCONCLUSIVE_RE = re.compile(r"^RESULT: (INCONCLUSIVE:.*)$", re.MULTILINE)
+_RESULT_FAIL_RE = re.compile(r"^RESULT: (FAIL.{0,500})$", re.MULTILINE)
+_DISAGREE_RE = re.compile(r"^loss \S+ -> \S+: .{0,40}; ranks DISAGREE", re.MULTILINE)
 
 
 def judge_nccl(outcome: Outcome, instance_type: str, nodes: int | None = None) -> TestVerdict:
     """The launcher log judged like ``hpq nccl-report``: the expectation for ``instance_type`` on the run's
-    node count (nccl-tests' rank lines, else the ``nodes`` the job was started with)."""
+    node count (nccl-tests' rank lines, else the ``nodes`` the job was started with); PASS 0, FAIL 1,
+    INCONCLUSIVE 3 (hpq.scripts.outcome)."""
     from hpq.scripts import nccl_report
+    from hpq.scripts import outcome as oc
 
     try:
         report = nccl_report.parse_text(outcome.log)
@@ -415,34 +501,81 @@ def judge_nccl(outcome: Outcome, instance_type: str, nodes: int | None = None) -
     data = nccl_report.report_to_dict(report, verdict)
     data["job"] = {"state": outcome.state, "message": outcome.message}
     if outcome.state != "Succeeded":
-        return TestVerdict(False, 1, f"FAIL: the job ended {outcome.state} ({outcome.message}); "
-                           + verdict.message, data)
+        message = oc.headline(oc.FAIL, f"job {outcome.state}", "Succeeded",
+                              f"the job ended {outcome.state} ({outcome.message})") + "\n" + verdict.message
+        data["outcome"] = oc.FAIL
+        data["verdict"].update(outcome=oc.FAIL, ok=False, exit_code=oc.EXIT_FAIL, message=message)
+        return TestVerdict(False, oc.EXIT_FAIL, message, data)
     return TestVerdict(verdict.ok, verdict.exit_code, verdict.message, data)
 
 
 def judge_nanogpt(outcome: Outcome) -> TestVerdict:
-    """PASS when the loss fell; INCONCLUSIVE (exit 1) when hpq's nanoGPT says it left Trainium devices idle."""
+    """PASS only when the job succeeded, printed two or more finite losses, and the last is below the first;
+    FAIL on a job that failed, a loss that is nan/inf or did not fall, ranks that disagree, or the program's
+    own "RESULT: FAIL"; INCONCLUSIVE (exit 3) when hpq's nanoGPT says it left Trainium devices idle."""
+    from hpq.scripts import outcome as oc
+
     losses = [float(x) for x in (_ITER_LOSS_RE.findall(outcome.log) or _LOSS_RE.findall(outcome.log))]
-    data = {"job": {"state": outcome.state, "message": outcome.message}, "losses": losses}
+    data: dict[str, Any] = {"job": {"state": outcome.state, "message": outcome.message}, "losses": losses}
+    number = f"loss {losses[0]:g} -> {losses[-1]:g}" if losses else "no loss printed"
+
+    def verdict(result: str, reason: str) -> TestVerdict:
+        data["outcome"] = result
+        return TestVerdict(result == oc.PASS, oc.exit_code(result),
+                           oc.headline(result, number, "a falling, finite loss", reason), data)
+
     if outcome.state != "Succeeded":
-        return TestVerdict(False, 1, f"FAIL: training ended {outcome.state}: {outcome.message}", data)
+        return verdict(oc.FAIL, f"training ended {outcome.state}: {outcome.message}")
     if len(losses) < 2:
-        return TestVerdict(False, 1, "FAIL: training finished but printed fewer than two loss values", data)
+        return verdict(oc.INCONCLUSIVE if not losses else oc.FAIL,
+                       "training finished but printed fewer than two loss values (iter N: loss X)")
+    bad = [x for x in losses if not math.isfinite(x)]
+    if bad:
+        return verdict(oc.FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
     if not losses[-1] < losses[0]:
-        return TestVerdict(False, 1, f"FAIL: loss did not go down ({losses[0]:g} -> {losses[-1]:g})", data)
+        return verdict(oc.FAIL, "the loss did not go down")
+    failed = _RESULT_FAIL_RE.search(outcome.log)
+    if failed:
+        return verdict(oc.FAIL, "the program's own RESULT line says " + failed.group(1).strip())
+    if _DISAGREE_RE.search(outcome.log):
+        return verdict(oc.FAIL, "the ranks hold different weights at the end")
     inconclusive = _INCONCLUSIVE_RE.search(outcome.log)
     if inconclusive:
         data["neuron_devices_unused"] = True
-        return TestVerdict(False, 1, inconclusive.group(1).strip(), data)
-    return TestVerdict(True, 0, f"PASS: loss {losses[0]:g} -> {losses[-1]:g} over {len(losses)} reports", data)
+        return verdict(oc.INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
+    return verdict(oc.PASS, f"loss fell over {len(losses)} reports")
 
 
-def judge_validate(outcome: Outcome, nodes: int) -> TestVerdict:
+def judge_validate(outcome: Outcome, nodes: int, facts: NodeFacts | None = None) -> TestVerdict:
+    """PASS when the job succeeded, ``nodes`` pods saw every accelerator and EFA device, and (``facts``) no
+    node of the type exposes fewer EFA devices than the catalog gives it and none failed HyperPod's health
+    checks; a node still in HyperPod's deep health checks makes it INCONCLUSIVE (rerun when they end)."""
+    from hpq.scripts import outcome as oc
+
     lines = [ln for ln in outcome.log.splitlines() if ln.startswith("HPQ-VALIDATE ")]
     good = [ln for ln in lines if ln.rstrip().endswith(" OK")]
-    data = {"job": {"state": outcome.state, "message": outcome.message}, "nodes": lines}
-    if outcome.state == "Succeeded" and len(good) >= nodes:
-        return TestVerdict(True, 0, f"PASS: {len(good)}/{nodes} nodes see every accelerator and EFA device", data)
-    bad = [ln for ln in lines if ln not in good]
-    detail = "; ".join(bad) or outcome.message or "no per-node report"
-    return TestVerdict(False, 1, f"FAIL: {len(good)}/{nodes} nodes passed ({outcome.state}): {detail}", data)
+    data: dict[str, Any] = {"job": {"state": outcome.state, "message": outcome.message}, "nodes": lines}
+    if facts is not None:
+        data["node_facts"] = facts.to_dict()
+    number = f"{len(good)}/{nodes} nodes passed"
+    problems: list[str] = []
+    if not (outcome.state == "Succeeded" and len(good) >= nodes):
+        bad = [ln for ln in lines if ln not in good]
+        problems.append(f"{outcome.state}: " + ("; ".join(bad) or outcome.message or "no per-node report"))
+    if facts is not None and facts.efa_short:
+        problems.append(f"{len(facts.efa_short)} node(s) expose fewer EFA devices ({EFA_RESOURCE} allocatable) than "
+                        f"{facts.instance_type} has: " + "; ".join(facts.efa_short) + ". Check the EFA device "
+                        "plugin's pod on the node and that the instance group was created with EFA")
+    if facts is not None and facts.unhealthy:
+        problems.append("HyperPod's health checks failed on " + ", ".join(facts.unhealthy))
+    if problems:
+        result, reason = oc.FAIL, "; ".join(problems)
+    elif facts is not None and facts.health_checking:
+        result, reason = oc.INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(
+            facts.health_checking) + f" ({HEALTH_LABEL}={HEALTH_CHECKING}): rerun when they end")
+    else:
+        result, reason = oc.PASS, "every accelerator and EFA device visible" + (
+            f"; {len(facts.usable)} {facts.instance_type} node(s) Ready and Schedulable" if facts else "")
+    data["outcome"] = result
+    message = oc.headline(result, number, f"{nodes} node(s) seeing every device", reason)
+    return TestVerdict(result == oc.PASS, oc.exit_code(result), message, data)

@@ -105,7 +105,7 @@ def judge(doc: dict[str, Any] | None, remote_code: int, expected: dict[str, str]
 
     if doc is None:
         return Check(False, f"FAIL: no sweep result came back; run-nccl-test --sweep exited {remote_code}")
-    if remote_code not in (0, 1):
+    if remote_code not in (0, 1, 3):  # PASS, FAIL, INCONCLUSIVE (e.g. 2 nodes: nothing to compare)
         return Check(False, f"FAIL: run-nccl-test --sweep exited {remote_code}: {doc.get('message', '')}")
     named = list(doc.get("slow_nodes") or [])
     scores = doc.get("scores") or {}
