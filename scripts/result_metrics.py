@@ -114,8 +114,15 @@ def kind_of(doc: Dict) -> str:
 
 
 def verdict_of(doc: Dict) -> str:
-    """PASS/FAIL/INCONCLUSIVE as the result states it; INCONCLUSIVE when it states none."""
+    """PASS/FAIL/INCONCLUSIVE as the result states it; INCONCLUSIVE when it states none.
+
+    The verdicts' JSON carries ``outcome`` at the top and inside ``verdict`` (scripts/verdicts.py); older
+    results only a ``verdict`` object with ``ok`` and a message whose first word is the outcome.
+    """
     v = doc.get("verdict")
+    for stated in (doc.get("outcome"), v.get("outcome") if isinstance(v, dict) else None):
+        if isinstance(stated, str) and stated.upper() in VERDICTS:
+            return stated.upper()
     if isinstance(v, dict):
         inner = v.get("verdict")
         if isinstance(inner, str) and inner.upper() in VERDICTS:

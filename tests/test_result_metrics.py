@@ -188,6 +188,9 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         ({"ok": False, "exit_code": 1, "message": "FAIL: 12 GB/s"}, "FAIL"),
         ({"ok": True, "verdict": "INCONCLUSIVE", "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
         ({"ok": True, "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
+        # scripts/verdicts.py's shape: the outcome inside the verdict object decides, whatever ok and the text say.
+        ({"ok": False, "outcome": "INCONCLUSIVE", "message": "no published figure for ml.trn2.48xlarge"},
+         "INCONCLUSIVE"),
         # Broken twins: no verdict, or one that says nothing, is never PASS.
         (None, "INCONCLUSIVE"),
         ({}, "INCONCLUSIVE"),
@@ -200,6 +203,13 @@ def test_the_verdict_is_the_results_own_and_missing_is_never_pass(verdict, expec
     if verdict is not None:
         doc["verdict"] = verdict
     assert result_metrics.verdict_of(doc) == expected
+
+
+def test_the_top_level_outcome_decides():
+    doc = {"outcome": "INCONCLUSIVE", "verdict": {"ok": False, "message": "transport: no network line"}}
+    assert result_metrics.verdict_of(doc) == "INCONCLUSIVE"
+    doc["outcome"] = "maybe"  # a value that is no outcome falls back to the verdict object: ok False is FAIL
+    assert result_metrics.verdict_of(doc) == "FAIL"
 
 
 def test_a_newer_result_replaces_the_older_series(tmp_path):
