@@ -327,8 +327,10 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
             rc = launch.run_local(runner[0], "hpq.scripts.nccl_bench", runner[1], gpus, env, log, report_env=True)
         else:
             rc = launch.tee(cmd, env, log)
+    # The ranks print their blocks before the benchmark starts: the log's first MAX_LOG_BYTES (the report
+    # parser's own bound) hold them, and a run that flooded its log costs no more memory than that.
     with open(log_path, errors="replace") as fh:
-        env_result = env_check.check(fh.read(), dict(env_vars, **launch.kept_transport_env()), os.environ,
+        env_result = env_check.check(fh.read(nccl_report.MAX_LOG_BYTES), dict(env_vars, **launch.kept_transport_env()), os.environ,
                                      "`hpq nccl-env %s`" % itype if itype else "the worker's environment",
                                      nodes, required=True)
     result = {"command": "run-nccl-test " + " ".join(raw), "mode": mode, "launcher": launcher, "nodes": nodes,
