@@ -170,12 +170,14 @@ def test_remote_nccl_test_expect_goes_to_the_runner_and_the_local_verdict(sshd, 
         assert len(capfd.readouterr().err.strip().splitlines()) == 1
 
 
-def test_remote_nccl_test_crash_keeps_exit_code(sshd, tmp_path, capfd):
+def test_remote_nccl_test_crash_is_a_fail_naming_the_runners_exit_status(sshd, tmp_path, capfd):
+    """docs/validation.md: a non-zero exit status of the benchmark makes any outcome FAIL (exit 1)."""
     bad = _runner(tmp_path, "nccl-bad", "echo 'srun: error: nodes unavailable' >&2\nexit 5\n")
     with pytest.raises(SystemExit) as exc:
         main(["remote-nccl-test", "c", *cli_args(sshd), "--runner", bad])
-    assert exc.value.code == 5
-    assert "no nccl-tests results" in capfd.readouterr().out
+    assert exc.value.code == 1
+    out = capfd.readouterr().out
+    assert out.startswith("FAIL: ") and "no nccl-tests results" in out and "exited 5" in out
 
 
 def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
@@ -207,8 +209,11 @@ def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
               "--output", "json"])
     out, err = capfd.readouterr()
     doc = json.loads(out)
-    assert exc.value.code == 0 and doc["hosts"] == ["node-1", "node-2"] and doc["slow_nodes"] == []
-    assert doc["remote_exit_code"] == 0 and "met only one partner" in " ".join(doc["notes"])
+    # Two nodes make one pair: nothing can tell which of them would be slow, so the sweep is INCONCLUSIVE (exit 3,
+    # docs/validation.md), never a PASS.
+    assert exc.value.code == 3 and doc["hosts"] == ["node-1", "node-2"] and doc["slow_nodes"] == []
+    assert doc["outcome"] == "INCONCLUSIVE"
+    assert doc["remote_exit_code"] == 3 and "met only one partner" in " ".join(doc["notes"])
     # bad usage is refused here, before any connection: one line, exit 2, no verdict invented
     with pytest.raises(SystemExit) as exc:
         main(["remote-nccl-test", "c", "1", "--sweep", *cli_args(sshd), "--runner", runner])
@@ -221,4 +226,5 @@ def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
         main(["remote-nccl-test", "c", "2", "--sweep", *cli_args(sshd), "--runner", runner,
               "--extra", extra + " --sweep-size 0"])
     out, err = capfd.readouterr()
-    assert exc.value.code == 2 and "run-nccl-test: error:" in err and "no sweep result came back" in out
+    assert exc.value.code == 2 and "run-nccl-test: error:" in err and "no sweep result came back" in err
+    assert "FAIL" not in out  # bad usage is no verdict

@@ -257,8 +257,12 @@ def _remote_sweep(target: Any, runner: str, nodes: int | None, gpus: int | None,
         sys.exit(130)
     doc = node_sweep.extract_json(captured.getvalue().decode("utf-8", "replace"))
     if doc is None:
+        if code in (2, 130):  # the controller's run-nccl-test refused its arguments or was interrupted: no verdict
+            click.echo(f"hpq: error: no sweep result came back: {runner} exited {code} (its message is above)",
+                       err=True)
+            sys.exit(code)
         click.echo(f"FAIL: no sweep result vs a sweep report: {runner} exited {code} (its messages are above)")
-        sys.exit(code if code not in (0, 3) else 1)
+        sys.exit(1)
     doc["remote_exit_code"] = code
     if output == "json":
         aws_report.echo_json(doc)
