@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
 from hpq.scripts import args as checks
-from hpq.scripts import env_check, launch, verdicts
+from hpq.scripts import env_check, launch, nccl_report, verdicts
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -138,7 +138,12 @@ def _run(args, raw: List[str]) -> int:
     result: Dict[str, object] = {"command": "run-nccom-test " + " ".join(raw), "launcher": launcher, "nodes": nodes,
                                  "hosts": hosts, "workers_per_node": workers, "instance_type": itype,
                                  "environment": env_vars, "exit_status": rc, "log": log_path}
-    return verdicts.judge_log("nccom-test", log_path, rc, result, itype, nodes)
+    # nccom-test starts its own ranks over MPI from the first node: that node's block is the job's environment.
+    with open(log_path, errors="replace") as fh:
+        env_result = env_check.check(fh.read(nccl_report.MAX_LOG_BYTES), dict(env_vars, **launch.kept_transport_env()),
+                                     os.environ, "`hpq nccl-env %s`" % itype if itype else "the worker's environment",
+                                     1, required=True)
+    return verdicts.judge_log("nccom-test", log_path, rc, result, itype, nodes, env=env_result)
 
 
 if __name__ == "__main__":

@@ -324,6 +324,26 @@ def test_nccom_test_standin(tmp_path):
     assert res.returncode == 1 and "no result rows" in res.stdout
 
 
+def test_nccom_test_judges_the_jobs_environment(tmp_path):
+    """run-nccom-test's verdict checks the hpq-env block nccom-test's node printed against the worker type's
+    environment. Healthy: a submitter's FI_PROVIDER=tcp is removed before the job (PASS on seed 004's rows
+    would need a figure: one trn1 node has none, so INCONCLUSIVE). Broken twin (tests/faults: the launcher
+    merging inherited variables as before issue 19): the leaked FI_PROVIDER reaches the job and the verdict
+    is FAIL naming it, whatever the bandwidth."""
+    from hpq.tests.faults import FAULTS_DIR
+
+    fake = recorder(tmp_path / "nccom-test", f'cat {DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"}\n')
+    args = ["1", "--launcher", "local", "--binary", str(fake), "--instance-type", "trn1.32xlarge"]
+    env = base_env(tmp_path) | {"FI_PROVIDER": "tcp"}
+    res = run_module("hpq.scripts.run_nccom_test", args, env, tmp_path)
+    assert res.returncode == 3 and "FI_PROVIDER" not in res.stdout, res.stdout + res.stderr
+    leaky = env | {"HPQ_TEST_FAULT_INHERIT_ENV": "1",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULTS_DIR), env.get("PYTHONPATH")]))}
+    res = run_module("hpq.scripts.run_nccom_test", args, leaky, tmp_path)
+    assert res.returncode == 1 and res.stdout.startswith("# run-nccom-test"), res.stdout + res.stderr
+    assert "FAIL" in res.stdout and "FI_PROVIDER" in res.stdout
+
+
 def test_nccom_test_two_nodes_sets_root_comm_id(tmp_path):
     """Stand-ins: srun (runs the step here), scontrol, and nccom-test, which refuses a multi-node run without
     NEURON_RT_ROOT_COMM_ID as the Neuron docs require (nccom-test user guide, -N: host address of the instance
