@@ -23,7 +23,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from hpq.scripts import args as checks
-from hpq.scripts import launch, nanogpt
+from hpq.scripts import env_check, launch, nanogpt
 from hpq.scripts import outcome as oc
 
 MODULE = "hpq.scripts.run_nanogpt"
@@ -141,6 +141,18 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     except (OSError, ValueError):
         result["metrics"] = None  # rank 0 ran on a node that does not share this directory
     verdict, message = assess(rc, log_path, result.get("metrics"), nodes * gpus)
+    # The ranks' hpq-env blocks against the worker type's environment, as run-nccl-test judges them: a training
+    # run whose transport was not the type's is no pass, however well the loss fell.
+    with open(log_path, errors="replace") as fh:
+        env_result = env_check.check(fh.read(MAX_LOG_SCAN), dict(env_vars, **launch.kept_transport_env()),
+                                     os.environ, "`hpq nccl-env %s`" % wenv.get("instance_type")
+                                     if wenv.get("instance_type") else "the worker's environment", nodes,
+                                     required=True)
+    result["environment_check"] = env_result.to_dict()
+    if env_result.ok is False and verdict != oc.FAIL:
+        verdict = oc.FAIL
+        message = "FAIL: the job's transport environment is not the worker type's: %s\n(training itself: %s)" % (
+            "; ".join(env_result.problems), message)
     result["ok"] = verdict == oc.PASS
     result["verdict"] = verdict
     result["outcome"] = verdict

@@ -29,8 +29,10 @@ def env_for(tmp_path: Path) -> dict:
     return env
 
 
-def run(module: str, args: list[str], tmp_path: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], env=env_for(tmp_path), cwd=str(tmp_path),
+def run(module: str, args: list[str], tmp_path: Path, extra_env: dict | None = None,
+        timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=env_for(tmp_path) | (extra_env or {}),
+                          cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -73,6 +75,23 @@ def test_nanogpt_trains_checkpoints_and_resumes(tmp_path):
     assert "resumed from %s at iteration 30" % (ckpt / "ckpt-00000030.pt") in res.stdout
     assert "iter 10:" not in res.stdout and "iter 40:" in res.stdout
     assert (ckpt / "ckpt-00000040.pt").exists()
+
+
+def test_nanogpt_with_a_leaked_transport_variable_is_a_fail(tmp_path):
+    """Broken twin of the training run: the launcher merging inherited variables as before issue 19 (tests/faults)
+    lets a submitter's NCCL_NET_PLUGIN=none reach the ranks; their hpq-env block shows it and the verdict is FAIL
+    naming it, although the loss fell. The same run without the fault drops the variable and passes (above)."""
+    from hpq.tests.faults import FAULTS_DIR
+
+    args = ["1", "2", "--launcher", "local", "--iters", "10", "--log-every", "5", "--ckpt-every", "0"]
+    extra = {"NCCL_NET_PLUGIN": "none", "HPQ_TEST_FAULT_INHERIT_ENV": "1",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(FAULTS_DIR), os.environ.get("PYTHONPATH")]))}
+    res = run("hpq.scripts.run_nanogpt", args, tmp_path, extra)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "# FAIL: the job's transport environment" in res.stdout and "NCCL_NET_PLUGIN" in res.stdout
+    doc = json.loads(next((tmp_path / "results").glob("nanogpt-*.json")).read_text())
+    assert doc["outcome"] == "FAIL" and doc["environment_check"]["ok"] is False
+    assert doc["metrics"]["loss_fell"]
 
 
 def test_nanogpt_fails_when_loss_does_not_fall(tmp_path):
