@@ -438,9 +438,27 @@ TEMPLATE_FILES = {"nccl-test": "nccl_test.yaml.j2", "nanogpt": "nanogpt.yaml.j2"
 
 
 def render(req: RenderRequest) -> str:
-    """The manifest text (multi-document YAML) for one test."""
+    """The manifest text (multi-document YAML) for one test.
+
+    Every document must parse, and a training program must read back from its ConfigMap exactly as it was
+    given: what the emitter could not carry inside the template is refused, never written (issue 21).
+    """
+    import yaml
+
     ctx = resolve(req)
-    return _environment().get_template(TEMPLATE_FILES[req.test]).render(**ctx)
+    text = _environment().get_template(TEMPLATE_FILES[req.test]).render(**ctx)
+    try:
+        docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as exc:
+        raise UsageError(f"the {req.test} manifest would not be valid YAML ({str(exc).splitlines()[0]}); "
+                         "remove unusual characters from the values given") from None
+    if ctx.get("program_data"):
+        carried = {k: v for doc in docs if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+                   for k, v in (doc.get("data") or {}).items()}
+        if any(carried.get(k) != v for k, v in ctx["program_data"].items()):
+            raise UsageError("the training program does not survive the manifest unchanged; remove unusual "
+                             "characters or trailing blank lines")
+    return text
 
 
 def render_objects(req: RenderRequest) -> list[dict[str, Any]]:

@@ -87,7 +87,13 @@ def block_mapping(values: dict[str, str], indent: int, what: str = "a manifest v
         pass
 
     def text_style(dumper: yaml.SafeDumper, data: str) -> Any:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+        # A literal block whose text ends in blank lines needs "keep" chomping (|+), and the emitter then closes
+        # the document with "..." - a marker that means nothing (or breaks the YAML) once the lines are
+        # embedded in a manifest. Such texts, and texts of newlines only, are double-quoted instead.
+        trailing = len(data) - len(data.rstrip("\n"))
+        literal = "\n" in data and trailing <= 1 and data.strip("\n") != ""
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data,
+                                       style="|" if literal else ('"' if "\n" in data else None))
 
     Dumper.add_representer(str, text_style)
     text = yaml.dump(values, Dumper=Dumper, allow_unicode=True, width=1 << 30, sort_keys=True,

@@ -152,6 +152,8 @@ def test_numbers_are_ascii_finite_and_in_range(text):
 @example("x\u2028y")
 @example("\x1b[31mred\x1b[0m")
 @example("tail spaces   \n  \n\n\n")
+@example("x=1\n\n")  # a literal block would need |+ and the emitter's "..." end marker (found by review)
+@example("\n")
 @example("\ufeffbom")
 @example("\t\n")
 @example("")
