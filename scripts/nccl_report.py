@@ -84,6 +84,8 @@ _RANK_RE = re.compile(r"^#[ \t]{0,64}Rank[ \t]{1,64}(\d{1,9})[ \t]{1,64}(?:Group
 # aws-ofi-nccl: "NET/OFI Selected provider is efa" (older: "Selected Provider is efa").
 _USING_NET = "NCCL INFO Using network "
 _NET_NAME_RE = re.compile(r"^[A-Za-z][\w ]*$", re.ASCII)
+# srun's report of a task that failed: "srun: error: node-1: task 9: Exited with exit code 1" (Slurm's srun).
+_SRUN_EXIT_RE = re.compile(r"Exited with exit code (\d{1,3})\b")
 _VIA_NET_RE = re.compile(r"\bvia NET/([A-Za-z][\w ]{0,%d}?)/\d{1,6}(/GDRDMA)?" % MAX_NET_NAME, re.ASCII)
 _OFI_PROVIDER_RE = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w;-]{1,%d})" % MAX_NET_NAME, re.ASCII)
 # hpq's built-in benchmark: "# hpq built-in benchmark: all_reduce, torch.distributed backend gloo, ..."
@@ -160,6 +162,7 @@ class NcclReport:
     ofi_providers: List[str] = field(default_factory=list)  # aws-ofi-nccl's "Selected provider is X"
     backend: Optional[str] = None  # hpq's built-in benchmark: torch.distributed backend (nccl, gloo)
     runs: int = 1  # result tables in the log (more than one: several runs appended to one file)
+    task_failures: List[str] = field(default_factory=list)  # srun lines of tasks that exited non-zero
     invalid: List[str] = field(default_factory=list)  # result rows holding impossible values, with why
 
     @property
@@ -377,6 +380,7 @@ class _Parser:
         self.avg_unreadable = False
         self.skipped_partial = False
         self.lineno = 0
+        self.task_failures: List[str] = []  # srun's "error: ... Exited with exit code N" lines (N > 0)
 
     def _runs(self, key: int) -> List[_Run]:
         runs = self.streams.get(key)
@@ -407,6 +411,11 @@ class _Parser:
                     self._hosts_seen.add(m.group(2))
                     self.hosts.append(m.group(2))
                 return
+        if stripped.startswith("srun: error:") and len(self.task_failures) < 10:
+            m = _SRUN_EXIT_RE.search(stripped)
+            if m and int(m.group(1)) > 0:
+                self.task_failures.append(stripped[:200])
+            return
         if "NCCL INFO" in line or "NET/OFI" in line:
             for m in _VIA_NET_RE.finditer(line):
                 self._net(m.group(1))
@@ -491,11 +500,19 @@ class _Parser:
         notes: List[str] = []
         ranks = [k for k in keys if k >= 0]
         key = keys[0]
+        other_runs = 0
+        other_dead = []
         if len(ranks) > 1:
-            # Several ranks each printed a table (e.g. a non-MPI nccl-tests started by srun --label):
-            # keep one rank's, as nccl-tests itself prints only rank 0's.
-            notes.append("result rows came from %d ranks (%s); only rank %d's are used"
-                         % (len(ranks), ",".join(str(k) for k in ranks), key))
+            # Several ranks each printed a table (e.g. a non-MPI nccl-tests started by srun --label): under MPI
+            # nccl-tests prints only rank 0's, so these are separate runs, each of its own processes. The lowest
+            # rank's is shown; the others count as runs, and one that did not finish is a dead run.
+            notes.append("result rows came from %d ranks (%s), each its own run (a benchmark started without "
+                         "MPI?); only rank %d's are shown" % (len(ranks), ",".join(str(k) for k in ranks), key))
+            for other in ranks[1:]:
+                theirs = [r for r in self.streams[other] if r.rows or r.invalid]
+                other_runs += len(theirs)
+                if theirs and not theirs[-1].summary:
+                    other_dead.append(other)
         runs = [r for r in self.streams[key] if r.started or r.header]
         with_rows = [r for r in runs if r.rows or r.invalid]
         judged = with_rows[-1]
@@ -513,6 +530,22 @@ class _Parser:
                          "shown" % len(runs))
         if dead_tail:
             notes.append("the last run printed its table header but no result row: it died or was cut off")
+        if other_dead:
+            dead_tail = True
+            notes.append("the table of rank(s) %s ended without its summary: that run died or was cut off"
+                         % ",".join(str(k) for k in other_dead))
+        seen_rows: set = set()
+        repeated = 0
+        for row in judged.rows:
+            ident = (row.size_bytes, row.dtype, row.redop, row.root)
+            repeated += ident in seen_rows
+            seen_rows.add(ident)
+        if repeated:
+            notes.append("%d result row(s) repeat a size already in the table: runs were appended without their "
+                         "headers" % repeated)
+        if self.task_failures:
+            dead_tail = True
+            notes.append("srun reports failed tasks: %s" % "; ".join(self.task_failures[:3]))
         if not judged.rows:
             raise ReportError("no valid benchmark result rows found: %s" % "; ".join(invalid[:3]))
         report = report_from_rows(judged.rows, producer=self.producer, avg_busbw_gbps=judged.avg,
@@ -524,7 +557,8 @@ class _Parser:
         report.ofi_providers = sorted(self.providers)
         report.gdr = self.gdr
         report.backend = self.backend
-        report.runs = len(runs)
+        report.runs = len(runs) + other_runs + (1 if repeated else 0)
+        report.task_failures = list(self.task_failures)
         report.invalid = invalid
         return report
 
@@ -815,6 +849,9 @@ def _values_check(report: NcclReport, entry) -> Check:
 
 
 def _complete_check(report: NcclReport) -> Check:
+    if report.task_failures:
+        return Check(outcome_mod.FAIL, "srun reports a failed task (%s): a rank died, whatever the table shows"
+                     % report.task_failures[0])
     if report.truncated:
         return Check(outcome_mod.FAIL, "no 'Avg bus bandwidth' summary after the last result rows: the run was "
                                        "cut off or crashed before the end; look at the end of the log")

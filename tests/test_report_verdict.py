@@ -323,3 +323,41 @@ def test_cli_exit_codes_and_json(tmp_path):
         "hpq: error: --expect 'quick': use 'catalog', 'none' or a bus bandwidth in GB/s (e.g. 350)"]
     zero = run_cli(str(log), "--nodes", "0")
     assert zero.returncode == 2 and "Traceback" not in zero.stderr
+
+
+# Found by review: logs that are not one finished run of the whole job. Each twin starts from a healthy 2-node
+# p4d log (AWS's figure, EFA confirmed), which passes.
+HEALTHY_P4D = allreduce_log(["node-0", "node-1"], 8, 80.0, nccl_info=efa_info("node-0"))
+
+
+def _judge(text: str) -> str:
+    return rep.evaluate(rep.parse_text(text), "ml.p4d.24xlarge").outcome
+
+
+def test_the_healthy_p4d_log_these_twins_start_from_passes():
+    assert _judge(HEALTHY_P4D) == oc.PASS
+
+
+def test_tables_from_several_srun_labels_are_separate_runs_never_a_pass():
+    """A non-MPI nccl-tests under srun --label: each task measured only its own node over NVLink. The log names
+    2 hosts, but no table measured the network; and a second label's run that died is a dead run."""
+    one_node_each = "".join(f"{i}: {line}\n" for i in (0, 1)
+                            for line in allreduce_log([f"node-{i}"], 8, 230.0,
+                                                      nccl_info=efa_info(f"node-{i}")).splitlines())
+    assert _judge(one_node_each) == oc.INCONCLUSIVE
+    died = HEALTHY_P4D.splitlines()
+    cut = next(i for i, line in enumerate(died) if line.lstrip().startswith("16777216"))
+    labelled = "".join(f"0: {line}\n" for line in died) + "".join(f"1: {line}\n" for line in died[:cut])
+    assert _judge(labelled) == oc.FAIL
+
+
+def test_a_size_repeated_inside_one_table_is_an_appended_run():
+    lines = HEALTHY_P4D.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("2147483648"))
+    assert _judge("".join(lines[:at + 1] + [lines[at]] + lines[at + 1:])) == oc.INCONCLUSIVE
+
+
+def test_a_task_srun_reports_failed_is_a_fail_whatever_the_table_shows():
+    tail = "srun: error: node-1: task 9: Exited with exit code 1\n"
+    assert _judge(HEALTHY_P4D + tail) == oc.FAIL
+    assert _judge(HEALTHY_P4D + tail.replace("code 1", "code 0")) == oc.PASS
