@@ -35,10 +35,11 @@ VIRTUAL_IFACE_EXCLUDE = "^docker,lo,veth"
 NEURON_BIN = "/opt/aws/neuron/bin"
 LEGACY_TUNING = {"NCCL_BUFFSIZE": "8388608", "NCCL_P2P_NET_CHUNKSIZE": "524288"}
 
-# The variables this module owns: every NCCL (NCCL_*), libfabric (FI_*) and gloo (GLOO_*) setting, and
+# The variables this module owns: every NCCL (NCCL_*), libfabric (FI_*), aws-ofi-nccl (OFI_NCCL_*, the
+# plugin's own settings, e.g. OFI_NCCL_PROTOCOL in aws/aws-ofi-nccl's docs) and gloo (GLOO_*) setting, and
 # hpq's own two. A launch gives its ranks exactly the worker type's values of these: one inherited from
 # wherever the job was submitted (a CPU controller, a login node) is removed, never merged.
-OWNED_PREFIXES = ("NCCL_", "FI_", "GLOO_")
+OWNED_PREFIXES = ("NCCL_", "FI_", "OFI_NCCL_", "GLOO_")
 OWNED_KEYS = ("HPQ_TRANSPORT", "HPQ_TORCH_BACKEND")
 
 

@@ -103,3 +103,20 @@ def test_rehearsal_judges_the_jobs_environment_against_the_type():
     assert "inherited from the environment the job was launched from" in res["message"]
     res = validate.job_environment(_Remote(""), "no blocks\n", "ml.p5.48xlarge", 2)
     assert res["ok"] is False  # hpq's own launch always prints them: none is no pass
+
+
+def test_a_launch_removes_every_inherited_transport_setting(monkeypatch):
+    """launch.child_env: NCCL_, FI_, GLOO_ and aws-ofi-nccl's OFI_NCCL_ settings inherited from the submitting
+    node are removed unless the worker's environment sets them (an OFI_NCCL_PROTOCOL leaked through before
+    OFI_NCCL_ was owned: found by review). Twin: inherit_transport=True, the salloc re-run, keeps them."""
+    from hpq.scripts import launch
+
+    leaked = {"NCCL_NET_PLUGIN": "none", "FI_PROVIDER": "tcp", "OFI_NCCL_PROTOCOL": "RDMA", "GLOO_SOCKET_IFNAME": "x"}
+    for key, value in leaked.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HPQ_KEEP_ENV", raising=False)
+    env = launch.child_env({"FI_PROVIDER": "efa"})
+    assert env["FI_PROVIDER"] == "efa"
+    assert [k for k in ("NCCL_NET_PLUGIN", "OFI_NCCL_PROTOCOL", "GLOO_SOCKET_IFNAME") if k in env] == []
+    kept = launch.child_env({}, inherit_transport=True)
+    assert all(kept[k] == v for k, v in leaked.items())
