@@ -869,9 +869,14 @@ def _data_check(report: NcclReport) -> Check:
             "the node that fails (rerun with fewer nodes to find it)." % report.wrong_total))
     if report.out_of_bounds:
         return Check(outcome_mod.FAIL, "%d out-of-bounds value(s) reported by the benchmark" % report.out_of_bounds)
-    if not report.checked:
-        return Check(outcome_mod.NOT_JUDGED, NOT_CHECKED if report.producer == "nccl-tests" else
-                     "%s printed no #wrong column" % report.producer)
+    if report.producer != "nccl-tests" and not report.checked:
+        # nccom-test and hpq's built-in benchmark without checking print no such column: nothing to read.
+        return Check(outcome_mod.NOT_JUDGED, "%s printed no #wrong column" % report.producer)
+    unchecked = sum(1 for r in report.rows for m in r.measurements if m.wrong is None)
+    if report.producer == "nccl-tests" and unchecked:
+        # nccl-tests says N/A where it did not verify (-c 0): no evidence the data was right is no pass.
+        return Check(outcome_mod.INCONCLUSIVE, NOT_CHECKED if not report.checked else
+                     "%d result(s) were not checked (#wrong N/A): run with -c 1 to verify every size" % unchecked)
     return Check(outcome_mod.PASS, "no wrong elements")
 
 

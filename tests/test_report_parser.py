@@ -229,7 +229,8 @@ def test_all_gather_unchecked_crlf_with_rank_banners():
     assert r.peak_busbw_gbps == pytest.approx(189.0) and r.avg_busbw_gbps == pytest.approx(139.8)
     assert not r.truncated and r.out_of_bounds == 0 and r.wrong_total == 0 and not r.checked
     v = rep.evaluate(r, None, expect="none")
-    assert v.ok and v.exit_code == 0 and "-c 1" in v.message  # unchecked data is said, not failed
+    # unchecked data (-c 0) is no evidence the data was right: INCONCLUSIVE, never PASS (issue 19), and says why
+    assert not v.ok and v.exit_code == 3 and v.outcome == "INCONCLUSIVE" and "-c 1" in v.message
     assert r.ofi_providers == ["efa"] and rep.transport_seen(r) == rep.NET_EFA
 
 

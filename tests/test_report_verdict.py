@@ -361,3 +361,15 @@ def test_a_task_srun_reports_failed_is_a_fail_whatever_the_table_shows():
     tail = "srun: error: node-1: task 9: Exited with exit code 1\n"
     assert _judge(HEALTHY_P4D + tail) == oc.FAIL
     assert _judge(HEALTHY_P4D + tail.replace("code 1", "code 0")) == oc.PASS
+
+
+def test_unverified_results_are_never_a_pass():
+    """nccl-tests prints #wrong N/A where it did not check the data (-c 0): every row so, or a single one inside
+    a checked run, is INCONCLUSIVE (found by review: both passed). The checked twin passes (above)."""
+    lines = HEALTHY_P4D.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1048576 "))
+    one = lines[at].rsplit(None, 1)[0] + "  N/A\n"
+    assert _judge("".join(lines[:at] + [one] + lines[at + 1:])) == oc.INCONCLUSIVE
+    every = "".join(line.replace("       0  ", "     N/A  ").replace("       0\n", "     N/A\n")
+                    if line.lstrip()[:1].isdigit() else line for line in lines)
+    assert "N/A" in every and _judge(every) == oc.INCONCLUSIVE
