@@ -9,6 +9,8 @@ The bin wrappers install the same Ctrl-C handler (``interrupt_handler``) before 
 Standard library only (python3.7+ on the nodes).
 """
 
+from __future__ import annotations
+
 import importlib
 import os
 import signal
