@@ -71,8 +71,11 @@ def test_run_nccl_test_sweep_srun_per_pair(slurm_cluster):  # noqa: F811
     exe, env = command(slurm_cluster, "run-nccl-test")
     res = subprocess.run([exe, "--sweep", "--python", sys.executable, "-n", "3", "-w", "1", "--output", "json"],
                          env=env, cwd=str(slurm_cluster.shared_dir), capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # Two idle nodes make one pair: the sweep cannot tell a slow node from its only partner, so INCONCLUSIVE
+    # (exit 3, docs/validation.md); this test is about how the pair is placed and measured.
+    assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]
     doc = json.loads(res.stdout)
+    assert doc["outcome"] == "INCONCLUSIVE"
     assert "salloc -N 2" in res.stderr and "# round 1/1: node-1 + node-2" in res.stderr
     assert doc["hosts"] == ["node-1", "node-2"] and doc["mode"] == "built-in" and doc["slow_nodes"] == []
     assert doc["size_bytes"] == 1 << 20  # gloo on CPUs
