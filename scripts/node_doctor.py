@@ -41,8 +41,11 @@ OFI_NCCL_GLOBS = ("/opt/amazon/ofi-nccl/lib*/libnccl-net*.so*", "/opt/aws-ofi-nc
 EFA_PACKAGES = "/opt/amazon/efa_installed_packages"
 
 
-def run_tool(argv: List[str], timeout: float = TOOL_TIMEOUT_S) -> Tuple[Optional[int], str, str]:
-    """(exit code or None when absent/timed out, stdout, stderr), output capped at the parsers' bound."""
+def run_tool(argv: List[str], timeout: Optional[float] = None) -> Tuple[Optional[int], str, str]:
+    """(exit code or None when absent/timed out, stdout, stderr), output capped at the parsers' bound.
+
+    ``timeout`` None: TOOL_TIMEOUT_S, read at call time."""
+    timeout = TOOL_TIMEOUT_S if timeout is None else timeout
     if shutil.which(argv[0]) is None:
         return None, "", "%s: not found" % argv[0]
     try:

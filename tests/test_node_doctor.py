@@ -70,7 +70,6 @@ def test_xid_79_on_the_node_fails_it_with_a_reboot(tmp_path, on_path):
 
 def test_a_hung_nvidia_smi_is_a_finding_not_a_hang(tmp_path, on_path, monkeypatch):
     monkeypatch.setattr(node_doctor, "TOOL_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(node_doctor.run_tool, "__defaults__", (1.0,))
     on_path(_tools(tmp_path, "", "", _real("dmesg"), hang_smi=True))
     report = node_doctor.examine(TWO_H200, fsx=None, efa_window=0, disks=())
     assert report["verdict"] == "FAIL" and report["findings"][0]["kind"] == "gpu_count"
