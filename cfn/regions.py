@@ -18,7 +18,7 @@ Lambda does. Nothing here is a hand-kept list: a new cfn-lint pin moves the list
 them against the schemas.
 
 Used by the root template's ``RegionHasEveryResourceType`` rule (CloudFormation refuses the stack before
-anything is created), ``hpq deploy``'s pre-flight (cli/aws/preflight.py) and ``hpq lint``'s default
+anything is created), ``hpq deploy``'s pre-flight (aws/preflight.py) and ``hpq lint``'s default
 regions (cfn/lint.py).
 """
 

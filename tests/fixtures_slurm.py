@@ -57,9 +57,9 @@ from pathlib import Path
 
 import pytest
 
-from hpq.cli.rehearse import hyperpod
 from hpq.lifecycle import names
 from hpq.lifecycle.services import pid_alive
+from hpq.rehearsal import hyperpod
 from hpq.tests import fixtures_node
 from hpq.tests.fixtures_imds import FakeImds
 from hpq.tests.support import free_ports
@@ -88,7 +88,7 @@ exec unshare -m --propagation private /bin/sh -c \
 
 def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
     """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it): the
-    rehearsal's agent stand-in (cli/rehearse/hyperpod.py), with this one host's ports and per-node paths
+    rehearsal's agent stand-in (rehearsal/hyperpod.py), with this one host's ports and per-node paths
     (%n: the Slurm node name) and an agent value the lifecycle must keep when it merges configless in."""
     settings: dict[str, str | None] = {
         "SlurmctldPort": str(ctl_port),

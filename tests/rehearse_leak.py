@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpq.cli.rehearse import report
-from hpq.cli.rehearse.run import Options, Rehearsal
+from hpq.rehearsal import report
+from hpq.rehearsal.run import Options, Rehearsal
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 LEAK_PROFILE = "/etc/profile.d/zz-hpq-test-leak.sh"

@@ -14,7 +14,7 @@ import json
 import boto3
 import pytest
 
-from hpq.cli.aws import hyperpod as aws_hyperpod
+from hpq.aws import hyperpod as aws_hyperpod
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, aws_env_paging, moto_server, moto_server_paging  # noqa: F401
 from hpq.tests.support import run_cli

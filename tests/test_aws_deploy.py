@@ -3,7 +3,7 @@
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster, cannot run Lambda-backed custom
 resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy with
 ``--emulate moto``, which sends a COPY of the real synthesized templates through
-``cli/aws/emulator.moto_compatible`` (stand-ins for exactly those resource types, literals for those
+``aws/emulator.moto_compatible`` (stand-ins for exactly those resource types, literals for those
 GetAtts); the real templates are unchanged and are covered by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
 creation from S3 TemplateURLs, change sets, events, outputs, deletion) runs against moto.
 """
@@ -19,10 +19,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli.aws import deploy as aws_deploy
-from hpq.cli.aws import s3 as aws_s3
-from hpq.cli.aws import stacks as aws_stacks
-from hpq.cli.aws.emulator import RENDITION_NOTE
+from hpq.aws import deploy as aws_deploy
+from hpq.aws import s3 as aws_s3
+from hpq.aws import stacks as aws_stacks
+from hpq.aws.emulator import RENDITION_NOTE
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
@@ -87,7 +87,7 @@ def test_eks_release_ships_the_helm_layer_content_addressed():
     import io
     import zipfile
 
-    from hpq.cli.aws import layer
+    from hpq.aws import layer
 
     rel = aws_deploy.build_release("b", REGION, ["eks-gpu"])
     key = rel.root_parameters("eks-gpu")["HelmLayerS3Key"]
@@ -111,7 +111,7 @@ def test_eks_release_without_the_layer_package_is_a_usage_error(monkeypatch):
     """Without hpq[eks] (the layer package) and without KubectlLayerArn: exit 2 naming the pip command."""
     import importlib.metadata
 
-    from hpq.cli.aws import layer
+    from hpq.aws import layer
 
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)

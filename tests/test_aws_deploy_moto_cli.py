@@ -1,6 +1,6 @@
 """`hpq deploy` run as a user would, as a subprocess, against a bare moto server over HTTP.
 
-No monkeypatching. The moto rendition (cli/aws/emulator.py: moto's CloudFormation cannot create
+No monkeypatching. The moto rendition (aws/emulator.py: moto's CloudFormation cannot create
 FSx/EKS/SageMaker::Cluster or resolve nested outputs) is used only when asked for with
 ``--emulate moto``, and announced; a plain deploy against moto sends the real templates and only
 says why moto is likely to fail them. moto is the stand-in for AWS here.
@@ -16,7 +16,7 @@ import sys
 import boto3
 import pytest
 
-from hpq.cli.aws import emulator as aws_emulator
+from hpq.aws import emulator as aws_emulator
 from hpq.lifecycle import names
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 

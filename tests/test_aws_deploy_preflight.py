@@ -13,7 +13,7 @@ import datetime
 import boto3
 import pytest
 
-from hpq.cli.aws import preflight
+from hpq.aws import preflight
 from hpq.errors import UsageError
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 

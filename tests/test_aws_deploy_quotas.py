@@ -3,7 +3,7 @@ refused before anything is created, unknowns as warnings.
 
 Service Quotas answers come from botocore's Stubber with the request order and codes of tests/test_aws_quotas.py
 (moto implements Service Quotas for the vpc service only); current usage (VPCs, gateways, EIPs) is read from moto
-over HTTP. The codes and quota names are those cli/aws/quotas.py documents.
+over HTTP. The codes and quota names are those aws/quotas.py documents.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli.aws import preflight
-from hpq.cli.aws import quotas as aws_quotas
-from hpq.cli.aws import session as aws_session
+from hpq.aws import preflight
+from hpq.aws import quotas as aws_quotas
+from hpq.aws import session as aws_session
 from hpq.errors import UsageError
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 from hpq.tests.support import run_cli

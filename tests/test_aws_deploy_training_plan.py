@@ -20,7 +20,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli.aws import preflight, training_plan
+from hpq.aws import preflight, training_plan
 from hpq.errors import UsageError
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 
@@ -125,7 +125,7 @@ def test_validator_warns_while_the_plan_is_scheduled_and_refuses_what_cannot_wor
 @pytest.fixture
 def stubbed_sagemaker(monkeypatch):
     """deploy's SageMaker client answers DescribeTrainingPlan from the Stubber; every other client is moto's."""
-    from hpq.cli.aws import deploy as aws_deploy
+    from hpq.aws import deploy as aws_deploy
 
     answers: list[dict] = []
     real = aws_deploy.client

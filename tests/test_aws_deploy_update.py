@@ -1,7 +1,7 @@
 """``hpq deploy`` on an existing stack: the full parameter plan, the change set it shows, and exactly that executed.
 
 Three layers, each saying what stands in for AWS:
-- the parameter rule (cli/aws/deploy_plan.py) on the real synthesized root template, no AWS;
+- the parameter rule (aws/deploy_plan.py) on the real synthesized root template, no AWS;
 - the change set's resource actions on DescribeChangeSet answers as the CloudFormation User Guide prints them
   (tests/data/cfn_change_sets/README.md), through botocore's Stubber, which checks every request against
   botocore's CloudFormation model;
@@ -22,9 +22,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from hpq.aws import deploy_plan
+from hpq.aws import stacks as aws_stacks
 from hpq.cfn import synth
-from hpq.cli.aws import deploy_plan
-from hpq.cli.aws import stacks as aws_stacks
 from hpq.errors import UsageError
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 from hpq.tests.support import run_cli
@@ -103,7 +103,7 @@ def test_new_stack_gets_small_and_defaults_and_removed_parameters_are_listed():
 def test_a_kept_value_this_release_refuses_is_one_line_naming_it():
     """A stack value a newer release no longer allows (CloudFormation would refuse it too) is said before anything is
     uploaded, as the stack's value, with the way out; the same value given by the user is synth's own error."""
-    from hpq.cli.aws import deploy as aws_deploy
+    from hpq.aws import deploy as aws_deploy
 
     values = dict(deploy_plan.parameter_plan(root_declared(), CURRENT, {}, None).values,
                   OnStartDeepHealthChecks="EveryTest")
@@ -345,7 +345,7 @@ class NestedAnswers:
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
-    from hpq.cli.aws import deploy as aws_deploy
+    from hpq.aws import deploy as aws_deploy
 
     stack = "hpq-t-upd-yes"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no prompt

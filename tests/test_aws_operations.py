@@ -20,9 +20,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli.aws import s3 as aws_s3
-from hpq.cli.aws import session as aws_session
-from hpq.cli.aws import stacks as aws_stacks
+from hpq.aws import s3 as aws_s3
+from hpq.aws import session as aws_session
+from hpq.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
 from hpq.lifecycle import names

@@ -13,8 +13,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.cli.aws import quotas as aws_quotas
-from hpq.cli.aws import session as aws_session
+from hpq.aws import quotas as aws_quotas
+from hpq.aws import session as aws_session
 from hpq.cli.main import main
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from hpq.cli.aws import ssh as aws_ssh
+from hpq.aws import ssh as aws_ssh
 from hpq.cli.main import main
 from hpq.tests.fixtures_sshd import Sshd, sshd_fixture  # noqa: F401
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import botocore.exceptions as bex
 import pytest
 
-from hpq.cli.aws import session as aws_session
-from hpq.cli.aws import stacks as aws_stacks
+from hpq.aws import session as aws_session
+from hpq.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from hpq.tests.fixtures_aws import set_aws_env

@@ -18,10 +18,10 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from hpq.cli.aws import events as aws_events
-from hpq.cli.aws import report as aws_report
-from hpq.cli.aws import session as aws_session
-from hpq.cli.aws import stacks as aws_stacks
+from hpq.aws import events as aws_events
+from hpq.aws import report as aws_report
+from hpq.aws import session as aws_session
+from hpq.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
@@ -313,7 +313,7 @@ def test_stack_tree_walks_nested():
 @pytest.mark.usefixtures("aws_env")
 def test_ctrl_c_stops_following_not_the_stack(monkeypatch, capsys):
     """Ctrl-C while following: exit 130 with how to resume; the stack is untouched."""
-    from hpq.cli.aws import follow as aws_follow
+    from hpq.aws import follow as aws_follow
 
     root_id, ids = make_nested_stacks("hpq-t-int", "hpq-t-int-bucket")
     cfn = aws_session.client(aws_session.make_session(REGION), "cloudformation")

@@ -271,7 +271,7 @@ def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     command line with its env (torchrun, 2 CPU processes, gloo as the TCP transport says), and judge
     the output with the runner's verdict. Proves the shipped files are complete and the command works."""
 
-    from hpq.cli.eks.jobs import Outcome, judge_nanogpt
+    from hpq.kube.jobs import Outcome, judge_nanogpt
 
     cm, job = render_objects(RenderRequest("nanogpt", "ml.g5.16xlarge", nodes=1,
                                            program_args="--iters 20 --log-every 5 --corpus-chars 20000"))

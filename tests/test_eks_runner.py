@@ -15,9 +15,9 @@ import urllib.parse
 import pytest
 
 from hpq.cli.commands import eks as eks_cli
-from hpq.cli.eks import jobs as eks_jobs
-from hpq.cli.eks.kube import ClusterAccess, KubeClient, KubeError, cluster_access
 from hpq.errors import OperationFailed, UsageError
+from hpq.kube import jobs as eks_jobs
+from hpq.kube.kube import ClusterAccess, KubeClient, KubeError, cluster_access
 from hpq.tests.fixtures_eks import (  # noqa: F401
     FSX_CSI_DRIVER_OBJECT,
     create_eks_cluster,
@@ -313,7 +313,7 @@ def test_json_output(fake_kube, capsys):  # noqa: F811
 
 def test_cluster_access_from_eks_api(moto_aws):  # noqa: F811
     """Endpoint and CA from eks:DescribeCluster (moto over HTTP), token presigned for that cluster."""
-    from hpq.cli.aws.session import make_session
+    from hpq.aws.session import make_session
 
     described = create_eks_cluster("my-eks")
     access = cluster_access(make_session("us-west-2"), "my-eks")
@@ -331,7 +331,7 @@ def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch
     return the Orchestrator block), answering like HyperPod does for an EKS-orchestrated cluster."""
     from botocore.stub import Stubber
 
-    from hpq.cli.aws import session as aws_session
+    from hpq.aws import session as aws_session
 
     described = create_eks_cluster("hp-eks-cluster")
     real_client = aws_session.client

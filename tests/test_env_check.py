@@ -88,9 +88,9 @@ class _Remote:
 
 
 def test_rehearsal_judges_the_jobs_environment_against_the_type():
-    """cli/rehearse/validate.job_environment: p5 blocks from both workers pass; the same with the controller's
+    """rehearsal/validate.job_environment: p5 blocks from both workers pass; the same with the controller's
     NCCL_NET_PLUGIN=none in the ranks fails and names the controller as the source."""
-    from hpq.cli.rehearse import validate
+    from hpq.rehearsal import validate
 
     expected = validate.expected_environment("ml.p5.48xlarge")
     assert expected == P5 and "NCCL_NET_PLUGIN" not in expected

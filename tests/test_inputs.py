@@ -119,7 +119,7 @@ def test_region_checks_need_no_network(monkeypatch):
 
 
 def test_aws_region_comes_first_as_in_the_aws_cli(monkeypatch, tmp_path):
-    from hpq.cli.aws.session import make_session
+    from hpq.aws.session import make_session
 
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
@@ -355,7 +355,7 @@ def test_the_aws_environment_as_botocore_reads_it(monkeypatch, tmp_path):
 
 
 def test_moto_probe_survives_a_url_http_client_refuses():
-    from hpq.cli.aws.emulator import endpoint_is_moto
+    from hpq.aws.emulator import endpoint_is_moto
 
     assert endpoint_is_moto("http://127.0.0.1:9/ path", timeout=0.5) is False
 

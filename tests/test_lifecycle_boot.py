@@ -3,7 +3,7 @@ before they reach fstab, and settings with one meaning.
 
 The bundle runs as shipped (tests/fixtures_node.py build_bundle, the root on_create.sh). Name resolution on the
 "node" is the host's resolver reading a private /etc/hosts: the run happens in its own mount namespace with a
-hosts file bound over /etc/hosts (as the rehearsal's nodes have it, cli/rehearse/image.py), so the lifecycle's
+hosts file bound over /etc/hosts (as the rehearsal's nodes have it, rehearsal/image.py), so the lifecycle's
 getaddrinfo and the mount.lustre stand-in agree on what resolves. The FSx endpoint is a closed port: a call to it
 would fail, so a passing run proves none was made.
 """

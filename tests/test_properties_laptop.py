@@ -23,12 +23,13 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hpq.cli import atomic, synth_out
+from hpq import atomic
+from hpq.cli import synth_out
 from hpq.cli.commands.rehearse import _env_pairs
-from hpq.cli.rehearse import throttle
 from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.manifests import render as mrender
 from hpq.manifests import yamlsafe
+from hpq.rehearsal import throttle
 
 # The budget, per test (a profile loaded here would change every other module's defaults in the same run): a count
 # of examples, not a per-example deadline, which a busy CI machine would turn into Hypothesis "Flaky" failures.

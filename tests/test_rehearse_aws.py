@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpq.cli.rehearse import aws, hyperpod
 from hpq.lifecycle import bundle, fsx, names
+from hpq.rehearsal import aws, hyperpod
 
 pytestmark = pytest.mark.slow
 

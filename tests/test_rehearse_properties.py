@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as s
 
 from hpq.cli.commands import rehearse as cmd
-from hpq.cli.rehearse import procs, throttle
-from hpq.cli.rehearse import state as state_mod
 from hpq.errors import EXIT_USAGE, UsageError
+from hpq.rehearsal import procs, throttle
+from hpq.rehearsal import state as state_mod
 
 RUN = "0a1b2c"
 
@@ -232,7 +232,7 @@ def test_node_env_any_specs(workers, login, specs):
 def test_shell_node_any_name(name):
     """`hpq rehearse shell NODE`: a node of the run (by name, hostname or address) or KeyError, which the
     command turns into one exit-2 line listing the nodes."""
-    from hpq.cli.rehearse.run import shell_command
+    from hpq.rehearsal.run import shell_command
 
     st = state_mod.from_dict(valid_state())
     me = procs.identify(os.getpid())
@@ -249,8 +249,8 @@ def test_shell_node_any_name(name):
 
 def test_shell_refuses_a_node_whose_holder_pid_is_now_another_process():
     """The recorded holder pid is alive but started at another time (pid reused): no nsenter into it."""
-    from hpq.cli.rehearse.node import NodeError
-    from hpq.cli.rehearse.run import shell_command
+    from hpq.rehearsal.node import NodeError
+    from hpq.rehearsal.run import shell_command
 
     st = state_mod.from_dict(valid_state())
     me = procs.identify(os.getpid())

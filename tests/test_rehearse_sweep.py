@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from hpq.cli.rehearse import netns, throttle
 from hpq.errors import UsageError
+from hpq.rehearsal import netns, throttle
 from hpq.tests.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
 
 GBPS_30MBIT = 30e6 / 8 / 1e9  # 0.00375 GB/s

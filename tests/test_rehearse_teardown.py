@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from hpq.cli.rehearse import procs
-from hpq.cli.rehearse import state as state_mod
+from hpq.rehearsal import procs
+from hpq.rehearsal import state as state_mod
 
 # A process tree that resists: the top ignores TERM and, on TERM, forks one more sleeper; a detached
 # daemon (double fork, its parent gone: re-parented to the nearest subreaper) that also ignores TERM.
@@ -39,7 +39,7 @@ RESISTANT_TREE = textwrap.dedent("""
 
 HARNESS = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from hpq.cli.rehearse import procs
+    from hpq.rehearsal import procs
     mode = sys.argv[1]
     subreaper = procs.become_subreaper()
     top = subprocess.Popen(["sh", "-c", sys.argv[2]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -178,8 +178,8 @@ def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_pat
     stage teardown and each item, and the "removed" line is not printed. Twin: a clean teardown passes."""
     import io
 
-    from hpq.cli.rehearse import report
-    from hpq.cli.rehearse import run as run_mod
+    from hpq.rehearsal import report
+    from hpq.rehearsal import run as run_mod
 
     monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
     monkeypatch.setattr(run_mod.procs, "become_subreaper", lambda: True)  # pytest must not become one

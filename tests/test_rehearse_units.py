@@ -20,11 +20,11 @@ import urllib.request
 
 import pytest
 
-from hpq.cli.rehearse import cfn_eval, hyperpod, imds, netns, plan, report
-from hpq.cli.rehearse import state as state_mod
-from hpq.cli.rehearse.run import default_worker_type
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
+from hpq.rehearsal import cfn_eval, hyperpod, imds, netns, plan, report
+from hpq.rehearsal import state as state_mod
+from hpq.rehearsal.run import default_worker_type
 
 # ---------------------------------------------------------------------------- plan and names
 
@@ -338,7 +338,7 @@ def test_bad_usage_is_one_line_exit_2(args, message):
 
 
 def test_missing_prerequisites_name_the_debian_packages(monkeypatch, tmp_path):
-    from hpq.cli.rehearse import prereqs
+    from hpq.rehearsal import prereqs
 
     monkeypatch.setattr(prereqs, "SEARCH", str(tmp_path))  # a machine without any of the tools
     monkeypatch.setattr(prereqs.os, "geteuid", lambda: 0)
@@ -358,7 +358,7 @@ def test_missing_python_packages_are_named_before_anything_starts(monkeypatch, a
     aws CLI for the FSx lookup and torch's object collectives would fail without numpy (seen on a fresh venv)."""
     import importlib.util
 
-    from hpq.cli.rehearse import prereqs
+    from hpq.rehearsal import prereqs
 
     real = importlib.util.find_spec
     monkeypatch.setattr(prereqs.importlib.util, "find_spec", lambda name, *a: None if name == absent else real(name, *a))
@@ -386,7 +386,7 @@ def test_result_json_is_serializable():
 def test_throttle_index_counts_workers_in_the_order_of_the_nodes_list():
     """INDEX 2 is the third worker of the result's `nodes` list (worker-3), also with a login node before it."""
     from hpq.cli.commands.rehearse import node_names
-    from hpq.cli.rehearse import throttle
+    from hpq.rehearsal import throttle
 
     assert throttle.parse(("2=30mbit", "0=1gbit"), 5) == {2: "30mbit", 0: "1gbit"}
     p = make_plan(workers=4, login=True)
@@ -412,7 +412,7 @@ W = sorted(NAMES)
 
 
 def test_sweep_check_passes_when_exactly_the_throttled_node_is_named():
-    from hpq.cli.rehearse import throttle
+    from hpq.rehearsal import throttle
 
     scores = {W[0]: 0.41, W[1]: 0.41, W[2]: 0.0036, W[3]: 0.49}
     c = throttle.judge(sweep_doc(scores, [W[2]], [(W[1], W[2], "timeout")]), 1, {W[2]: "30mbit"}, NAMES)
@@ -422,7 +422,7 @@ def test_sweep_check_passes_when_exactly_the_throttled_node_is_named():
 
 
 def test_sweep_check_fails_a_miss_a_false_alarm_and_unexplained_failures():
-    from hpq.cli.rehearse import throttle
+    from hpq.rehearsal import throttle
 
     even = {w: 0.4 for w in W}
     miss = throttle.judge(sweep_doc(even, []), 0, {W[2]: "30mbit"}, NAMES)
@@ -440,8 +440,8 @@ def test_sweep_check_fails_a_miss_a_false_alarm_and_unexplained_failures():
 
 
 def test_validation_commands_as_the_rehearsal_runs_them():
-    from hpq.cli.rehearse import validate
-    from hpq.cli.rehearse.run import DEFAULT_SWEEP_ARGS
+    from hpq.rehearsal import validate
+    from hpq.rehearsal.run import DEFAULT_SWEEP_ARGS
 
     assert validate.nccl_command(2, "ml.g5.xlarge", "-e 16M") == "run-nccl-test 2 -e 16M --expect none"
     assert validate.nccl_command(2, "ml.g5.48xlarge", "") == "run-nccl-test 2 1 --expect none"  # 8 GPUs, no GPU here
@@ -463,7 +463,7 @@ def test_an_aws_cli_from_another_environment_under_tmp_stays_visible(monkeypatch
     import tempfile
     from pathlib import Path
 
-    from hpq.cli.rehearse import node as node_mod
+    from hpq.rehearsal import node as node_mod
 
     with tempfile.TemporaryDirectory(prefix="hpq-other-venv-", dir="/tmp") as other:
         aws = Path(other) / "bin" / "aws"

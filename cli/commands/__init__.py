@@ -1,1 +1,1 @@
-"""The click commands: thin shells over hpq.cli.aws, hpq.cli.eks and the other library packages."""
+"""The click commands: thin shells over hpq.aws, hpq.kube and the other library packages."""

@@ -10,8 +10,8 @@ import sys
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import OperationFailed
 
 
@@ -38,9 +38,9 @@ def connect(cluster: str, region: str | None, profile: str | None, group: str | 
       hpq connect my-cluster --group worker --node 3
       hpq connect my-cluster --node i-0ad12c4e86af71ce0 --print
     """
-    from hpq.cli.aws import hyperpod as aws_hyperpod
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws.session import client, make_session
+    from hpq.aws import hyperpod as aws_hyperpod
+    from hpq.aws import report as aws_report
+    from hpq.aws.session import client, make_session
 
     session = make_session(region, profile)
     sm = client(session, "sagemaker")

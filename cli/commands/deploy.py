@@ -1,11 +1,11 @@
-"""``hpq deploy`` and ``hpq publish``: thin commands over hpq.cli.aws.deploy."""
+"""``hpq deploy`` and ``hpq publish``: thin commands over hpq.aws.deploy."""
 
 from __future__ import annotations
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 from hpq.lifecycle import names
 
 
@@ -18,7 +18,7 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
 
 
 def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: ignore[no-untyped-def]
-    from hpq.cli.aws import deploy_plan
+    from hpq.aws import deploy_plan
 
     changed = sum(r.changed for r in plan.rows)
     what = f"update stack {name}" if existing is not None else f"create stack {name}"
@@ -71,7 +71,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     resource actions (replacements called out) are printed first; replacing FSx, the
     HyperPod cluster or the EKS cluster needs --yes. See docs/updates.md.
     Ctrl-C stops following, not the stack. --emulate moto sends a moto server the rendition
-    it can create (cli/aws/emulator.py); the real templates (`hpq synth`) never change.
+    it can create (aws/emulator.py); the real templates (`hpq synth`) never change.
 
     \b
     Examples:
@@ -85,12 +85,12 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     from rich.console import Console
 
-    from hpq.cli.aws import deploy as aws_deploy
-    from hpq.cli.aws import deploy_plan
-    from hpq.cli.aws import emulator as aws_emulator
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws.s3 import validate_bucket_name
-    from hpq.cli.aws.session import client, make_session, region_of
+    from hpq.aws import deploy as aws_deploy
+    from hpq.aws import deploy_plan
+    from hpq.aws import emulator as aws_emulator
+    from hpq.aws import report as aws_report
+    from hpq.aws.s3 import validate_bucket_name
+    from hpq.aws.session import client, make_session, region_of
     from hpq.errors import UsageError
 
     # Bad input exits 2 before any credential lookup or network call.
@@ -186,7 +186,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
             aws_report.echo_json(result)
         return
     if dep.submit.kind == "no-changes":
-        from hpq.cli.aws.stacks import describe
+        from hpq.aws.stacks import describe
 
         info = describe(cfn, dep.submit.stack_id)
     else:
@@ -222,10 +222,10 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     """
     from rich.console import Console
 
-    from hpq.cli.aws import deploy as aws_deploy
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws.s3 import validate_bucket_name
-    from hpq.cli.aws.session import make_session
+    from hpq.aws import deploy as aws_deploy
+    from hpq.aws import report as aws_report
+    from hpq.aws.s3 import validate_bucket_name
+    from hpq.aws.session import make_session
 
     validate_bucket_name(bucket)
     aws_deploy.check_size(size)

@@ -1,8 +1,8 @@
 """``hpq eks``: the cluster tests as Kubernetes jobs (render offline, or run them on an EKS cluster).
 
 Thin click layer over :mod:`hpq.manifests.render` (manifests),
-:mod:`hpq.cli.eks.kube` (API access from the EKS API + an STS token) and
-:mod:`hpq.cli.eks.jobs` (apply, wait, logs, verdict, cleanup).
+:mod:`hpq.kube.kube` (API access from the EKS API + an STS token) and
+:mod:`hpq.kube.jobs` (apply, wait, logs, verdict, cleanup).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
@@ -151,7 +151,7 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
              fsx_claim: str | None = None, nccl_debug: str | None = None, mpirun: str | None = None,
              client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
     """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
-    from hpq.cli.eks import jobs as eks_jobs
+    from hpq.kube import jobs as eks_jobs
     from hpq.manifests.render import check_request, render_objects
 
     echo = echo or _echo_for(output)
@@ -204,8 +204,8 @@ def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_
 
 
 def connect(cluster: str, region: str | None, profile: str | None) -> Any:
-    from hpq.cli.aws.session import make_session
-    from hpq.cli.eks.kube import KubeClient, cluster_access
+    from hpq.aws.session import make_session
+    from hpq.kube.kube import KubeClient, cluster_access
 
     session = make_session(region, profile)
     return KubeClient(cluster_access(session, cluster), token_refresh=lambda: cluster_access(session, cluster))

@@ -1,4 +1,4 @@
-"""``hpq check-quotas``: thin command over hpq.cli.aws.quotas."""
+"""``hpq check-quotas``: thin command over hpq.aws.quotas."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 
@@ -36,9 +36,9 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
       hpq check-quotas ml.g5.16xlarge 2 --region us-west-2
       hpq check-quotas p5.48xlarge 16 --orchestrator eks --output json
     """
-    from hpq.cli.aws import quotas as aws_quotas
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws.session import aws_errors, make_session
+    from hpq.aws import quotas as aws_quotas
+    from hpq.aws import report as aws_report
+    from hpq.aws.session import aws_errors, make_session
     from hpq.lifecycle import catalog
 
     if count < 1:

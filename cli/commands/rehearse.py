@@ -52,7 +52,7 @@ def rehearse() -> None:
 
 
 def node_names(variant: str, workers: int, login: bool) -> list[str]:
-    """The names a rehearsal gives its nodes (cli/rehearse/plan.add_nodes)."""
+    """The names a rehearsal gives its nodes (rehearsal/plan.add_nodes)."""
     names_ = ["controller"] if variant.startswith("slurm") else []
     if login:
         names_.append("login-1")
@@ -152,11 +152,11 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
                              f"for {variant}")
     env = _env_pairs(node_env, node_names(variant, workers, login))
     _check_node_arguments(workers, instance_type, nccl_args, nanogpt_args, sweep_args if sweep else None)
-    from hpq.cli.rehearse import prereqs
+    from hpq.rehearsal import prereqs
 
     prereqs.check(variant, validate=not no_validate or sweep)
-    from hpq.cli.rehearse import report
-    from hpq.cli.rehearse.run import (
+    from hpq.rehearsal import report
+    from hpq.rehearsal.run import (
         DEFAULT_NANOGPT_ARGS,
         DEFAULT_NCCL_ARGS,
         DEFAULT_SWEEP_ARGS,
@@ -179,16 +179,16 @@ def _check_node_arguments(workers: int, instance_type: str | None, nccl_args: st
     """Parse what the rehearsal will pass to run-nccl-test and run-nanogpt with their own parsers, now.
 
     Why: a word the node command refuses was found only after the cluster was built (minutes); the
-    command lines are built exactly as the rehearsal builds them (hpq.cli.rehearse.validate) and parsed
+    command lines are built exactly as the rehearsal builds them (hpq.rehearsal.validate) and parsed
     by hpq.scripts' parse_args, the code the nodes run.
     """
     import contextlib
     import io
     import shlex
 
-    from hpq.cli.rehearse import validate
-    from hpq.cli.rehearse.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS
     from hpq.errors import UsageError
+    from hpq.rehearsal import validate
+    from hpq.rehearsal.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS
     from hpq.scripts import run_nanogpt, run_nccl_test
 
     itype = instance_type or "ml.g5.xlarge"  # only decides whether GPUS_PER_NODE 1 is added
@@ -216,8 +216,8 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
     """Check --sweep, --throttle, --sweep-args (and --expect in --nccl-args) before anything is created."""
     import shlex
 
-    from hpq.cli.rehearse import throttle
     from hpq.errors import UsageError
+    from hpq.rehearsal import throttle
 
     try:
         words = shlex.split(nccl_args or "") + shlex.split(sweep_args or "")
@@ -249,7 +249,7 @@ def shell_cmd(node: str | None, run_id: str | None) -> None:
       sudo hpq rehearse shell
       sudo hpq rehearse shell worker-2
     """
-    from hpq.cli.rehearse import run as run_mod
+    from hpq.rehearsal import run as run_mod
 
     st = _pick_state(run_id)
     try:
@@ -277,8 +277,8 @@ def down_cmd(run_id: str | None) -> None:
       sudo hpq rehearse down
       sudo hpq rehearse down --run 3fa9c1
     """
-    from hpq.cli.rehearse import state as state_mod
     from hpq.errors import OperationFailed, UsageError
+    from hpq.rehearsal import state as state_mod
 
     bad: list[str] = []
     states = state_mod.all_states(bad)
@@ -305,8 +305,8 @@ def down_cmd(run_id: str | None) -> None:
 
 
 def _pick_state(run_id: str | None) -> Any:
-    from hpq.cli.rehearse import state as state_mod
     from hpq.errors import UsageError
+    from hpq.rehearsal import state as state_mod
 
     bad: list[str] = []
     states = [s for s in state_mod.all_states(bad) if s.keep or not state_mod.owner_alive(s)]

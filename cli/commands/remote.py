@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 
@@ -33,9 +33,9 @@ def build_target(cluster: str | None, region: str | None, profile: str | None, g
                  user: str, key: str | None, known_hosts: str, proxy_command: str | None, host: str | None,
                  port: int) -> tuple[Any, Any]:
     """(SshTarget, Cluster-or-None): the SSM target unless a ProxyCommand and host are given."""
-    from hpq.cli.aws import hyperpod as aws_hyperpod
-    from hpq.cli.aws import ssh as aws_ssh
-    from hpq.cli.aws.session import client, make_session
+    from hpq.aws import hyperpod as aws_hyperpod
+    from hpq.aws import ssh as aws_ssh
+    from hpq.aws.session import client, make_session
 
     if host and not proxy_command:
         raise UsageError(inputs.not_applicable(["--host"], "without --proxy-command", "hpq reaches the node through SSM"))
@@ -74,7 +74,7 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
       hpq remote my-cluster -- 'srun -N 2 hostname'
       hpq remote my-cluster --group worker --node 0 -- nvidia-smi
     """
-    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.aws import ssh as aws_ssh
 
     target, _ = build_target(cluster, region, profile, group, node, user, key, known_hosts, proxy_command, host, port)
     try:
@@ -198,8 +198,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     import io
     import shlex
 
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.aws import report as aws_report
+    from hpq.aws import ssh as aws_ssh
     from hpq.errors import UsageError
     from hpq.scripts import nccl_report
 
@@ -244,8 +244,8 @@ def _remote_sweep(target: Any, runner: str, nodes: int | None, gpus: int | None,
     import io
     import shlex
 
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import ssh as aws_ssh
+    from hpq.aws import report as aws_report
+    from hpq.aws import ssh as aws_ssh
     from hpq.scripts import sweep as node_sweep
 
     args = [runner, "--sweep"] + [str(x) for x in (nodes, gpus) if x is not None] + extra + ["--output", "json"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.aws.session import aws_options, output_option
 from hpq.errors import UsageError
 
 
@@ -20,7 +20,7 @@ def _operation(status: str) -> str:
 
 def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
     """The stack, its outputs and every nested stack's status (for status and its JSON)."""
-    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.aws import stacks as aws_stacks
 
     info = aws_stacks.describe(cfn, stack)
     tree = aws_stacks.stack_tree(cfn, info.stack_id, label=info.name)
@@ -52,9 +52,9 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
       hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
       hpq status hpq-eks-gpu --output json | jq .outputs
     """
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import stacks as aws_stacks
-    from hpq.cli.aws.session import client, make_session
+    from hpq.aws import report as aws_report
+    from hpq.aws import stacks as aws_stacks
+    from hpq.aws.session import client, make_session
 
     inputs.refuse_inapplicable(click.get_current_context(), {"poll_seconds": follow}, "without --follow")
     cfn = client(make_session(region, profile), "cloudformation")
@@ -78,7 +78,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
 
 def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
     """Physical names of every S3 bucket in the stack tree (for --empty-buckets)."""
-    from hpq.cli.aws import stacks as aws_stacks
+    from hpq.aws import stacks as aws_stacks
 
     out = []
     for node in aws_stacks.stack_tree(cfn, stack_id):
@@ -92,10 +92,10 @@ def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
 def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
                   poll_seconds: float = 5.0) -> dict[str, Any]:
     """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import s3 as aws_s3
-    from hpq.cli.aws import stacks as aws_stacks
-    from hpq.cli.aws.session import NotFound, client
+    from hpq.aws import report as aws_report
+    from hpq.aws import s3 as aws_s3
+    from hpq.aws import stacks as aws_stacks
+    from hpq.aws.session import NotFound, client
 
     cfn = client(session, "cloudformation")
     info = aws_stacks.describe(cfn, stack)
@@ -134,9 +134,9 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
       hpq destroy hpq-slurm-gpu
       hpq destroy hpq-slurm-gpu --yes --empty-buckets
     """
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import stacks as aws_stacks
-    from hpq.cli.aws.session import client, make_session
+    from hpq.aws import report as aws_report
+    from hpq.aws import stacks as aws_stacks
+    from hpq.aws.session import client, make_session
 
     if not yes and (sys.stdin is None or not sys.stdin.isatty()):  # known before any AWS call
         raise UsageError(f"refusing to delete {stack} without confirmation: pass --yes")
@@ -170,10 +170,10 @@ def stack_errors(stack: str, region: str | None, profile: str | None, all_histor
       hpq stack-errors hpq-slurm-gpu
       hpq stack-errors hpq-eks-gpu --output json
     """
-    from hpq.cli.aws import events as aws_events
-    from hpq.cli.aws import report as aws_report
-    from hpq.cli.aws import stacks as aws_stacks
-    from hpq.cli.aws.session import client, make_session
+    from hpq.aws import events as aws_events
+    from hpq.aws import report as aws_report
+    from hpq.aws import stacks as aws_stacks
+    from hpq.aws.session import client, make_session
 
     cfn = client(make_session(region, profile), "cloudformation")
     info = aws_stacks.describe(cfn, stack)

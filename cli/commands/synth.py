@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from hpq.cli import atomic, inputs, synth_out
+from hpq import atomic
+from hpq.cli import inputs, synth_out
 from hpq.cli.inputs import show
 from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.lifecycle.names import VARIANTS

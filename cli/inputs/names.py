@@ -131,7 +131,7 @@ NODE = NodeRef()
 
 
 class Bucket(Text):
-    """An S3 bucket name by S3's naming rules (hpq.cli.aws.s3.validate_bucket_name)."""
+    """An S3 bucket name by S3's naming rules (hpq.aws.s3.validate_bucket_name)."""
 
     name = "bucket"
 
@@ -140,7 +140,7 @@ class Bucket(Text):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         value = super().convert(value, param, ctx)
-        from hpq.cli.aws.s3 import validate_bucket_name
+        from hpq.aws.s3 import validate_bucket_name
 
         try:
             return validate_bucket_name(value)

@@ -1,0 +1,63 @@
+"""Printing shared by deploy/status/destroy/stack-errors: tables or JSON, and the follow-then-explain step."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from hpq.aws import events as aws_events
+from hpq.aws import stacks as aws_stacks
+from hpq.aws.follow import Follower
+from hpq.errors import OperationFailed
+
+
+def echo_json(data: Any) -> None:
+    """Strict JSON (no NaN/Infinity tokens: non-finite numbers become null), whatever the data holds."""
+    from hpq.scripts.outcome import json_safe
+
+    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False))
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    """A rich table on stdout (plain text when piped)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*["" if c is None else str(c) for c in row])
+    Console(soft_wrap=False, width=max(100, Console().width)).print(t)
+
+
+def print_outputs(outputs: dict[str, str]) -> None:
+    if outputs:
+        table("Outputs", ["Output", "Value"], [[k, v] for k, v in sorted(outputs.items())])
+
+
+def print_root_cause(rc: aws_events.RootCause, err: bool = True) -> None:
+    if not rc.failures:
+        click.echo(f"no failure events found for {rc.stack} (since {rc.since or 'the beginning'})", err=err)
+        return
+    root = rc.failures[0]
+    click.secho(f"root cause: {root.line()}", fg="red", err=err)
+    if len(rc.failures) > 1:
+        click.echo("first failure in each stack (oldest first):", err=err)
+        for f in rc.failures:
+            click.echo(f"  {f.line()}", err=err)
+
+
+def follow_and_explain(cfn: Any, stack_id: str, name: str, operation: str, started: float | None = None,
+                       expected_total: int | None = None, poll_seconds: float = 5.0) -> aws_stacks.StackInfo:
+    """Follow to the end; on failure print the root cause and raise OperationFailed (exit 1)."""
+    Follower(cfn, stack_id, operation, poll_seconds, started, expected_total, name=name).run()
+    info = aws_stacks.describe(cfn, stack_id)
+    if aws_stacks.is_failed(info.status):
+        rc = aws_events.root_cause(cfn, stack_id, label=name)
+        print_root_cause(rc)
+        detail = f": {rc.root.logical_id}: {rc.root.reason}" if rc.root else ""
+        raise OperationFailed(f"stack {name} ended {info.status}{detail}")
+    return info
