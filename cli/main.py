@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check-quotas": ("hpq.cli.commands.quotas", "check_quotas", "Check the service quotas a deploy of that size needs."),
     "connect": ("hpq.cli.commands.connect", "connect", "Open an SSM session on a HyperPod node."),
     "remote": ("hpq.cli.commands.remote", "remote", "Run a command on the controller over SSH through SSM."),
+    "test": ("hpq.cli.commands.test", "test",
+             "Prove a cluster works: nccl, nanogpt, nccom, sweep, validate; same on Slurm, EKS, rehearsal."),
     "remote-nccl-test": ("hpq.cli.commands.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
     "eks": ("hpq.cli.commands.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
     "rehearse": ("hpq.cli.commands.rehearse", "rehearse",

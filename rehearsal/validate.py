@@ -3,7 +3,7 @@
 Everything goes over real SSH (paramiko, hpq's own ``aws/ssh.py``) to the sshd running in the
 controller's namespace, as the node's default user; the only stand-in is the missing SSM hop
 (``hpq remote`` tunnels the same SSH through ``aws ssm start-session``). The NCCL output is judged
-by the same code as ``hpq remote-nccl-test`` (``cli/commands/remote.nccl_verdict``: the nccl-tests
+by the same code as ``hpq remote-nccl-test`` (``validation/judges.bandwidth``: the nccl-tests
 parser, with ``--expect none``: the bridge's bandwidth is reported, not held to the catalog);
 run-nanogpt's own result JSON is read back from the controller; the pairwise sweep
 (``run-nccl-test --sweep --output json``) sends its JSON back on stdout, its progress on stderr.
@@ -185,10 +185,10 @@ TIMED_OUT = 124
 
 def run_nccl(remote: Remote, command: str, worker_type: str, nodes: int, timeout: float | None = None,
              echo: Any = None) -> tuple[dict[str, Any], int, str]:
-    from hpq.cli.commands.remote import nccl_verdict
+    from hpq.validation import judges
 
     code, out, err = remote.run(command, echo, timeout)
-    data, exit_code, message = nccl_verdict(out, worker_type, code, nodes, NCCL_EXPECT, stand_in_network=True)
+    data, exit_code, message = judges.bandwidth(out, worker_type, code, nodes, NCCL_EXPECT, stand_in_network=True)
     if code == TIMED_OUT:
         message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped); {message}"
     data["command"] = command

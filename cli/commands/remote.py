@@ -10,6 +10,7 @@ import click
 from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.errors import UsageError
+from hpq.validation import judges
 
 
 def ssh_options(func: Any) -> Any:
@@ -83,63 +84,6 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
         click.echo("hpq: interrupted; the remote command may still be running", err=True)
         sys.exit(130)
     sys.exit(code)
-
-
-def nccl_verdict(text: str, instance_type: str | None, remote_code: int,
-                 nodes: int | None = None, expect: str | float | None = None,
-                 stand_in_network: bool = False) -> tuple[dict[str, Any], int, str]:
-    """Judge captured run-nccl-test output locally with the same parser as `hpq nccl-report` (node count from
-    the output's rank lines, else NODES; ``expect`` as `hpq nccl-report --expect`)."""
-    from hpq.errors import HpqError
-    from hpq.scripts import nccl_report
-    from hpq.scripts import outcome as oc
-
-    try:
-        report = nccl_report.parse_text(text)
-    except HpqError as exc:
-        judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
-        msg = oc.headline(judged, "no result rows", "a complete benchmark table",
-                          f"no nccl-tests results in the output ({exc}); run-nccl-test exited {remote_code}")
-        code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
-        return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
-                 "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
-    verdict = nccl_report.evaluate(report, instance_type, nodes, expect, stand_in_network)
-    data = nccl_report.report_to_dict(report, verdict)
-    data["remote_exit_code"] = remote_code
-    # The remote ran the same checks: its INCONCLUSIVE (3) can only lower a local PASS; any other non-zero
-    # status (the run failed, bad arguments, Ctrl-C) is a FAIL of the run whatever its rows say.
-    code, message = verdict.exit_code, verdict.message
-    if stand_in_network and remote_code == oc.EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
-                                                                                      expect, text):
-        remote_code = 0  # the remote judged the stand-in network as the type's own: that FAIL is not the run's
-    if remote_code == oc.EXIT_INCONCLUSIVE and verdict.outcome == oc.PASS:
-        code = oc.EXIT_INCONCLUSIVE
-        message = oc.headline(oc.INCONCLUSIVE, verdict.number,
-                              "the remote's own verdict", "run-nccl-test on the cluster judged it INCONCLUSIVE "
-                              "(its output above says why)") + "\n" + message
-    elif remote_code not in (0, oc.EXIT_INCONCLUSIVE) and verdict.outcome != oc.FAIL:
-        code = oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, f"exit status {remote_code}", "0",
-                              "run-nccl-test failed on the cluster (its output above says why)") + "\n" + message
-    if code != verdict.exit_code:
-        judged = oc.INCONCLUSIVE if code == oc.EXIT_INCONCLUSIVE else oc.FAIL
-        data["outcome"] = judged
-        data["verdict"].update(outcome=judged, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
-    return data, code, message
-
-
-def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int | None, expect: Any,
-                              text: str) -> bool:
-    """Whether the node's own FAIL (exit 1) can only have come from the transport check: the same log judged
-    as the node judged it fails that check alone, the benchmark itself did not exit non-zero, and the ranks'
-    environment check (scripts/env_check) did not fail."""
-    from hpq.scripts import nccl_report
-    from hpq.scripts import outcome as oc
-
-    real = nccl_report.evaluate(report, instance_type, nodes, expect)
-    failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
-    return (failed == {"transport"} and "exited with status" not in text
-            and "transport environment is not the worker type's" not in text)  # the env check stays a FAIL
 
 
 def worker_instance_type(cl: Any) -> str | None:
@@ -229,8 +173,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
         click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
         sys.exit(130)
     itype = instance_type or worker_instance_type(cl)
-    data, exit_code, message = nccl_verdict(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes,
-                                            wanted)
+    data, exit_code, message = judges.bandwidth(captured.getvalue().decode("utf-8", "replace"), itype, code, nodes,
+                                                wanted)
     if output == "json":
         aws_report.echo_json(data)
     else:

@@ -1,0 +1,154 @@
+"""The judges: one per test, the same for every backend, each next to the parser it reads with.
+
+A judge takes a :class:`RawOutcome` (whatever backend produced it) and the request's facts, and returns a
+:class:`TestResult`. The parsing and the checks themselves live with the node programs (``hpq.scripts``:
+nccl_report, sweep, run_nanogpt), so a verdict judged on the laptop and the one printed on the node are the
+same code; a judge here only adds what the laptop knows and the node does not (the node program's exit
+status as the backend saw it, a run the backend stopped, the stand-in network of a rehearsal).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hpq.errors import HpqError
+from hpq.scripts import nccl_report
+from hpq.scripts import outcome as oc
+from hpq.scripts import sweep as node_sweep
+from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, TestRequest
+from hpq.validation.result import RawOutcome, TestResult
+
+# The program each test runs on the cluster, named in messages.
+PROGRAMS = {NCCL: "run-nccl-test", NCCOM: "run-nccom-test", NANOGPT: "run-nanogpt", SWEEP: "run-nccl-test --sweep"}
+
+
+def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int | None = None,
+              expect: str | float | None = None, stand_in_network: bool = False,
+              program: str = "run-nccl-test") -> tuple[dict[str, Any], int, str]:
+    """(data, exit code, message) of a captured nccl-tests/nccom-test log, judged like `hpq nccl-report`
+    (node count from the output's rank lines, else ``nodes``; ``expect`` as `hpq nccl-report --expect`),
+    combined with the node program's exit status ``remote_code``."""
+    try:
+        report = nccl_report.parse_text(text)
+    except HpqError as exc:
+        judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
+        msg = oc.headline(judged, "no result rows", "a complete benchmark table",
+                          f"no benchmark results in the output ({exc}); {program} exited {remote_code}")
+        code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
+        return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
+                 "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
+    verdict = nccl_report.evaluate(report, instance_type, nodes, expect, stand_in_network)
+    data = nccl_report.report_to_dict(report, verdict)
+    data["remote_exit_code"] = remote_code
+    # The remote ran the same checks: its INCONCLUSIVE (3) can only lower a local PASS; any other non-zero
+    # status (the run failed, bad arguments, Ctrl-C) is a FAIL of the run whatever its rows say.
+    code, message = verdict.exit_code, verdict.message
+    if stand_in_network and remote_code == oc.EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
+                                                                                      expect, text):
+        remote_code = 0  # the remote judged the stand-in network as the type's own: that FAIL is not the run's
+    if remote_code == oc.EXIT_INCONCLUSIVE and verdict.outcome == oc.PASS:
+        code = oc.EXIT_INCONCLUSIVE
+        message = oc.headline(oc.INCONCLUSIVE, verdict.number,
+                              "the remote's own verdict", f"{program} on the cluster judged it INCONCLUSIVE "
+                              "(its output above says why)") + "\n" + message
+    elif remote_code not in (0, oc.EXIT_INCONCLUSIVE) and verdict.outcome != oc.FAIL:
+        code = oc.EXIT_FAIL
+        message = oc.headline(oc.FAIL, f"exit status {remote_code}", "0",
+                              f"{program} failed on the cluster (its output above says why)") + "\n" + message
+    if code != verdict.exit_code:
+        judged = oc.INCONCLUSIVE if code == oc.EXIT_INCONCLUSIVE else oc.FAIL
+        data["outcome"] = judged
+        data["verdict"].update(outcome=judged, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
+    return data, code, message
+
+
+def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int | None, expect: Any,
+                              text: str) -> bool:
+    """Whether the node's own FAIL (exit 1) can only have come from the transport check: the same log judged
+    as the node judged it fails that check alone, the benchmark itself did not exit non-zero, and the ranks'
+    environment check (scripts/env_check) did not fail."""
+    real = nccl_report.evaluate(report, instance_type, nodes, expect)
+    failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
+    return (failed == {"transport"} and "exited with status" not in text
+            and "transport environment is not the worker type's" not in text)  # the env check stays a FAIL
+
+
+def _outcome_of(code: int) -> str:
+    return {oc.EXIT_PASS: oc.PASS, oc.EXIT_INCONCLUSIVE: oc.INCONCLUSIVE}.get(code, oc.FAIL)
+
+
+def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str, cluster: str,
+                    stand_in_network: bool = False) -> TestResult:
+    """nccl and nccom: the benchmark table in the log, against the catalog (or ``--expect``)."""
+    program = PROGRAMS[req.test]
+    data, code, message = bandwidth(raw.log, instance_type, raw.exit_code, req.node_count, req.expect,
+                                    stand_in_network, program)
+    if raw.timed_out:
+        code = oc.EXIT_FAIL
+        message = oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+                              f"{raw.command or program} did not finish in time") + "\n" + message
+    data["command"] = raw.command
+    if code and raw.stderr.strip():
+        data["stderr_tail"] = raw.stderr_tail()
+    outcome = _outcome_of(code) if code not in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.FAIL
+    data["outcome"] = outcome
+    return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
+
+
+def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
+                cluster: str) -> TestResult:
+    """The sweep's own JSON report (``run-nccl-test --sweep --output json``): its outcome and its node table.
+    No report back is a FAIL of the run (2 and 130 keep their meaning: the node refused the arguments, or
+    was interrupted)."""
+    doc = node_sweep.extract_json(raw.log)
+    if doc is None:
+        code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.EXIT_FAIL
+        message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
+                              f"{raw.command or 'run-nccl-test --sweep'} exited {raw.exit_code} (its messages are "
+                              "above)")
+        data = {"outcome": oc.FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
+        return TestResult(req.test, backend, cluster, oc.FAIL, code, message, instance_type, req.nodes, data)
+    doc["remote_exit_code"] = raw.exit_code
+    code = int(doc.get("exit_code", oc.EXIT_FAIL))
+    outcome = str(doc.get("outcome") or _outcome_of(code))
+    if outcome == oc.PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
+        outcome, code = oc.FAIL, oc.EXIT_FAIL
+    doc["outcome"] = outcome
+    nodes = len(doc.get("nodes") or []) or req.nodes
+    return TestResult(req.test, backend, cluster, outcome, code, node_sweep.format_report(doc), instance_type,
+                      nodes, doc)
+
+
+def judge_nanogpt_result(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
+                         cluster: str) -> TestResult:
+    """run-nanogpt judged itself on the node (scripts/run_nanogpt.assess: losses, ranks, environment) and
+    wrote its result JSON; that JSON, read back, is the evidence. No JSON back: INCONCLUSIVE if the program
+    exited 0 (nothing to judge), FAIL otherwise."""
+    text = raw.files.get("result.json")
+    doc: dict[str, Any] = {}
+    if text:
+        try:
+            loaded = json.loads(text)
+            doc = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            doc = {}
+    tail = (raw.log.strip().splitlines() or [""])[-1]
+    if raw.timed_out:
+        outcome, message = oc.FAIL, oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+                                                f"{raw.command or 'run-nanogpt'} did not finish in time")
+    elif not doc.get("outcome"):
+        outcome = oc.INCONCLUSIVE if raw.exit_code in (0, oc.EXIT_INCONCLUSIVE) else oc.FAIL
+        message = oc.headline(outcome, "no result", "run-nanogpt's result JSON",
+                              f"run-nanogpt exited {raw.exit_code} and no result came back: "
+                              f"{tail or raw.stderr.strip()[-300:]}")
+    else:
+        outcome = str(doc["outcome"])
+        if outcome == oc.PASS and raw.exit_code != 0:
+            outcome = oc.FAIL
+        message = str(doc.get("message") or oc.headline(outcome, "run-nanogpt", "a falling loss", tail))
+    data = {**doc, "command": raw.command, "exit_status": raw.exit_code, "outcome": outcome}
+    if outcome != oc.PASS and raw.stderr.strip():
+        data["stderr_tail"] = raw.stderr_tail()
+    code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(outcome)
+    return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)

@@ -1,0 +1,77 @@
+"""Which backend serves a cluster, decided by what DescribeCluster says the cluster is.
+
+A HyperPod cluster orchestrated by EKS (``Orchestrator.Eks``) runs the tests as Kubernetes jobs; any other
+runs them from its Slurm controller over SSH through SSM. The user names the cluster, never the backend.
+Source of the field: DescribeCluster's response (Orchestrator -> Eks -> ClusterArn),
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_DescribeCluster.html
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpq.aws import hyperpod as aws_hyperpod
+from hpq.aws import ssh as aws_ssh
+from hpq.aws.session import client, make_session
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+from hpq.validation.backend import Backend, ClusterFacts
+from hpq.validation.slurm import SlurmBackend, SshShell
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How to reach a real cluster: the AWS session, and for Slurm the SSH hop to the controller."""
+
+    region: str | None = None
+    profile: str | None = None
+    user: str = "ubuntu"
+    key: str | None = None
+    known_hosts: str = "~/.ssh/hpq_known_hosts"
+    port: int = 22
+    proxy_command: str | None = None
+    host: str | None = None
+    group: str | None = None
+    node: str | None = None
+    eks: dict[str, Any] = field(default_factory=dict)  # EKS only: image, namespace, keep, ... (validation/eks.py)
+
+
+def worker_type(groups: list[dict[str, Any]]) -> str | None:
+    """The accelerated group's type (what the tests measure), from DescribeCluster's InstanceGroups."""
+    for g in groups:
+        entry = catalog.CATALOG.get(g.get("InstanceType", ""))
+        if entry and entry.is_accelerated:
+            return entry.name
+    return None
+
+
+def slurm_over_ssm(cluster: str, reach: Reach) -> Backend:
+    """The Slurm backend with the SSH target the controller is reached by (SSM, or ``--proxy-command``)."""
+    if reach.host and not reach.proxy_command:
+        raise UsageError("--host applies only with --proxy-command (hpq reaches the node through SSM)")
+    if reach.proxy_command and reach.host:
+        proxy = reach.proxy_command.replace("%h", reach.host).replace("%p", str(reach.port))
+        target = aws_ssh.SshTarget(reach.host, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+                                   via_ssm=False)
+        return SlurmBackend(SshShell(target), ClusterFacts(cluster, "slurm", None))
+    session = make_session(reach.region, reach.profile)
+    sm = client(session, "sagemaker")
+    cl = aws_hyperpod.describe_cluster(sm, cluster)
+    return for_described(cl, reach, sm, session)
+
+
+def for_described(cl: Any, reach: Reach, sm: Any, session: Any) -> Backend:
+    """The backend for a cluster DescribeCluster answered for (``cl``: aws.hyperpod.Cluster)."""
+    facts = ClusterFacts(cl.name, cl.orchestrator, worker_type(cl.groups))
+    if cl.orchestrator == "eks":
+        from hpq.validation.eks import EksBackend  # the EKS backend: written by the EKS work (not yet here)
+
+        return EksBackend.for_cluster(cl, facts, reach, session)
+    picked = aws_hyperpod.resolve_node(sm, cl, reach.group, reach.node)
+    proxy = (reach.proxy_command.replace("%h", picked.target).replace("%p", str(reach.port)) if reach.proxy_command
+             else aws_hyperpod.ssh_proxy_command(picked.target, reach.region or session.region_name, reach.profile,
+                                                 reach.port))
+    target = aws_ssh.SshTarget(picked.target, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+                               via_ssm=not reach.proxy_command)
+    return SlurmBackend(SshShell(target), facts)
