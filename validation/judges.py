@@ -21,11 +21,12 @@ from hpq.validation.result import RawOutcome, TestResult
 
 # The program each test runs on the cluster, named in messages.
 PROGRAMS = {NCCL: "run-nccl-test", NCCOM: "run-nccom-test", NANOGPT: "run-nanogpt", SWEEP: "run-nccl-test --sweep"}
+BENCHMARKS = {NCCL: "nccl-tests", NCCOM: "nccom-test"}
 
 
 def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int | None = None,
               expect: str | float | None = None, stand_in_network: bool = False,
-              program: str = "run-nccl-test") -> tuple[dict[str, Any], int, str]:
+              program: str = "run-nccl-test", benchmark: str = "nccl-tests") -> tuple[dict[str, Any], int, str]:
     """(data, exit code, message) of a captured nccl-tests/nccom-test log, judged like `hpq nccl-report`
     (node count from the output's rank lines, else ``nodes``; ``expect`` as `hpq nccl-report --expect`),
     combined with the node program's exit status ``remote_code``."""
@@ -34,7 +35,7 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     except HpqError as exc:
         judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
         msg = oc.headline(judged, "no result rows", "a complete benchmark table",
-                          f"no benchmark results in the output ({exc}); {program} exited {remote_code}")
+                          f"no {benchmark} results in the output ({exc}); {program} exited {remote_code}")
         code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
         return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
                  "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
@@ -83,7 +84,7 @@ def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None
     """nccl and nccom: the benchmark table in the log, against the catalog (or ``--expect``)."""
     program = PROGRAMS[req.test]
     data, code, message = bandwidth(raw.log, instance_type, raw.exit_code, req.node_count, req.expect,
-                                    stand_in_network, program)
+                                    stand_in_network, raw.command.split(" ")[0] or program, BENCHMARKS[req.test])
     if raw.timed_out:
         code = oc.EXIT_FAIL
         message = oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
@@ -103,10 +104,14 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     was interrupted)."""
     doc = node_sweep.extract_json(raw.log)
     if doc is None:
-        code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
-                              f"{raw.command or 'run-nccl-test --sweep'} exited {raw.exit_code} (its messages are "
-                              "above)")
+        program = raw.command.split(" ")[0] or "run-nccl-test"
+        if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED):  # refused its arguments, or interrupted
+            code, message = raw.exit_code, f"no sweep result came back: {program} exited {raw.exit_code} (its " \
+                                           "message is above)"
+        else:
+            code = oc.EXIT_FAIL
+            message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
+                                  f"{program} exited {raw.exit_code} (its messages are above)")
         data = {"outcome": oc.FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
         return TestResult(req.test, backend, cluster, oc.FAIL, code, message, instance_type, req.nodes, data)
     doc["remote_exit_code"] = raw.exit_code
@@ -144,9 +149,11 @@ def judge_nanogpt_result(req: TestRequest, raw: RawOutcome, instance_type: str |
                               f"{tail or raw.stderr.strip()[-300:]}")
     else:
         outcome = str(doc["outcome"])
-        if outcome == oc.PASS and raw.exit_code != 0:
-            outcome = oc.FAIL
         message = str(doc.get("message") or oc.headline(outcome, "run-nanogpt", "a falling loss", tail))
+        if outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):  # its JSON is no pass then
+            outcome = oc.FAIL
+            message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
+                                  "run-nanogpt failed on the cluster (its output above says why)") + "\n" + message
     data = {**doc, "command": raw.command, "exit_status": raw.exit_code, "outcome": outcome}
     if outcome != oc.PASS and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()

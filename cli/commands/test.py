@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 
 from hpq.aws.report import echo_json
 from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
-from hpq.cli.commands.remote import ssh_options
+from hpq.cli.ssh_options import reach, ssh_options
 from hpq.scripts import outcome as oc
 from hpq.validation import pick
-from hpq.validation.backend import run_test
+from hpq.validation.backend import Backend, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
+from hpq.validation.result import TestResult
 
 EXIT_HELP = """\b
 Exit 0 PASS (every check holds on positive evidence), 1 FAIL, 3 INCONCLUSIVE
@@ -29,7 +31,6 @@ Exit 0 PASS (every check holds on positive evidence), 1 FAIL, 3 INCONCLUSIVE
 
 def _test_options(func: Any) -> Any:
     for opt in reversed([
-        click.argument("cluster", type=inputs.HYPERPOD_CLUSTER),
         click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
                      help="Judge against this type (default: the cluster's accelerated worker type)."),
         click.option("--extra", default="", type=inputs.ShellWords(),
@@ -51,15 +52,27 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
          group: str | None, node: str | None, user: str, key: str | None, known_hosts: str, port: int,
          host: str | None, proxy_command: str | None, expect: str | None = None) -> None:
     request = TestRequest(test, nodes, gpus, instance_type, expect, tuple(shlex.split(extra)), timeout_s, nccl_debug)
-    reach = pick.Reach(region, profile, user, key, known_hosts, port, proxy_command, host, group, node)
+    where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
-    backend = pick.slurm_over_ssm(cluster, reach)
+    finish(run(pick.backend_for(cluster, where), request, echo), output)
+
+
+def run(backend: Backend, request: TestRequest, echo: Callable[[str], None]) -> TestResult:
     try:
-        result = run_test(backend, request, echo)
+        return run_test(backend, request, echo)
     except KeyboardInterrupt:
         click.echo("hpq: interrupted; the test may still be running on the cluster", err=True)
         sys.exit(oc.EXIT_INTERRUPTED)
-    if output == "json":
+
+
+def finish(result: TestResult, output: str) -> NoReturn:
+    """Print the verdict (JSON on stdout with --output json) and exit with its code. A node program that refused
+    its arguments (2) gives no verdict: its one line is on stderr already, this says so."""
+    if result.exit_code == oc.EXIT_BAD_INPUT:
+        reason = result.message.split("\n", 1)[0]
+        click.echo("hpq: error: " + (reason.split(": ", 1)[1] if reason.startswith(oc.FAIL + ": ") else reason),
+                   err=True)
+    elif output == "json":
         echo_json(result.to_dict())
     else:
         click.echo(result.message)
@@ -86,6 +99,7 @@ def test(ctx: click.Context) -> None:
 
 
 @test.command("nccl")
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.argument("gpus", required=False, type=inputs.GPUS)
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
@@ -107,6 +121,7 @@ def nccl(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 
 
 @test.command("nccom")
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.argument("gpus", required=False, type=inputs.GPUS)
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
@@ -123,6 +138,7 @@ def nccom(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 
 
 @test.command("nanogpt")
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.argument("gpus", required=False, type=inputs.GPUS)
 @_test_options
@@ -138,6 +154,7 @@ def nanogpt(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> Non
 
 
 @test.command("sweep")
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.argument("gpus", required=False, type=inputs.GPUS)
 @_test_options
@@ -153,6 +170,7 @@ def sweep(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 
 
 @test.command("validate")
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @_test_options
 def validate(cluster: str, nodes: int | None, **kw: Any) -> None:
