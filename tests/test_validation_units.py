@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpq.cli.commands.test import test as test_group
+from hpq.cli.commands import test as test_command
 from hpq.errors import UsageError
 from hpq.scripts import outcome as oc
 from hpq.scripts import sweep as node_sweep
@@ -24,7 +24,7 @@ G5 = "ml.g5.16xlarge"
 
 
 def test_every_test_has_a_command_and_a_slurm_program_or_a_clear_refusal():
-    assert set(test_group.commands) == set(TESTS)
+    assert set(test_command.test.commands) == set(TESTS)
     for name in TESTS:
         req = TestRequest(name, nodes=2) if name != SWEEP else TestRequest(name)
         if name in slurm.PROGRAM:

@@ -50,6 +50,8 @@ def backend_for(cluster: str, reach: Reach, programs: dict[str, list[str]] | Non
     """The backend that serves ``cluster``: EKS jobs or the Slurm controller, from what DescribeCluster says.
     With ``--proxy-command`` and ``--host`` the controller is reached without AWS (a Slurm cluster by
     definition: there is no controller to SSH into on EKS)."""
+    if reach.host and not reach.proxy_command:
+        raise UsageError("--host does not apply without --proxy-command: hpq reaches the node through SSM")
     if reach.proxy_command and reach.host:
         return SlurmBackend(SshShell(controller_target(cluster, reach)[0]), ClusterFacts(cluster, "slurm", None),
                             programs=programs)
