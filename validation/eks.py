@@ -172,7 +172,8 @@ class EksBackend:
         outcome = self._runner.run()
         code = 0 if outcome.state == "Succeeded" else TIMED_OUT if outcome.state == "TimedOut" else 1
         facts = jobs.node_facts(client, itype).to_dict() if request.test == VALIDATE else {}
-        return RawOutcome(code, outcome.log, command=f"{plan.job_kind} {plan.name}", state=outcome.state,
+        # The job as kubectl names it (mpijob/hpq-nccl-test): what the judges' messages say ran.
+        return RawOutcome(code, outcome.log, command=f"{plan.job_kind.lower()}/{plan.name}", state=outcome.state,
                           detail=outcome.message, facts=facts)
 
     def judge(self, request: TestRequest, raw: RawOutcome, instance_type: str | None) -> TestResult:
@@ -180,8 +181,7 @@ class EksBackend:
         if request.test in (NCCL, NCCOM):
             # The job's end state is the program's exit status (0 only when it Succeeded): a job that did not
             # succeed is a FAIL whatever its table says, by the same rule as a node program that exited non-zero.
-            result = judges.judge_bandwidth(request, raw, instance_type, self.name, cluster,
-                                            program=f"the {raw.command or 'job'}")
+            result = judges.judge_bandwidth(request, raw, instance_type, self.name, cluster)
             result.data["job"] = {"state": raw.state, "message": raw.detail}
             if raw.exit_code:
                 result.message += f"\n{raw.command or 'the job'} ended {raw.state}" + (

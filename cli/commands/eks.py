@@ -142,7 +142,7 @@ def _alias(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_ty
     """`hpq test TEST` on the EKS backend, for the cluster named (an EKS cluster, or a HyperPod cluster on EKS)."""
     request = TestRequest(test, nodes, gpus, instance_type, None, (), timeout_s, nccl_debug)
     backend = EksBackend.for_eks_name(cluster, EksOptions(**options), region, profile)
-    test_cmd.finish(backend, request, output)
+    test_cmd.finish(test_cmd.run(backend, request, test_cmd.echo_for(output)), output)
 
 
 @eks.command("nccl-test")
