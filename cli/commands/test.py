@@ -163,6 +163,8 @@ def test(ctx: click.Context) -> None:
 def nccl(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
     """NCCL all-reduce on NODES nodes (default 2) x GPUS each (default all), judged against the catalog.
 
+    CLUSTER is the HyperPod cluster's name (Slurm or EKS: read from the cluster).
+
     PASS needs the log to name EFA as NCCL's network on an EFA type and the bus
     bandwidth to reach the published figure for the type and node count.
 
@@ -187,6 +189,8 @@ def nccl(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 def nccom(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
     """Neuron collective bandwidth (nccom-test) on Trainium: NODES nodes x GPUS Neuron devices each.
 
+    CLUSTER is the HyperPod cluster's name (Slurm or EKS: read from the cluster).
+
     \b
     Examples:
       hpq test nccom my-trn-cluster 2
@@ -201,7 +205,9 @@ def nccom(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 @_test_options
 @_eks_options(program_option, program_args_option)
 def nanogpt(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
-    """Multi-node nanoGPT training on NODES nodes; PASS when the loss falls and every rank agrees.
+    """Multi-node nanoGPT training on NODES nodes x GPUS processes; PASS when the loss falls and ranks agree.
+
+    CLUSTER is the HyperPod cluster's name (Slurm or EKS: read from the cluster).
 
     \b
     Examples:
@@ -220,6 +226,9 @@ def nanogpt(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> Non
 def sweep(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
     """Pairwise NCCL sweep: two nodes at a time, name the slow node (NODES default: every idle node).
 
+    CLUSTER is the HyperPod cluster's name (Slurm or EKS: read from the cluster);
+    GPUS is per node (default: all).
+
     \b
     Examples:
       hpq test sweep my-cluster
@@ -234,7 +243,9 @@ def sweep(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 @_test_options
 @_eks_options()
 def validate(cluster: str, nodes: int | None, **kw: Any) -> None:
-    """Per node: every GPU (or Neuron device) and EFA device the type has is visible.
+    """Per node of NODES (default 2): every GPU (or Neuron device) and EFA device the type has is visible.
+
+    CLUSTER is the HyperPod cluster's name (Slurm or EKS: read from the cluster).
 
     \b
     Examples:
