@@ -17,6 +17,7 @@ from hpq.aws.session import client, make_session
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
 from hpq.validation.backend import Backend, ClusterFacts
+from hpq.validation.eks import EksBackend
 from hpq.validation.slurm import SlurmBackend, SshShell
 
 
@@ -34,7 +35,7 @@ class Reach:
     host: str | None = None
     group: str | None = None
     node: str | None = None
-    eks: dict[str, Any] = field(default_factory=dict)  # EKS only: image, namespace, keep, ... (validation/eks.py)
+    eks: dict[str, Any] = field(default_factory=dict)  # EKS only: validation/eks.EksOptions' fields
 
 
 def worker_type(groups: list[dict[str, Any]]) -> str | None:
@@ -60,8 +61,6 @@ def backend_for(cluster: str, reach: Reach, programs: dict[str, list[str]] | Non
     cl = aws_hyperpod.describe_cluster(sm, cluster)
     facts = ClusterFacts(cl.name, cl.orchestrator, worker_type(cl.groups))
     if cl.orchestrator == "eks":
-        from hpq.validation.eks import EksBackend  # the EKS backend: written by the EKS work (not yet here)
-
         return EksBackend.for_cluster(cl, facts, reach, session)
     target, _ = controller_target(cluster, reach, (sm, session, cl))
     return SlurmBackend(SshShell(target), facts, programs=programs)
