@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from troposphere import GetAtt, Sub
 from troposphere import iam as iam
 
-from hpq.cfn import common
+from hpq.cfn import common, observability
 from hpq.lifecycle import names
 
 CLUSTER_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
@@ -121,6 +121,8 @@ def build(cfg: IamConfig) -> common.Template:
     ))
     common.output(t, names.OUT_EXECUTION_ROLE_ARN, GetAtt(role, "Arn"), "HyperPod execution (node) role ARN.")
     if not cfg.eks:
+        # Slurm nodes remote-write metrics with this role when observability is on (cfn/observability.py).
+        observability.add_remote_write_grant(t, role)
         return t
 
     common.param(t, "AssetsBucket", "Bucket holding hpq assets (the Helm handler may read charts from it).",

@@ -15,7 +15,7 @@ from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
 from troposphere import cloudformation as cfn
 
 from hpq import __version__
-from hpq.cfn import common, helm, iam, regions
+from hpq.cfn import common, helm, iam, observability, regions
 from hpq.cfn.variants import (
     EKS,
     HELM,
@@ -36,6 +36,15 @@ BASE_URL_PATTERN = r"^https://[^\s/]+(/[^\s]*)?[^\s/]$"
 HAS_OBSERVABILITY = "ObservabilityEnabled"
 HAS_VALIDATION = "ValidationEnabled"
 HAS_TRAINING_PLAN = "HasTrainingPlan"
+# The Observability stack's outputs the root shows (hpq observe reads them from the root stack).
+OBSERVABILITY_OUTPUTS = [
+    (observability.OUT_WORKSPACE_ID, "Managed Prometheus workspace ID."),
+    (observability.OUT_WORKSPACE_ARN, "Managed Prometheus workspace ARN."),
+    (observability.OUT_REMOTE_WRITE_URL, "Remote-write URL of the workspace (SigV4, service aps)."),
+    (observability.OUT_QUERY_URL, "Query URL of the workspace (SigV4, service aps)."),
+    (observability.OUT_RULES_NAMESPACE, "Rule groups namespace with hpq's alert rules."),
+    (observability.OUT_GRAFANA_URL, "Managed Grafana URL (or why there is none)."),
+]
 
 
 def stack_id(name: str) -> str:
@@ -134,8 +143,10 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         chart_source = copy(HELM, "HelmChartSource")
         chart_path = copy(HELM, "HelmChartPath")
         chart_version = copy(HELM, "HelmChartVersion")
-    obs_on = common.param(t, "EnableObservability", "Create Managed Prometheus + Grafana (needs IAM Identity "
-                          "Center).", Default="false", AllowedValues=["true", "false"])
+    obs_on = common.param(t, "EnableObservability", "Create an Amazon Managed Prometheus workspace with hpq's alert "
+                          "rules, ship node/GPU/EFA/Slurm metrics to it (EKS: the HyperPod observability add-on), "
+                          "and Managed Grafana where the region offers it (needs IAM Identity Center).",
+                          Default="false", AllowedValues=["true", "false"])
     val_on = common.param(t, "EnableValidation", "Route HyperPod health/state events to an SNS topic.",
                           Default="false", AllowedValues=["true", "false"])
     email = copy(VALIDATION, "NotificationEmail")
@@ -167,14 +178,21 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     sg = _out(SECURITY, names.OUT_SECURITY_GROUP_ID)
     stack(STORAGE, {"ClusterName": cluster, "NodeSubnetId": node_subnet, "SecurityGroupId": sg,
                     "StorageCapacityGiB": fsx_capacity, "PerUnitStorageThroughput": fsx_throughput})
+    def obs_out(name: str) -> If:
+        return If(HAS_OBSERVABILITY, _out(OBSERVABILITY, name), "")
+
     s3_params = {"ClusterName": cluster, "AssetsBucket": assets_bucket, "AssetsPrefix": assets_prefix}
     if variant.slurm:  # hpq-cluster.json names the filesystem (cfn/s3.py): the nodes mount it without an API call
         s3_params.update({"EnableLoginGroup": login_on, "FsxDnsName": _out(STORAGE, names.OUT_FSX_DNS),
-                          "FsxMountName": _out(STORAGE, names.OUT_FSX_MOUNT)})
+                          "FsxMountName": _out(STORAGE, names.OUT_FSX_MOUNT),
+                          # ... and where the nodes' collector remote-writes (cfn/observability.py)
+                          "PrometheusRemoteWriteUrl": obs_out(observability.OUT_REMOTE_WRITE_URL)})
     stack(S3, s3_params)
     iam_params = {"LifecycleBucketName": _out(S3, names.OUT_LIFECYCLE_BUCKET)}
     if variant.eks:
         iam_params.update({"ClusterName": cluster, "AssetsBucket": assets_bucket})
+    else:  # the Slurm nodes' aps:RemoteWrite on the workspace, created before the nodes boot
+        iam_params[observability.WORKSPACE_ID_PARAM] = obs_out(observability.OUT_WORKSPACE_ID)
     stack(IAM, iam_params)
 
     hp_params = {
@@ -204,7 +222,12 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         hp_params.update({"EksClusterArn": _out(EKS, names.OUT_EKS_CLUSTER_ARN),
                           "HelmReleaseId": _out(HELM, helm.OUT_RELEASE)})
     stack(HYPERPOD, hp_params)
-    stack(OBSERVABILITY, {"ClusterName": cluster}, condition=HAS_OBSERVABILITY)
+    obs_params: dict[str, Any] = {"ClusterName": cluster}
+    if variant.eks:  # the add-on goes on after the HyperPod cluster, as in AWS's module
+        obs_params.update({"EksClusterName": _out(EKS, names.OUT_EKS_CLUSTER_NAME),
+                           "EksClusterArn": _out(EKS, names.OUT_EKS_CLUSTER_ARN),
+                           "HyperPodClusterArn": _out(HYPERPOD, names.OUT_CLUSTER_ARN)})
+    stack(OBSERVABILITY, obs_params, condition=HAS_OBSERVABILITY)
     stack(VALIDATION, {"ClusterArn": _out(HYPERPOD, names.OUT_CLUSTER_ARN), "NotificationEmail": email},
           condition=HAS_VALIDATION)
 
@@ -226,8 +249,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
                     (names.OUT_EKS_CLUSTER_ARN, _out(EKS, names.OUT_EKS_CLUSTER_ARN), "EKS cluster ARN.")]
     for name, value, desc in outputs:
         common.output(t, name, value, desc)
-    t.add_output(Output("GrafanaUrl", Condition=HAS_OBSERVABILITY, Value=_out(OBSERVABILITY, "GrafanaUrl"),
-                        Description="Managed Grafana URL."))
+    for name, desc in OBSERVABILITY_OUTPUTS:
+        t.add_output(Output(name, Condition=HAS_OBSERVABILITY, Value=_out(OBSERVABILITY, name), Description=desc))
     t.add_output(Output("EventsTopicArn", Condition=HAS_VALIDATION, Value=_out(VALIDATION, "EventsTopicArn"),
                         Description="SNS topic with HyperPod events."))
 

@@ -54,6 +54,12 @@ class LifecycleContents(cloudformation.CustomResource):
     resource_type = "Custom::LifecycleBucketContents"
 
 
+# What the Observability stack's PrometheusRemoteWriteUrl output looks like, or "" (lifecycle/observability.py
+# checks the same shape on the node).
+REMOTE_WRITE_URL_PATTERN = (r"^$|^https://aps-workspaces\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/workspaces/"
+                            r"ws-[a-zA-Z0-9-]+/api/v1/remote_write$")
+
+
 @dataclass(frozen=True)
 class S3Config:
     slurm: bool  # hpq-cluster.json names controller/login groups, the partition and the FSx names only for Slurm
@@ -82,6 +88,8 @@ def cluster_config(cfg: S3Config) -> Sub:
         "fsx_dns_name": "${FsxDnsName}" if cfg.slurm else None,
         "fsx_mountname": "${FsxMountName}" if cfg.slurm else None,
     }
+    if cfg.slurm:  # the Observability stack's remote-write URL ("" when off): lifecycle/observability.py ships there
+        doc["prometheus_remote_write_url"] = "${PrometheusRemoteWriteUrl}"
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     if not cfg.slurm:
         return Sub(text)
@@ -110,6 +118,9 @@ def build(cfg: S3Config) -> common.Template:
                      AllowedPattern=FSX_DNS_PATTERN, ConstraintDescription="an FSx DNS name.")
         common.param(t, "FsxMountName", "Lustre mount name of that filesystem (Storage stack output).",
                      AllowedPattern=FSX_MOUNT_PATTERN, ConstraintDescription="1 to 8 of A-Z a-z 0-9 _ -.")
+        common.param(t, "PrometheusRemoteWriteUrl", "AMP remote-write URL (Observability stack output); empty: "
+                     "no metrics are shipped.", Default="", AllowedPattern=REMOTE_WRITE_URL_PATTERN,
+                     ConstraintDescription="an AMP remote-write URL, or empty.")
 
     # sagemaker-hpq-<account>-<region>-<8 hex of this stack's id>: unique, <= 63 chars, lowercase, and
     # readable by AmazonSageMakerClusterInstanceRolePolicy too (it grants sagemaker-* buckets).

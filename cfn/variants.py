@@ -107,7 +107,7 @@ def nested_templates(variant: Variant, size: Size, eks_config: eks.EksConfig | N
             orchestrator=variant.orchestrator, worker_types=tuple(variant.worker_types()),
             default_worker_type=variant.default_worker_type, default_worker_count=size.worker_count,
             default_ebs_gb=size.ebs_gb, controller_types=tuple(controller_types()))),
-        OBSERVABILITY: lambda: observability.build(observability.ObservabilityConfig()),
+        OBSERVABILITY: lambda: observability.build(observability.ObservabilityConfig(eks=variant.eks)),
         VALIDATION: lambda: validation.build(validation.ValidationConfig()),
     }
     return {name: builders[name]() for name in stack_names(variant)}

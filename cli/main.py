@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Prove a cluster works: nccl, nanogpt, nccom, sweep, validate; same on Slurm, EKS, rehearsal."),
     "remote-nccl-test": ("hpq.cli.commands.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
     "eks": ("hpq.cli.commands.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
+    "observe": ("hpq.cli.commands.observe", "observe",
+                "Show the Managed Prometheus workspace, its endpoints and the Grafana dashboard import commands."),
     "rehearse": ("hpq.cli.commands.rehearse", "rehearse",
                  "Rehearse a deploy on this machine, offline: emulated AWS, namespaced nodes, real Slurm."),
 }

@@ -127,6 +127,9 @@ class Settings:
     eks_disk_wait_s: float = 60.0
     service_wait_s: float = 120.0
     log_file: str = "/var/log/hpq/lifecycle.log"
+    # observability.py: a mirror of the exporters' GitHub release URLs, and name=sha256 pins of its own
+    observability_mirror: str = ""
+    observability_sha256: str = ""
 
     @classmethod
     def from_env(cls, env: Optional[Dict[str, str]] = None, bundle_root: str = "") -> "Settings":
@@ -180,6 +183,8 @@ class Settings:
         s.eks_disk_wait_s = _number(env, "HPQ_EKS_DISK_WAIT_S", s.eks_disk_wait_s)
         s.service_wait_s = _number(env, "HPQ_SERVICE_WAIT_S", s.service_wait_s)
         s.log_file = _env(env, "HPQ_LOG_FILE", s.log_file)
+        s.observability_mirror = _env(env, "HPQ_OBSERVABILITY_MIRROR", "")
+        s.observability_sha256 = _env(env, "HPQ_OBSERVABILITY_SHA256", "")
         return s
 
     def path(self, node_path: str) -> str:

@@ -12,6 +12,8 @@ name with a space or a newline is refused with FieldError naming the field, neve
 - Host-like names (InstanceName, InstanceId) and Slurm partition names: one token of letters, digits and
   ``._-`` (no blank, no comma, no pattern character: they go into ssh_config/known_hosts host lists).
 - Addresses: dotted IPv4.
+- AMP remote-write URLs: ``https://aps-workspaces.<region>.amazonaws.com[.cn]/workspaces/ws-<id>/api/v1/remote_write``
+  (the Observability stack's output, cfn/observability.py; it goes into the Prometheus agent's configuration).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
 GROUP_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+AMP_REMOTE_WRITE_URL = re.compile(r"https://aps-workspaces\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?/workspaces/"
+                                  r"ws-[a-zA-Z0-9-]+/api/v1/remote_write")
 
 
 class FieldError(ValueError):
@@ -68,3 +72,10 @@ def ipv4(value, what: str) -> str:
     except ValueError:
         pass
     raise FieldError("%s %s is not an IPv4 address" % (what, _shown(value)))
+
+
+def amp_remote_write_url(value, what: str) -> str:
+    if isinstance(value, str) and AMP_REMOTE_WRITE_URL.fullmatch(value):
+        return value
+    raise FieldError("%s %s is not an AMP remote-write URL (https://aps-workspaces.<region>.amazonaws.com/"
+                     "workspaces/ws-<id>/api/v1/remote_write)" % (what, _shown(value)))

@@ -18,7 +18,19 @@ import sys
 import time
 from typing import Callable, List, Optional, Tuple
 
-from . import context, eks_storage, fsx, host_certs, identity, install, munge, node_env, slurm, ssh_keys
+from . import (
+    context,
+    eks_storage,
+    fsx,
+    host_certs,
+    identity,
+    install,
+    munge,
+    node_env,
+    observability,
+    slurm,
+    ssh_keys,
+)
 from .resource_config import EKS, SLURM
 
 # (name, function, purpose). Order matters: identity first, MUNGE before Slurm, SSH keys last
@@ -33,10 +45,12 @@ STEPS: List[Tuple[str, Callable, str]] = [
     ("slurm", slurm.run, "configless slurmctld / slurmd"),
     ("host-certs", host_certs.run, "SSH host certificates from the cluster host CA"),
     ("ssh-keys", ssh_keys.run, "cluster SSH key for the default user"),
+    # Last, and never failing the boot: a component that cannot be verified is left out (Degraded).
+    ("observability", observability.run, "exporters and a Prometheus agent writing to AMP (when on)"),
 ]
 STEP_NAMES = [s[0] for s in STEPS]
 # On EKS clusters Kubernetes schedules the work: no Slurm, no MUNGE, no node commands, no SSH keys.
-SLURM_ONLY_STEPS = ("install", "munge", "slurm", "host-certs", "ssh-keys")
+SLURM_ONLY_STEPS = ("install", "munge", "slurm", "host-certs", "ssh-keys", "observability")
 EKS_ONLY_STEPS = ("eks-storage",)
 
 

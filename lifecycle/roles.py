@@ -52,6 +52,7 @@ class RoleFile:
     partitions: Dict[str, str] = field(default_factory=dict)  # worker group -> partition
     fsx_dns_name: Optional[str] = None
     fsx_mountname: Optional[str] = None
+    prometheus_remote_write_url: Optional[str] = None  # hpq-cluster.json only: observability on (observability.py)
 
     @property
     def label(self) -> str:
@@ -112,6 +113,7 @@ def load_cluster_config(path: str) -> RoleFile:
                   _opt_str(doc, "controller_group", path, fields.group_name),
                   _opt_str(doc, "login_group", path, fields.group_name), list(workers))
     rf.fsx_dns_name, rf.fsx_mountname = _fsx_names(doc, path)
+    rf.prometheus_remote_write_url = _opt_str(doc, "prometheus_remote_write_url", path, fields.amp_remote_write_url)
     partition = _opt_str(doc, "partition", path)
     if partition:
         rf.partitions = {w: partition for w in workers}

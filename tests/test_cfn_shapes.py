@@ -155,7 +155,8 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
     slurm = variant.startswith("slurm")
     for login in ((True, False) if slurm else (False,)):
         fsx = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
-        doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login, **fsx}))
+        doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login, **fsx,
+                                            "PrometheusRemoteWriteUrl": ""}))
         assert doc == {
             "schema_version": 1, "orchestrator": "slurm" if slurm else "eks", "cluster_name": "my-cluster",
             "controller_group": names.CONTROLLER_GROUP if slurm else None,
@@ -165,6 +166,8 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
             # Slurm nodes mount /fsx by these names (no FSx API call at boot); EKS nodes mount nothing on the host.
             "fsx_dns_name": fsx["FsxDnsName"] if slurm else None,
             "fsx_mountname": fsx["FsxMountName"] if slurm else None,
+            # Slurm: where the nodes' Prometheus agent writes ("" when observability is off; cfn/observability.py)
+            **({"prometheus_remote_write_url": ""} if slurm else {}),
         }
     if slurm:  # the partition hpq-cluster.json names is the one the workers' SlurmConfig puts them in
         workers = [g for g in _groups(rendered[(variant, size)]["HyperPod.json"])

@@ -34,11 +34,12 @@ def resolve_sub(sub, params: dict[str, str], conditions: dict[str, bool]) -> str
 
 
 FSX = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
+OBS_OFF = {"PrometheusRemoteWriteUrl": ""}  # the root passes "" when EnableObservability is false
 
 
 @pytest.mark.parametrize("login", [True, False])
 def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
-    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster", **FSX},
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster", **FSX, **OBS_OFF},
                        {"HasLoginGroup": login})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)
@@ -53,6 +54,29 @@ def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
         assert rf.login_group is None
     # The Storage stack's FileSystem names, passed in by the root: the node mounts without an FSx API call.
     assert (rf.fsx_dns_name, rf.fsx_mountname) == (FSX["FsxDnsName"], FSX["FsxMountName"])
+    assert rf.prometheus_remote_write_url is None  # observability off
+
+
+AMP_URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d/api/v1/remote_write"
+
+
+@pytest.mark.parametrize(("url", "ok"), [(AMP_URL, True), (AMP_URL.replace("https", "http"), False),
+                                         (AMP_URL + "\nx", False), (AMP_URL.replace("ws-", "ws/../"), False),
+                                         ("https://example.com/api/v1/remote_write", False)])
+def test_the_s3_stack_and_the_node_agree_on_the_remote_write_url(tmp_path, url, ok):
+    """The S3 stack's AllowedPattern and the node's reader (lifecycle/fields.py) take and refuse the same URLs."""
+    import re as re_
+
+    assert bool(re_.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, url)) is ok
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
+                       {"ClusterName": "ml-cluster", **FSX, "PrometheusRemoteWriteUrl": url}, {"HasLoginGroup": False})
+    path = tmp_path / names.HPQ_CLUSTER_CONFIG
+    path.write_text(text)
+    if ok:
+        assert roles.load_cluster_config(str(path)).prometheus_remote_write_url == url
+    else:
+        with pytest.raises(roles.RoleFileError, match="prometheus_remote_write_url|not valid JSON"):
+            roles.load_cluster_config(str(path))
 
 
 def test_slurm_root_passes_the_storage_stacks_fsx_names_to_the_s3_stack():
@@ -84,7 +108,8 @@ def test_the_s3_stack_and_the_node_refuse_the_same_bad_fsx_names(tmp_path, dns, 
     assert not (re_.fullmatch(s3.FSX_DNS_PATTERN.strip("^$"), dns) and re_.fullmatch(s3.FSX_MOUNT_PATTERN.strip("^$"),
                                                                                       mount))
     text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
-                       {"ClusterName": "ml-cluster", "FsxDnsName": dns, "FsxMountName": mount}, {"HasLoginGroup": False})
+                       {"ClusterName": "ml-cluster", "FsxDnsName": dns, "FsxMountName": mount, **OBS_OFF},
+                       {"HasLoginGroup": False})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)
     with pytest.raises(roles.RoleFileError):

@@ -54,7 +54,7 @@ def names_from(path: Path) -> set[str]:
 def emitted() -> set[str]:
     """Every metric name a query may use, with where it comes from (see the module docstring)."""
     names = set()
-    for f in ("node_exporter.txt", "efa_exporter.txt", "slurm_exporter.txt"):
+    for f in ("node_exporter.txt", "efa_exporter.txt", "slurm_exporter.txt", "neuron_monitor.txt"):
         names |= names_from(DATA / f)
     return names | set(observability.dcgm_fields()) | {"up"} | set(result_metrics.METRICS)
 
@@ -162,7 +162,7 @@ def test_hpqs_dcgm_selection_is_awss_with_the_seed_fields_ecc_and_nvlink_errors(
 
 def test_the_five_dashboards_exist_and_are_importable_grafana_json():
     boards = load_boards()
-    assert set(boards) == {"cluster", "gpu", "efa", "slurm", "hpq-results"}
+    assert set(boards) == {"cluster", "gpu", "efa", "slurm", "hpq-results", "neuron"}
     uids = [b["uid"] for b in boards.values()]
     assert len(uids) == len(set(uids))
     for name, board in boards.items():
@@ -181,7 +181,7 @@ def test_the_five_dashboards_exist_and_are_importable_grafana_json():
                 assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
 
 
-@pytest.mark.parametrize("name", ["cluster", "gpu", "efa", "slurm", "hpq-results"])
+@pytest.mark.parametrize("name", ["cluster", "gpu", "efa", "slurm", "hpq-results", "neuron"])
 def test_every_dashboard_query_uses_only_metrics_the_exporters_emit(name):
     board = load_boards()[name]
     assert dashboard_queries(board)
@@ -227,6 +227,7 @@ def test_every_alert_expression_uses_only_emitted_metrics_and_the_five_alerts_ex
         "HpqNodeSilent",
         "HpqSlurmNodeDrained",
         "HpqSlurmNodeDown",
+        "HpqNeuronUncorrectableEcc",
     }
     for rule in rules:
         assert selected_metrics(rule["expr"]) <= emitted(), rule["alert"]
@@ -263,6 +264,8 @@ GPU = {
 }
 EFA = {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "efa_exporter", "device": "rdmap113s0", "port": "1"}
 SLURM = {"cluster": "c1", "instance": "ip-10-1-0-1", "job": "slurm_exporter", "partition": "gpu"}
+NEURON_UE = {"cluster": "c1", "instance": "ip-10-1-0-9", "job": "neuron_monitor", "neuron_device_index": "7",
+             "event_type": "sram_ecc_uncorrected", "instance_type": "trn1n.32xlarge"}
 
 
 def series(name: str, labels: dict, values: str) -> dict:
@@ -303,6 +306,15 @@ CASES = {
         {k: EFA[k] for k in ("cluster", "instance", "device")},
         # High but flat counters: errors since boot, none now.
         [series(n, EFA, "7x8") for n in EFA_SICK_LINK],
+        "7m",
+    ),
+    "HpqNeuronUncorrectableEcc": (
+        # sram_ecc_uncorrected rises on device 7 (the raw scrape in AWS's Container Insights receiver test);
+        # the quiet twin: corrected events rise, and an uncorrected count stays flat (errors before, none now).
+        [series("hardware_ecc_events_total", NEURON_UE, "864x5 865 866 866")],
+        {k: NEURON_UE[k] for k in ("cluster", "instance", "neuron_device_index", "event_type")},
+        [series("hardware_ecc_events_total", dict(NEURON_UE, event_type="mem_ecc_corrected"), "3 9 20 40 80 90 99 99"),
+         series("hardware_ecc_events_total", NEURON_UE, "864x8")],
         "7m",
     ),
     "HpqSlurmNodeDrained": (
