@@ -33,6 +33,9 @@ from typing import Dict, List, Optional
 
 from hpq.scripts import corpus, distenv
 
+# Per-interval points kept in the metrics (``history``: one per --log-every line). Past this many every other point is
+# dropped and the stride doubles, so a long run's curve stays whole at bounded size (hpq report draws it).
+HISTORY_MAX = 500
 # The result line of a run that trained on the CPUs of Trainium nodes (see distenv.unused_neuron_devices).
 NEURON_UNUSED_RESULT = ("INCONCLUSIVE: the model trained on the host CPUs with gloo (loss fell, ranks agree), but the "
                         "Neuron devices were not used: this is not a Trainium training test. Check Trainium with "
@@ -369,6 +372,8 @@ def main(argv=None) -> int:
     window_loss = torch.zeros((), device=device)
     window_n = 0
     last_loss = None
+    history: List[Dict[str, float]] = []  # {iter, loss, ms_per_iter, tokens_per_s} per logged interval
+    history_stride = 1
     ckpts: List[str] = []
     t_last = time.perf_counter()
     t_steady = None
@@ -410,6 +415,11 @@ def main(argv=None) -> int:
             log("iter %d: loss %.4f | %.1f ms/iter | %s tok/s (%s /process)%s" % (
                 done, last_loss, dt * 1e3, format(int(tps), ","), format(int(tps / info.world_size), ","),
                 (" | MFU %.1f%%" % (mfu * 100)) if mfu is not None else ""))
+            if (done // args.log_every) % history_stride == 0 or done == args.iters:
+                history.append({"iter": done, "loss": last_loss, "ms_per_iter": dt * 1e3, "tokens_per_s": tps})
+                if len(history) > HISTORY_MAX:  # keep every second point (the stride's multiples) and the last
+                    history = history[1::2] + ([history[-1]] if len(history) % 2 else [])
+                    history_stride *= 2
             window_loss.zero_()
             window_n = 0
             t_last, it_last = time.perf_counter(), done
@@ -460,6 +470,7 @@ def main(argv=None) -> int:
         "checkpoints": ckpts, "compile": args.compile, "torch": torch.__version__,
         "grad_comm": args.grad_comm, "bucket_cap_mb": args.bucket_cap_mb, "ddp_graph_split": not args.no_ddp_graph_split,
         "neuron_devices_unused": neuron_unused > 0 or neuron_unused < 0,
+        "history": history,
     }
     if tps:
         log("summary: %s tok/s total, %s tok/s per process, %.1f ms/iter over %d iterations%s" % (
