@@ -64,6 +64,13 @@ class Item:
 
     @property
     def headline(self) -> Headline:
+        """The verdict's headline: the message's first line that reads ``OUTCOME: ...`` (the sweep's message is
+        its node table first), else the verdict's own message."""
+        verdict = mapping(self.doc.get("verdict"))
+        for candidate in (self.message, verdict.get("message")):
+            for line in (candidate if isinstance(candidate, str) else "").splitlines()[:400]:
+                if line.split(": ", 1)[0] in OUTCOMES:
+                    return split_headline(line, self.outcome)
         return split_headline(self.message, self.outcome)
 
 

@@ -84,10 +84,12 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def log2_ticks(lo: float, hi: float, count: int = 9) -> list[float]:
-    e0, e1 = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
-    step = max(1, math.ceil((e1 - e0) / count))
-    return [2.0 ** e for e in range(e0, e1 + 1, step)]
+def log2_ticks(lo: float, hi: float, count: int = 10) -> list[float]:
+    """Powers of two in [lo, hi], every 1, 2, 5 or 10 exponents (multiples of the step: 1 KiB, 1 MiB, 1 GiB
+    appear whenever the step is 10)."""
+    e0, e1 = math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9)
+    step = next((s for s in (1, 2, 5, 10, 20) if (e1 - e0) / s <= count), 50)
+    return [2.0 ** e for e in range(e0, e1 + 1) if e % step == 0]
 
 
 @dataclass
