@@ -174,6 +174,19 @@ def newest_checkpoint(ckpt_dir: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def add_point(history: List[Dict[str, float]], stride: int, interval: int, last: bool, point: Dict[str, float],
+              limit: int = HISTORY_MAX) -> int:
+    """Append the ``interval``-th logged point when it falls on the stride (or is the run's last); past ``limit``
+    points keep every second one (the doubled stride's multiples; the run's last point stays). Returns the stride."""
+    if interval % stride and not last:
+        return stride
+    history.append(point)
+    if len(history) > limit:
+        history[:] = history[1::2] + ([history[-1]] if last and len(history) % 2 else [])
+        stride *= 2
+    return stride
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.nanogpt", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(PRESETS), default="tiny")
@@ -415,11 +428,8 @@ def main(argv=None) -> int:
             log("iter %d: loss %.4f | %.1f ms/iter | %s tok/s (%s /process)%s" % (
                 done, last_loss, dt * 1e3, format(int(tps), ","), format(int(tps / info.world_size), ","),
                 (" | MFU %.1f%%" % (mfu * 100)) if mfu is not None else ""))
-            if (done // args.log_every) % history_stride == 0 or done == args.iters:
-                history.append({"iter": done, "loss": last_loss, "ms_per_iter": dt * 1e3, "tokens_per_s": tps})
-                if len(history) > HISTORY_MAX:  # keep every second point (the stride's multiples) and the last
-                    history = history[1::2] + ([history[-1]] if len(history) % 2 else [])
-                    history_stride *= 2
+            history_stride = add_point(history, history_stride, done // args.log_every, done == args.iters,
+                                       {"iter": done, "loss": last_loss, "ms_per_iter": dt * 1e3, "tokens_per_s": tps})
             window_loss.zero_()
             window_n = 0
             t_last, it_last = time.perf_counter(), done

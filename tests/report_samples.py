@@ -2,7 +2,7 @@
 
 - nccl: AWS's published 2x p5.48xlarge all_reduce_perf table (awslabs/awsome-distributed-ai
   micro-benchmarks/nccl-tests/README.md, tests/data/nccl/aws_2x_p5_all_reduce_perf.txt) as a complete log
-  (tests/test_report_verdict.published: the run's INFO lines and closing lines around the verbatim table), and
+  (``complete_log``: the run's INFO lines and closing lines around the verbatim table), and
   seed 004's 2x ml.g5.16xlarge excerpt; judged by hpq.validation.judges as `hpq test nccl` judges a log.
 - sweep: run-nccl-test --sweep itself over the stand-in fabric (tests/fake_fabric.py: nccl-tests 2.19.6's own
   lines through the stand-in mpirun), one node's link slow.
@@ -20,7 +20,6 @@ from typing import Any
 
 from hpq.tests import fake_fabric
 from hpq.tests.nccl_logs import efa_info
-from hpq.tests.test_report_verdict import published
 from hpq.validation import judges
 from hpq.validation.request import NANOGPT, NCCL, SWEEP, TestRequest
 from hpq.validation.result import RawOutcome
@@ -31,9 +30,20 @@ P5, G5 = "ml.p5.48xlarge", "ml.g5.16xlarge"
 CLUSTER = "ml-team-p5"
 
 
+def complete_log(name: str, info: list[str]) -> str:
+    """A published table (verbatim) as a complete log, like tests/test_report_verdict.published, but with the
+    average nccl-tests would print for it: the mean of every busbw value in the table (out-of-place and
+    in-place), so the page shows no number that is not the table's."""
+    table = (DATA / "nccl" / name).read_text()
+    rows = [ln.split()[1:] for ln in table.splitlines() if ln.split()[1:2] and ln.split()[1].isdigit()]
+    busbw = [float(r[7]) for r in rows] + [float(r[11]) for r in rows if len(r) > 11]
+    footer = f"# Out of bounds values : 0 OK\n# Avg bus bandwidth    : {sum(busbw) / len(busbw):.4f} \n#\n"
+    return "".join("0: " + ln + "\n" for ln in info) + table + "".join("0: " + ln + "\n" for ln in footer.splitlines())
+
+
 def nccl_p5(cluster: str = CLUSTER, expect: str | None = None) -> dict[str, Any]:
     """AWS's published 2x p5 run, judged against the catalog (487.09 GB/s published) or ``expect``."""
-    log = published("aws_2x_p5_all_reduce_perf.txt", info=efa_info("p5-st-1"))
+    log = complete_log("aws_2x_p5_all_reduce_perf.txt", efa_info("p5-st-1"))
     req = TestRequest(NCCL, 2, 8, P5, expect)
     return judges.judge_bandwidth(req, RawOutcome(0, log, command="run-nccl-test 2 8"), P5, "slurm",
                                   cluster).to_dict()
@@ -82,3 +92,14 @@ def write(folder: Path, name: str, doc: Any) -> Path:
     path = folder / name
     path.write_text(json.dumps(doc, indent=2, sort_keys=True))
     return path
+
+
+def demo(folder: Path) -> list[Path]:
+    """The four results of the docs screenshot (docs/report.md), written as `hpq test ... --output json` does."""
+    work = folder / "sweep-run"
+    work.mkdir(parents=True, exist_ok=True)
+    # Each named for where its data came from: no one cluster produced all four.
+    return [write(folder, "nccl.json", nccl_p5("aws-published-2x-p5")),
+            write(folder, "sweep.json", sweep(work, p5_speeds(8, slow=4), "stand-in-fabric-8x-p5")),
+            write(folder, "nanogpt.json", nanogpt("h200-dev-machine")),
+            write(folder, "nccl-g5.json", nccl_g5("seed004-2x-g5"))]

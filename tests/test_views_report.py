@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hpq.scripts import nanogpt
 from hpq.tests import report_samples as samples
 from hpq.views import load, output, page
 
@@ -196,6 +197,20 @@ def test_nanogpt_without_history_says_so(results):
     del doc["metrics"]["history"]
     dom = Dom(page.render(items(samples.nanogpt(doc=doc))))
     assert dom.find("svg", "chart") == [] and dom.find("p", "no-history")
+
+
+@pytest.mark.parametrize("iters", [300, 501, 5000, 100_003])
+def test_nanogpt_history_stays_bounded_and_even(iters):
+    """run-nanogpt's per-interval history (scripts/nanogpt.add_point): at most HISTORY_MAX + 1 points, evenly
+    spaced, ending at the run's last interval, however long the run."""
+    history: list[dict] = []
+    stride = 1
+    for k in range(1, iters + 1):
+        stride = nanogpt.add_point(history, stride, k, k == iters, {"iter": k})
+    got = [p["iter"] for p in history]
+    assert len(got) <= nanogpt.HISTORY_MAX + 1 and got[-1] == iters
+    assert {b - a for a, b in zip(got[:-1], got[1:-1], strict=False)} <= {stride}
+    assert got[0] == stride and (iters <= nanogpt.HISTORY_MAX) == (stride == 1)
 
 
 def html_text(dom: Dom) -> str:

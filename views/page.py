@@ -63,6 +63,7 @@ svg .cell { stroke: #fff; } svg .cell.self { fill: #eef1f4; } svg .cell.none { f
 svg .cell-value { fill: #111; font-size: 10px; pointer-events: none; }
 svg .node-label { fill: var(--ink); } svg .node-label.slow { fill: var(--fail); font-weight: 700; }
 svg .slow-outline { fill: none; stroke: var(--fail); stroke-width: 2.5; }
+.pair { display: flex; flex-wrap: wrap; gap: 8px; }
 footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
 """
 
@@ -203,12 +204,13 @@ def _bandwidth(n: int, doc: dict[str, Any]) -> str:
     out.append(_facts(facts))
     checks = mapping(verdict.get("checks"))
     if checks:
-        out.append("<h3>Checks</h3><table class=\"checks\"><tr><th>Check</th><th>Outcome</th><th>Detail</th></tr>")
+        out.append(f'<details class="checks"><summary>Checks ({len(checks)})</summary><table class="checks"><tr>'
+                   "<th>Check</th><th>Outcome</th><th>Detail</th></tr>")
         for name, check in list(checks.items())[:20]:
             c = mapping(check)
             out.append(f"<tr><td>{esc(text(name, 40))}</td><td>{esc(text(c.get('outcome'), 40))}</td>"
                        f"<td>{esc(text(c.get('detail'), 1000))}</td></tr>")
-        out.append("</table>")
+        out.append("</table></details>")
     if rows:
         out.append(f"<details><summary>{len(rows)} result row(s)</summary><table class=\"rows\"><tr><th>size</th>"
                    "<th>busbw GB/s</th><th>algbw GB/s</th><th>time us</th><th>#wrong</th></tr>")
@@ -290,10 +292,12 @@ def _nanogpt(n: int, doc: dict[str, Any]) -> str:
     tps = [(num(h.get("iter")), num(h.get("tokens_per_s"))) for h in history]
     out = []
     if history:
+        out.append('<div class="pair">')
         out.append(svg.line_chart(f"loss-{n}", "Training loss", [svg.Series("loss (mean over the interval)", loss, "s1")],
-                                  svg.Axis("Iteration"), svg.Axis("Loss")))
+                                  svg.Axis("Iteration"), svg.Axis("Loss"), width=530, height=300))
         out.append(svg.line_chart(f"tokens-{n}", "Throughput", [svg.Series("tokens/s, all ranks", tps, "s2")],
-                                  svg.Axis("Iteration"), svg.Axis("Tokens per second")))
+                                  svg.Axis("Iteration"), svg.Axis("Tokens per second"), width=530, height=300))
+        out.append("</div>")
     else:
         out.append('<p class="note no-history">No per-iteration history in this result (run-nanogpt writes it in '
                    "its metrics from hpq 0.1.0 on; the log it names has the same numbers): first and final loss "
@@ -350,9 +354,9 @@ def _environment(item: Item) -> str:
             out.append(f'<p class="note">hpq-env blocks from {esc(", ".join(effective))}: no transport variable set '
                        "(none expected).</p>")
     elif launch_env:
-        out.append('<p class="note">The variables the launch gave every rank (its hpq-env blocks are not in this '
-                   "result):</p>")
+        out.append(f'<details class="launch-environment"><summary>The {len(launch_env)} variable(s) the launch gave '
+                   "every rank (the ranks' own hpq-env blocks are not in this result)</summary>")
         out.append('<table class="environment"><tr><th>Variable</th><th>Value</th></tr>' + "".join(
             f"<tr><td><code>{esc(text(k, 200))}</code></td><td>{esc(text(v, 400))}</td></tr>"
-            for k, v in sorted(launch_env.items())[:200]) + "</table>")
+            for k, v in sorted(launch_env.items())[:200]) + "</table></details>")
     return "\n".join(out)

@@ -225,7 +225,7 @@ def heat_map(chart_id: str, title: str, hm: HeatMap, max_label: int = 28) -> str
     label_w = 12 + 7 * min(max_label, max((len(x) for x in names), default=4)) + (48 if marked else 0)
     cell = max(14, min(56, 640 // max(1, n)))
     top = 40 + label_w // 2
-    width, height = label_w + n * cell + 40, top + n * cell + 60
+    width, height = max(label_w + n * cell + 40, label_w + 600), top + n * cell + 60
 
     def lookup(a: str, b: str) -> Cell | None:
         return hm.cells.get((a, b)) or hm.cells.get((b, a))
