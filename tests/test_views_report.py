@@ -283,6 +283,11 @@ def test_too_large_and_too_many_are_refused(tmp_path):
     assert res.returncode == 2 and "at most 16777216 are accepted" in res.stderr
     with pytest.raises(load.ReportInputError, match="at most 64"):
         load.load(["x.json"] * 65)
+    sparse = tmp_path / "sparse.json"
+    with sparse.open("wb") as fh:
+        fh.truncate(load.MAX_FILE_BYTES)  # each under the per-file bound, five together over the total
+    with pytest.raises(load.ReportInputError, match="add up to 83886080 bytes, over 67108864"):
+        load.load([str(sparse)] * 5)
     with pytest.raises(load.ReportInputError, match="over 16777216 bytes"):  # the loader's own bound (no CLI)
         load.read_json(str(big))
 

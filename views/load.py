@@ -27,6 +27,7 @@ from hpq.scripts import outcome as oc
 
 MAX_FILE_BYTES = 16 << 20  # a 128-node sweep's JSON is well under 1 MiB
 MAX_FILES = 64
+MAX_TOTAL_BYTES = 64 << 20  # all files together: the page stays a few MB, memory a few hundred
 MAX_TEXT = 4000  # characters of one message shown; the rest is cut with a note
 MAX_ROWS = 2000  # benchmark rows, pairs, history points, hosts: more is not a result hpq wrote
 OUTCOMES = (oc.PASS, oc.FAIL, oc.INCONCLUSIVE)
@@ -252,6 +253,15 @@ def load(paths: list[str]) -> list[Item]:
     """Every item of every file, in the order given."""
     if len(paths) > MAX_FILES:
         raise ReportInputError(f"{len(paths)} files: at most {MAX_FILES} results go in one report")
+    total = 0
+    for path in paths:  # before reading any: a set too large is refused at once
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            pass  # read_json names the problem
+    if total > MAX_TOTAL_BYTES:
+        raise ReportInputError(f"the results add up to {total} bytes, over {MAX_TOTAL_BYTES}: make one report per "
+                               "cluster or per run")
     items: list[Item] = []
     for path in paths:
         doc = read_json(path)

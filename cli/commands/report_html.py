@@ -33,7 +33,8 @@ def report(results: tuple[str, ...], out: str, title: str | None, force: bool) -
     Exit 0  the page was written (whatever the verdicts: they are on the page and in
             the tests' own exit codes).
     Exit 2  a file that is not an hpq result (not JSON, another shape, over 16 MiB),
-            more than 64 files, or --out is a file hpq did not write (use --force).
+            more than 64 files or 64 MiB, or --out is a file hpq did not write
+            (use --force).
 
     \b
     Examples:
