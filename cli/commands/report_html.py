@@ -10,7 +10,7 @@ from hpq.views import load, output, page
 
 
 @click.command("report")
-@click.argument("results", nargs=-1, required=True, metavar="RESULT.json...",
+@click.argument("results", nargs=-1, required=True, metavar="RESULT...",
                 type=inputs.InputFile(max_bytes=load.MAX_FILE_BYTES, what="result"))
 @click.option("-o", "--out", "out", default="hpq-report.html", show_default=True, type=inputs.WritableFile("report"),
               help="The HTML file to write (replaced only if it is an earlier hpq report, or with --force).")
@@ -19,7 +19,7 @@ from hpq.views import load, output, page
 def report(results: tuple[str, ...], out: str, title: str | None, force: bool) -> None:
     """Write one self-contained HTML page from test results: verdicts, charts, environment.
 
-    RESULT.json is what `hpq test ... --output json` prints, a result file the node
+    Each RESULT is a JSON file: what `hpq test ... --output json` prints, a result file the node
     programs write in /fsx/hpq-results (run-nccl-test, run-nccom-test, run-nanogpt,
     the sweep), `hpq nccl-report --output json` or `hpq rehearse --output json`.
     The page shows the cluster and when, one line per verdict (PASS, FAIL or
@@ -41,7 +41,9 @@ def report(results: tuple[str, ...], out: str, title: str | None, force: bool) -
       hpq test nccl my-cluster 2 --output json > nccl.json
       hpq test sweep my-cluster --output json > sweep.json
       hpq report nccl.json sweep.json -o my-cluster.html --title "my-cluster, after the driver update"
-      scp controller:/fsx/hpq-results/nanogpt-*.json . && hpq report nanogpt-*.json
+
+    The node programs' own result files (/fsx/hpq-results/*.json on the cluster)
+    can be copied to the laptop and given the same way.
     """
     items = load.load(list(results))
     html = page.render(items, title)
