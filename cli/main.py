@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "synth": ("hpq.cli.commands.synth", "synth", "Render CloudFormation templates for a variant (no AWS calls)."),
     "lint": ("hpq.cli.commands.synth", "lint", "Run cfn-lint over rendered templates; non-zero on any finding."),
     "nccl-env": ("hpq.cli.commands.nccl", "nccl_env", "Show the EFA/NCCL environment a node of a type gets."),
+    "report": ("hpq.cli.commands.report_html", "report", "Write test results as one self-contained HTML page (charts)."),
     "nccl-report": ("hpq.cli.commands.report", "nccl_report", "Parse nccl-tests output and judge it against the catalog."),
     "deploy": ("hpq.cli.commands.deploy", "deploy", "Package, create or update a variant's stack, follow it."),
     "publish": ("hpq.cli.commands.deploy", "publish", "Upload every variant and print Launch Stack links."),

@@ -8,9 +8,10 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 # Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote, MPIJob
 # workers); Open MPI runs the rendered MPIJob launcher command against them; promtool (prometheus) checks and
 # unit-tests the alert rules (tests/test_observability_assets.py); node_exporter feeds the real Prometheus of
-# tests/test_observability_prometheus.py (named, not left to apt's Recommends).
+# tests/test_observability_prometheus.py (named, not left to apt's Recommends); chromium renders `hpq report`'s
+# page headless (tests/test_views_browser.py).
 bash dev/system-packages.sh slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 \
-    openmpi-bin prometheus prometheus-node-exporter
+    openmpi-bin prometheus prometheus-node-exporter chromium
 
 PY=${PYTHON:-python3}
 echo "== installing Python packages"

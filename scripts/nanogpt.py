@@ -33,6 +33,9 @@ from typing import Dict, List, Optional
 
 from hpq.scripts import corpus, distenv
 
+# Per-interval points kept in the metrics (``history``: one per --log-every line). Past this many every other point is
+# dropped and the stride doubles, so a long run's curve stays whole at bounded size (hpq report draws it).
+HISTORY_MAX = 500
 # The result line of a run that trained on the CPUs of Trainium nodes (see distenv.unused_neuron_devices).
 NEURON_UNUSED_RESULT = ("INCONCLUSIVE: the model trained on the host CPUs with gloo (loss fell, ranks agree), but the "
                         "Neuron devices were not used: this is not a Trainium training test. Check Trainium with "
@@ -169,6 +172,19 @@ def load_text(path: Optional[str], n_chars: int) -> str:
 def newest_checkpoint(ckpt_dir: str) -> Optional[str]:
     found = sorted(glob.glob(os.path.join(ckpt_dir, "ckpt-*.pt")))
     return found[-1] if found else None
+
+
+def add_point(history: List[Dict[str, float]], stride: int, interval: int, last: bool, point: Dict[str, float],
+              limit: int = HISTORY_MAX) -> int:
+    """Append the ``interval``-th logged point when it falls on the stride (or is the run's last); past ``limit``
+    points keep every second one (the doubled stride's multiples; the run's last point stays). Returns the stride."""
+    if interval % stride and not last:
+        return stride
+    history.append(point)
+    if len(history) > limit:
+        history[:] = history[1::2] + ([history[-1]] if last and len(history) % 2 else [])
+        stride *= 2
+    return stride
 
 
 def main(argv=None) -> int:
@@ -369,6 +385,8 @@ def main(argv=None) -> int:
     window_loss = torch.zeros((), device=device)
     window_n = 0
     last_loss = None
+    history: List[Dict[str, float]] = []  # {iter, loss, ms_per_iter, tokens_per_s} per logged interval
+    history_stride = 1
     ckpts: List[str] = []
     t_last = time.perf_counter()
     t_steady = None
@@ -410,6 +428,8 @@ def main(argv=None) -> int:
             log("iter %d: loss %.4f | %.1f ms/iter | %s tok/s (%s /process)%s" % (
                 done, last_loss, dt * 1e3, format(int(tps), ","), format(int(tps / info.world_size), ","),
                 (" | MFU %.1f%%" % (mfu * 100)) if mfu is not None else ""))
+            history_stride = add_point(history, history_stride, done // args.log_every, done == args.iters,
+                                       {"iter": done, "loss": last_loss, "ms_per_iter": dt * 1e3, "tokens_per_s": tps})
             window_loss.zero_()
             window_n = 0
             t_last, it_last = time.perf_counter(), done
@@ -460,6 +480,7 @@ def main(argv=None) -> int:
         "checkpoints": ckpts, "compile": args.compile, "torch": torch.__version__,
         "grad_comm": args.grad_comm, "bucket_cap_mb": args.bucket_cap_mb, "ddp_graph_split": not args.no_ddp_graph_split,
         "neuron_devices_unused": neuron_unused > 0 or neuron_unused < 0,
+        "history": history,
     }
     if tps:
         log("summary: %s tok/s total, %s tok/s per process, %.1f ms/iter over %d iterations%s" % (

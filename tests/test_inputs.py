@@ -256,7 +256,7 @@ def _examples() -> list[tuple[str, list[str]]]:
     return found
 
 
-OFFLINE = {"synth", "lint", "nccl-env", "nccl-report", "render"}
+OFFLINE = {"synth", "lint", "nccl-env", "nccl-report", "render", "report"}
 
 
 def test_every_help_example_works_when_pasted(tmp_path, monkeypatch, capsys):
@@ -270,6 +270,11 @@ def test_every_help_example_works_when_pasted(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HPQ_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "nccl-test.log").write_text((DATA / "h200x2_nccl_baseline_allreduce.txt").read_text())
     (tmp_path / "nccom.log").write_text((DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt").read_text())
+    # `hpq report nccl.json sweep.json`: the results `hpq test nccl|sweep --output json` would have written
+    from hpq.tests import report_samples
+
+    report_samples.write(tmp_path, "nccl.json", report_samples.nccl_g5())
+    report_samples.write(tmp_path, "sweep.json", report_samples.sweep(tmp_path / "sweep", report_samples.p5_speeds(3, slow=None)))
     failures = []
     for text, args in examples:
         offline = args[0] in OFFLINE or (args[0] == "eks" and args[1] == "render")

@@ -69,6 +69,10 @@ def test_nanogpt_trains_checkpoints_and_resumes(tmp_path):
     m = doc["metrics"]
     assert m["loss_fell"] and m["final_loss"] < m["first_loss"] and m["ranks_agree"] and m["world_size"] == 2
     assert m["tokens_per_s"] > 0
+    # one point per logged interval (hpq report draws them): the first and last are the run's first and final loss
+    assert [h["iter"] for h in m["history"]] == [10, 20, 30]
+    assert (m["history"][0]["loss"], m["history"][-1]["loss"]) == (m["first_loss"], m["final_loss"])
+    assert all(h["tokens_per_s"] > 0 and h["ms_per_iter"] > 0 for h in m["history"])
 
     res = run("hpq.scripts.run_nanogpt", args + ["--iters", "40"], tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
