@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, fsx, hyperpod, image, netns, procs, throttle, validate
+from hpq.rehearsal import aws, image, netns, procs, throttle, validate
 from hpq.rehearsal import backend as backend_mod
 from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.node import Node
 from hpq.scripts import sweep as node_sweep
+from hpq.standins import fsx, hyperpod
 from hpq.validation.backend import run_test
 from hpq.validation.request import TestRequest
 from hpq.validation.result import TestResult
@@ -352,7 +353,7 @@ class Rehearsal:
 
     def _start_imds(self, node: Node) -> None:
         s = node.spec
-        argv = ["ip", "netns", "exec", s.netns, sys.executable, "-m", "hpq.rehearsal.imds",
+        argv = ["ip", "netns", "exec", s.netns, sys.executable, "-m", "hpq.standins.imds",
                 "--instance-id", s.instance_id, "--instance-type", s.instance_type, "--region", plan_mod.REGION,
                 "--zone", plan_mod.ZONE, "--local-ipv4", s.ip, "--hostname", s.hostname]
         log = open(node.log_dir / "imds.log", "ab")  # noqa: SIM115 - handed to the child

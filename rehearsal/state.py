@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from hpq.errors import UsageError
-from hpq.rehearsal import fsx, netns, procs
+from hpq.rehearsal import netns, procs
+from hpq.standins import fsx
 
 STATE_DIR = Path(os.environ.get("HPQ_REHEARSE_STATE_DIR", "/run/hpq-rehearse"))
 MAX_STATE_BYTES = 1 << 20  # a run with 16 workers writes about 6 kB

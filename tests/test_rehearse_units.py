@@ -24,9 +24,10 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.rehearsal import cfn_eval, hyperpod, imds, netns, plan, report
+from hpq.rehearsal import cfn_eval, netns, plan, report
 from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.run import default_worker_type
+from hpq.standins import hyperpod, imds
 
 # ---------------------------------------------------------------------------- plan and names
 
