@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from hpq.aws.ssh import SshTarget
@@ -38,6 +39,18 @@ def facts(plan: plan_mod.Plan) -> ClusterFacts:
     return ClusterFacts(plan.cluster_name, plan.orchestrator, plan.worker_type)
 
 
+class _Routed:
+    """The controller's shell with the node program's stderr sent where the backend's ``on_stderr_line`` says
+    (the rehearsal's own progress), else where the Slurm backend sends it (the user's stderr)."""
+
+    def __init__(self, backend: RehearsalBackend):
+        self.backend = backend
+
+    def run(self, command: str, echo: Callable[[bytes], None] | None = None, timeout: float | None = None,
+            on_stderr_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+        return self.backend.controller.run(command, echo, timeout, self.backend.on_stderr_line or on_stderr_line)
+
+
 class RehearsalBackend(SlurmBackend):
     """The Slurm backend over the rehearsal's bridge.
 
@@ -47,7 +60,9 @@ class RehearsalBackend(SlurmBackend):
     """
 
     def __init__(self, shell: SshShell, cluster: ClusterFacts):
-        super().__init__(shell, cluster, name=NAME, stand_in_network=True)
+        self.controller = shell
+        self.on_stderr_line: Callable[[str], None] | None = None  # None: the user's stderr, as on any cluster
+        super().__init__(_Routed(self), cluster, name=NAME, stand_in_network=True)
         self.last_raw: RawOutcome | None = None
 
     @staticmethod

@@ -491,8 +491,10 @@ class Rehearsal:
         assert self.shell is not None and self.backend is not None
         target = self.shell.target
         self.say(stage, f"ssh {target.user}@{target.host} {validate.command(request)}")
-        # The node program's own lines stay in its log (kept on failure); the rehearsal's progress says the verdict.
-        return run_test(self.backend, request, on_line or (lambda line: None))
+        # The node program's own lines stay in its log (kept on failure); the rehearsal's progress says the verdict
+        # and, through ``on_line``, what the stage picks from the program's stderr.
+        self.backend.on_stderr_line = on_line or (lambda line: None)
+        return run_test(self.backend, request, lambda line: None)
 
     def run_nccl(self) -> None:
         assert self.plan is not None and self.backend is not None and self.shell is not None

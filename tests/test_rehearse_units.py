@@ -558,7 +558,7 @@ def test_find_names_a_kept_rehearsal_by_its_cluster_and_nothing_else(tmp_path, m
         found = rb.find("hpq-rehearse-a1b2c3")
         assert isinstance(found, rb.RehearsalBackend) and found.name == "rehearsal" and found.stand_in_network
         assert found.resolve() == rb.ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
-        target = found.shell.target
+        target = found.controller.target
         assert (target.host, target.user, target.key_filename, target.proxy_command) == (
             "10.201.7.10", "ubuntu", st.ssh_key, None)
         assert target.known_hosts == str(tmp_path / "hpq-rehearse-a1b2c3-x" / "ssh" / "known_hosts")
