@@ -53,7 +53,7 @@ def strip_ml(instance_type: str) -> str:
 class Metadata:
     """What one node's IMDS knows, as flat meta-data paths (relative to /latest/meta-data/)."""
 
-    def __init__(self, instance_id: str, instance_type: str, region: str, zone: str | None = None,
+    def __init__(self, instance_id: str | None, instance_type: str, region: str, zone: str | None = None,
                  local_ipv4: str | None = None, hostname: str | None = None, role: str = DEFAULT_ROLE,
                  account: str = "123456789012"):
         self.role = role
@@ -73,8 +73,9 @@ class Metadata:
 
     @classmethod
     def of(cls, answers: dict[str, str]) -> Metadata:
-        """From the answers a test names (``instance-id``, ``instance-type``, ``region``; the rest defaulted)."""
-        return cls(answers["instance-id"], answers["instance-type"], answers.get("region", "us-west-2"),
+        """From the answers a test names (``instance-type``, ``instance-id``, ``region``; the rest defaulted, and
+        what it leaves out is a 404, as a category IMDS does not have)."""
+        return cls(answers.get("instance-id"), answers["instance-type"], answers.get("region", "us-west-2"),
                    answers.get("zone"), answers.get("local-ipv4"), answers.get("hostname"))
 
     def credentials(self) -> dict[str, str]:
@@ -87,7 +88,7 @@ class Metadata:
 
     def identity_document(self) -> dict[str, str]:
         v = self.values
-        return {"accountId": self.account, "instanceId": v["instance-id"], "instanceType": v["instance-type"],
+        return {"accountId": self.account, "instanceId": v.get("instance-id", ""), "instanceType": v["instance-type"],
                 "region": v["placement/region"], "availabilityZone": v["placement/availability-zone"],
                 "privateIp": v.get("local-ipv4", ""), "imageId": v["ami-id"]}
 

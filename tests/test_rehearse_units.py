@@ -592,3 +592,44 @@ def test_find_refuses_a_rehearsal_that_cannot_run_tests_in_one_line(tmp_path, mo
     finally:
         st._proc.kill()  # type: ignore[attr-defined]
         st._proc.wait()  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- the stand-ins stay off the nodes
+
+
+def stand_ins_in(files: dict[str, str]) -> list[str]:
+    """The bundle entries that are stand-ins or need them: a module of hpq.standins (by place or by content),
+    or a file that imports the stand-ins, the rehearsal or the tests."""
+    from pathlib import Path
+
+    import hpq.standins
+
+    ours = {p.read_bytes() for p in Path(hpq.standins.__file__).parent.glob("*.py") if p.name != "__init__.py"}
+    found = []
+    for key, src in files.items():
+        data = Path(src).read_bytes()
+        if key.startswith(("hpq/standins/", "hpq/rehearsal/", "hpq/tests/")) or data in ours or re.search(
+                rb"^\s*(from|import) hpq\.(standins|rehearsal|tests)\b", data, re.M):
+            found.append(key)
+    return found
+
+
+def test_no_stand_in_ships_in_the_node_bundle(tmp_path):
+    """What deploy uploads for the nodes (lifecycle/bundle.node_bundle_files, the list every test that boots a
+    node uses too): the entry, hpq's two ground-floor files, lifecycle/ and scripts/, and no stand-in (IMDS,
+    moto, FSx, HyperPod: hpq.standins). Broken twin: the same list with the IMDS stand-in copied into
+    lifecycle/ (as rehearsal/imds.py once sat next to the lifecycle's IMDS client) is caught.
+    Not yet covered: lifecycle/services.DirectManager, the service manager used where systemd is not PID 1
+    (tests, the rehearsal's nodes), still ships in lifecycle/ (issue 22 item 5)."""
+    from hpq.lifecycle import bundle, names
+    from hpq.standins import imds as imds_mod
+
+    files = bundle.node_bundle_files()
+    assert files and all(k == names.ON_CREATE_ENTRY or k in ("hpq/__init__.py", "hpq/errors.py")
+                         or k.startswith(("hpq/lifecycle/", "hpq/scripts/")) for k in files), sorted(files)
+    assert stand_ins_in(files) == []
+    twin = dict(files, **{"hpq/lifecycle/imds_server.py": imds_mod.__file__})
+    assert stand_ins_in(twin) == ["hpq/lifecycle/imds_server.py"]
+    importer = tmp_path / "probe.py"
+    importer.write_text("import os\nfrom hpq.standins import moto\n")
+    assert stand_ins_in(dict(files, **{"hpq/scripts/probe.py": str(importer)})) == ["hpq/scripts/probe.py"]
