@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # pyproject.toml's package-dir: import name -> folder.
 FOLDERS = {"hpq": "hpq", "hpq.cli": "cli", "hpq.aws": "aws", "hpq.kube": "kube", "hpq.rehearsal": "rehearsal",
-           "hpq.validation": "validation", "hpq.views": "views", "hpq.cfn": "cfn", "hpq.lifecycle": "lifecycle",
+           "hpq.standins": "standins", "hpq.validation": "validation", "hpq.views": "views", "hpq.cfn": "cfn",
+           "hpq.lifecycle": "lifecycle",
            "hpq.manifests": "manifests", "hpq.observability": "observability", "hpq.scripts": "scripts"}
 
 

@@ -3,16 +3,14 @@
 1. moto runs in this process (``ThreadedMotoServer``) on 127.0.0.1 for hpq itself and on the
    rehearsal bridge's gateway address for the nodes (two listeners, one account state).
 2. ``hpq deploy``'s library path (``aws/deploy.deploy_stack``) uploads the release and creates
-   the stack, with the moto rendition of the templates chosen explicitly (``emulator.moto_compatible``).
+   the stack, with the moto rendition of the templates chosen explicitly (``rendition.moto_compatible``).
 3. What moto's CloudFormation cannot create, the rehearsal creates the way CloudFormation would,
    from the REAL templates' properties (``cfn_eval``): the FSx filesystem through moto's FSx API
    (with the exact ``hpq:cluster-name`` tag, so the lifecycle's discovery runs for real), custom
    resources by running their real handler code (``cfn/handlers``) against moto, and the
    ``AWS::SageMaker::Cluster`` request, which becomes the cluster the HyperPod stand-in provisions.
 
-moto gaps fixed before the server starts (same approach as tests/fixtures_aws.py): FSx's
-DescribeFileSystems lacks ``Lifecycle`` and ``LustreConfiguration.MountName``, both of which the
-real API returns (FSx API Reference, FileSystem and LustreFileSystemConfiguration).
+moto's gaps are fixed before the server starts, with the fixes every moto of hpq's gets (standins/moto.py).
 """
 
 from __future__ import annotations
@@ -27,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.aws import emulator
 from hpq.errors import OperationFailed
 from hpq.rehearsal import cfn_eval
 from hpq.rehearsal import plan as plan_mod
+from hpq.standins import moto, rendition
 
 
 class AwsStageError(OperationFailed):
@@ -38,28 +36,6 @@ class AwsStageError(OperationFailed):
 
 
 # ---------------------------------------------------------------------------- moto, embedded
-
-
-def _patch_moto_fsx() -> None:
-    """DescribeFileSystems as the real API answers it: Lifecycle AVAILABLE (CloudFormation's create
-    completes only then) and a generated 8-character LustreConfiguration.MountName (PERSISTENT_2)."""
-    from moto.fsx import models
-
-    if getattr(models.FileSystem, "_hpq_patched", False):
-        return
-    original = models.FileSystem.to_dict
-
-    def to_dict(self):  # type: ignore[no-untyped-def]
-        out = original(self)
-        out["Lifecycle"] = "AVAILABLE"
-        if self.file_system_type == "LUSTRE":
-            conf = dict(self.lustre_configuration or {})
-            conf.setdefault("MountName", hashlib.sha256(self.file_system_id.encode()).hexdigest()[:8])
-            out["LustreConfiguration"] = conf
-        return out
-
-    models.FileSystem.to_dict = to_dict
-    models.FileSystem._hpq_patched = True
 
 
 def _free_port(host: str) -> int:
@@ -86,7 +62,7 @@ class EmbeddedMoto:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         logging.getLogger("moto").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", module=r"moto\..*")
-        _patch_moto_fsx()
+        moto.apply()
         for host in ("127.0.0.1", self.node_host):
             srv = ThreadedMotoServer(ip_address=host, port=_free_port(host), verbose=False)
             srv.start()
@@ -167,7 +143,6 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
            on_note: Any = None, timeout: float = 300.0) -> Deployed:
     """``hpq deploy VARIANT BUCKET --emulate moto`` as a library call, followed to the end."""
     from hpq.aws import deploy as aws_deploy
-    from hpq.aws import emulator
     from hpq.aws import events as aws_events
     from hpq.aws import stacks as aws_stacks
     from hpq.aws.session import client
@@ -179,7 +154,7 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
     if on_note:
         on_note("quota check skipped: the emulated account has no Service Quotas for SageMaker or FSx")
     dep = aws_deploy.deploy_stack(sess, variant, bucket, stack_name, "small", params,
-                                  transform=lambda v, t: emulator.moto_compatible(v, t), on_note=on_note,
+                                  transform=lambda v, t: rendition.moto_compatible(v, t), on_note=on_note,
                                   quotas=False)
     cfn = client(sess, "cloudformation")
     deadline = time.time() + timeout
@@ -322,7 +297,7 @@ class Realizer:
 
     def is_stub(self, fname: str, logical: str) -> bool:
         t = self.rtype(fname, logical)  # what the moto rendition swapped for a stand-in, plus the generic custom type
-        return emulator.is_stub_only(t) or t == "AWS::CloudFormation::CustomResource"
+        return rendition.is_stub_only(t) or t == "AWS::CloudFormation::CustomResource"
 
     def ref(self, fname: str, logical: str) -> Any:
         if self.is_stub(fname, logical):

@@ -1,6 +1,6 @@
 """Evaluate CloudFormation expressions of the REAL templates against a deployed (emulated) stack.
 
-moto deploys the moto rendition (aws/emulator.py), where FSx, SageMaker::Cluster, Lambda and
+moto deploys the moto rendition (standins/rendition.py), where FSx, SageMaker::Cluster, Lambda and
 custom resources are SSM-parameter stand-ins. The rehearsal then does what CloudFormation would
 have done for those resources, with the properties the real templates give them: it evaluates
 ``Ref``, ``Fn::GetAtt``, ``Fn::Sub``, ``Fn::If`` ... here, taking parameter values and physical

@@ -33,7 +33,6 @@ from hpq.errors import OperationFailed
 from hpq.rehearsal.plan import NodeSpec
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared FSx tmpfs, bound before pivot_root
 
 # $1 node dir, $2 hostname, $3 FSx export on the host ("" for none), $4 "1" for a data volume at
 # /opt/sagemaker (where HyperPod mounts the instance group's EBS volume), $5 the instance type's EFA

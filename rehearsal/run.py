@@ -23,10 +23,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, fsx, hyperpod, image, netns, procs, validate
+from hpq.rehearsal import aws, image, netns, procs, throttle, validate
+from hpq.rehearsal import backend as backend_mod
 from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.node import Node
+from hpq.scripts import sweep as node_sweep
+from hpq.standins import fsx, hyperpod
+from hpq.validation.backend import run_test
+from hpq.validation.request import TestRequest
+from hpq.validation.result import TestResult
+from hpq.validation.slurm import SshShell
 
 LOG_BASE = os.environ.get("HPQ_REHEARSE_LOG_DIR", "/var/log/hpq-rehearse")
 # Sized for a 2-core machine (docs/benchmarks.md): sizes up to 16 MB, and 20 training iterations.
@@ -113,7 +120,8 @@ class Rehearsal:
         self.stage_seconds: dict[str, float] = {}
         self.result: dict[str, Any] = {}
         self.slurm_ready: dict[str, float] = {}
-        self.remote: validate.Remote | None = None
+        self.shell: SshShell | None = None  # a login shell on the controller (validation.slurm)
+        self.backend: backend_mod.RehearsalBackend | None = None  # the tests' backend over that shell
         self._aws_env: Any = None
         self._stop = threading.Event()
 
@@ -228,6 +236,7 @@ class Rehearsal:
             subnet = netns.pick_subnet(self.run_id)
             self.plan = plan_mod.new_plan(self.run_id, o.variant, o.workers, itype, o.login, subnet)
             self.state.bridge, self.state.subnet = self.plan.bridge, subnet
+            self.state.cluster_name, self.state.worker_type = self.plan.cluster_name, self.plan.worker_type
             self.state.save()
             netns.create_bridge(self.plan.bridge, self.plan.gateway, self.plan.prefix_len)
         self.say("network", f"bridge {self.plan.bridge}, {subnet} (run {self.run_id}, work dir {workdir})")
@@ -329,8 +338,9 @@ class Rehearsal:
             ctl.write(hyperpod.SLURM_CONF, conf)
             self.say("hyperpod", f"cluster agent: {hyperpod.SLURM_CONF} on {ctl.spec.hostname} "
                                  f"({len(p.nodes) - 1} NodeName lines)")
-        self.remote = validate.Remote(p.controller.ip if p.controller else "", str(keyfile),
-                                      str(Path(self.state.workdir) / "ssh" / "known_hosts"))
+        self.shell = backend_mod.controller_shell(p.controller.ip if p.controller else "", str(keyfile),
+                                                  str(Path(self.state.workdir) / "ssh" / "known_hosts"))
+        self.backend = backend_mod.RehearsalBackend(self.shell, backend_mod.facts(p))
         self._groups = groups
 
     def _has_data_volume(self, group: str) -> bool:
@@ -343,7 +353,7 @@ class Rehearsal:
 
     def _start_imds(self, node: Node) -> None:
         s = node.spec
-        argv = ["ip", "netns", "exec", s.netns, sys.executable, "-m", "hpq.rehearsal.imds",
+        argv = ["ip", "netns", "exec", s.netns, sys.executable, "-m", "hpq.standins.imds",
                 "--instance-id", s.instance_id, "--instance-type", s.instance_type, "--region", plan_mod.REGION,
                 "--zone", plan_mod.ZONE, "--local-ipv4", s.ip, "--hostname", s.hostname]
         log = open(node.log_dir / "imds.log", "ab")  # noqa: SIM115 - handed to the child
@@ -441,9 +451,9 @@ class Rehearsal:
             self._stop.wait(0.5)
 
     def wait_slurm(self) -> None:
-        assert self.plan is not None and self.remote is not None
+        assert self.plan is not None and self.shell is not None
         want = validate.worker_hostnames(self.plan)
-        states, waited = validate.wait_idle(self.remote, want, self.opts.slurm_timeout)
+        states, waited = validate.wait_idle(self.shell, want, self.opts.slurm_timeout)
         idle = [n for n in want if states.get(n) == "idle"]
         self.result["slurm_nodes"] = states
         self.result["slurm_nodes_idle"] = len(idle)
@@ -459,8 +469,8 @@ class Rehearsal:
     def check_ssh(self) -> None:
         """Node to node as the default user, the way mpirun reaches the other nodes: from the controller to each
         worker with the cluster key of the ssh-keys step (without /fsx: once its Slurm job has finished)."""
-        assert self.plan is not None and self.remote is not None
-        jobs = validate.wait_key_jobs(self.remote, self.opts.slurm_timeout)
+        assert self.plan is not None and self.shell is not None
+        jobs = validate.wait_key_jobs(self.shell, self.opts.slurm_timeout)
         data: dict[str, Any] = {"key_jobs": jobs, "hops": []}
         self.result["ssh"] = data
         for job in jobs:
@@ -468,46 +478,57 @@ class Rehearsal:
             if job["state"] != "COMPLETED":
                 raise Failure("ssh", f"the ssh-keys step's Slurm job {job['id']} is {job['state']}", node="controller")
         for spec in self.plan.worker_nodes:
-            hop = validate.ssh_hop(self.remote, spec.hostname)
+            hop = validate.ssh_hop(self.shell, spec.hostname)
             data["hops"].append(hop)
             if not hop["ok"]:
-                raise Failure("ssh", f"ssh {spec.hostname} hostname as {self.remote.user} on the controller exited "
+                raise Failure("ssh", f"ssh {spec.hostname} hostname as {self.shell.target.user} on the controller exited "
                                      f"{hop['exit_code']}, answered {hop['hostname']!r} with key {hop['key']}",
                               node=spec.name, last_lines=hop.get("stderr_tail"))
-            self.say("ssh", f"{self.remote.user}@controller -> {spec.hostname}: answered, key {hop['key']}")
+            self.say("ssh", f"{self.shell.target.user}@controller -> {spec.hostname}: answered, key {hop['key']}")
+
+    def _test(self, stage: str, request: TestRequest, on_line: Callable[[str], None] | None = None) -> TestResult:
+        """One test through the validation interface (the judge every backend uses), said as a user would run it."""
+        assert self.shell is not None and self.backend is not None
+        target = self.shell.target
+        self.say(stage, f"ssh {target.user}@{target.host} {validate.command(request)}")
+        # The node program's own lines stay in its log (kept on failure); the rehearsal's progress says the verdict
+        # and, through ``on_line``, what the stage picks from the program's stderr.
+        self.backend.on_stderr_line = on_line or (lambda line: None)
+        return run_test(self.backend, request, lambda line: None)
 
     def run_nccl(self) -> None:
-        assert self.plan is not None and self.remote is not None
-        cmd = validate.nccl_command(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nccl_args)
-        self.say("nccl", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
-        data, code, message = validate.run_nccl(self.remote, cmd, self.plan.worker_type,
-                                                 len(self.plan.worker_nodes), self.opts.validate_timeout)
+        assert self.plan is not None and self.backend is not None and self.shell is not None
+        workers = len(self.plan.worker_nodes)
+        request = validate.nccl_request(workers, self.plan.worker_type, self.opts.nccl_args, self.opts.validate_timeout)
+        result = self._test("nccl", request)
+        data = validate.stage_data(result)
+        data["bandwidth_note"] = validate.BRIDGE_NOTE
         self.result["nccl"] = data
-        self.say("nccl", message)
-        env = data.pop("environment_of_job")
+        self.say("nccl", result.message)
+        raw = self.backend.last_raw
+        env = validate.job_environment(self.shell, raw.log if raw else "", self.plan.worker_type, workers)
         self.result["environment"] = env
         self.say("nccl", env["message"])
-        if code:
-            raise Failure("nccl", message, node="controller", last_lines=data.get("stderr_tail"))
+        if result.exit_code:
+            raise Failure("nccl", result.message, node="controller", last_lines=data.get("stderr_tail"))
         if not env["ok"]:
             raise Failure("nccl", env["message"], node="controller")
 
     def run_nanogpt(self) -> None:
-        assert self.plan is not None and self.remote is not None
-        cmd = validate.nanogpt_command(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nanogpt_args)
-        self.say("nanogpt", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
-        data, code, message = validate.run_nanogpt(self.remote, cmd, self.opts.validate_timeout)
+        assert self.plan is not None
+        request = validate.nanogpt_request(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nanogpt_args,
+                                           self.opts.validate_timeout)
+        result = self._test("nanogpt", request)
+        data = validate.stage_data(result)
         self.result["nanogpt"] = data
-        self.say("nanogpt", message)
-        if code:
-            raise Failure("nanogpt", message, node="controller", log=data.get("log"),
+        self.say("nanogpt", result.message)
+        if result.exit_code:
+            raise Failure("nanogpt", result.message, node="controller", log=data.get("log"),
                           last_lines=data.get("stderr_tail"))
 
     def run_sweep(self) -> None:
         """Throttle the chosen workers' links, run the pairwise sweep as a user does, judge what it named."""
-        from hpq.rehearsal import throttle
-
-        assert self.plan is not None and self.remote is not None
+        assert self.plan is not None and self.backend is not None
         p = self.plan
         workers = p.worker_nodes
         injected: list[dict[str, Any]] = []
@@ -519,24 +540,28 @@ class Rehearsal:
                              "tc_rate_bytes_per_s": shown})
             self.say(spec.name, f"--throttle {index}={rate}: egress of {plan_mod.NODE_IFACE} limited with tc tbf "
                                 f"inside its namespace ({shown} bytes/s as tc reports it)")
-        cmd = validate.sweep_command(len(validate.worker_hostnames(p)), p.worker_type, self.opts.sweep_args,
-                                     budget=max(60.0, self.opts.validate_timeout - 60))
-        self.say("sweep", f"ssh {self.remote.user}@{self.remote.host} {cmd}")
+        request = validate.sweep_request(len(validate.worker_hostnames(p)), p.worker_type, self.opts.sweep_args,
+                                         max(60.0, self.opts.validate_timeout - 60), self.opts.validate_timeout)
 
         def progress(line: str) -> None:
             if line.startswith("# round") or line.startswith("#   "):
                 self.say("sweep", line.lstrip("# "))
 
-        doc, code, err = validate.run_sweep(self.remote, cmd, self.opts.validate_timeout, progress)
+        result = self._test("sweep", request, progress)
+        raw = self.backend.last_raw
+        doc = node_sweep.extract_json(raw.log) if raw else None
+        code = raw.exit_code if raw else result.exit_code
         expected = {t["slurm_node"]: t["rate"] for t in injected}
         names = {n.hostname: n.name for n in p.nodes}
         check = throttle.judge(doc, code, expected, names)
-        data: dict[str, Any] = dict(doc) if doc is not None else {"slow_nodes": None, "scores": None, "pairs": None}
-        data.update({"command": cmd, "remote_exit_code": code, "throttled": injected,
+        data: dict[str, Any] = validate.stage_data(result) if doc is not None else {
+            **result.to_dict(), "slow_nodes": None, "scores": None, "pairs": None}
+        data.update({"command": validate.command(request), "remote_exit_code": code, "throttled": injected,
                      "expected_slow_nodes": sorted(expected), "check": {"ok": check.ok, "message": check.message},
                      "bandwidth_note": validate.BRIDGE_NOTE})
-        if not check.ok and err.strip():
-            data["stderr_tail"] = err.strip().splitlines()[-10:]
+        data.pop("stderr_tail", None)
+        if not check.ok and raw and raw.stderr.strip():
+            data["stderr_tail"] = raw.stderr_tail()
         self.result["sweep"] = data
         if doc is not None:
             self.say("sweep", f"run-nccl-test --sweep: {doc.get('message', '')}")

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from hpq.errors import UsageError
-from hpq.rehearsal import fsx, netns, procs
+from hpq.rehearsal import netns, procs
+from hpq.standins import fsx
 
 STATE_DIR = Path(os.environ.get("HPQ_REHEARSE_STATE_DIR", "/run/hpq-rehearse"))
 MAX_STATE_BYTES = 1 << 20  # a run with 16 workers writes about 6 kB
@@ -78,6 +79,8 @@ class RunState:
     ssh_key: str = ""
     nodes: list[NodeState] = field(default_factory=list)
     pid_start: int | None = None  # the owner's start time: a reused pid is not the owner
+    cluster_name: str = ""  # hpq-rehearse-<run id>: what `hpq test` finds a kept rehearsal by (rehearsal/backend.py)
+    worker_type: str = ""  # the workers' instance type (ml.*), the tests' judge reads it
 
     @property
     def path(self) -> Path:
@@ -203,7 +206,8 @@ def from_dict(data: Any) -> RunState:
     run_id = _typed(d, "run_id", str)
     if not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run id {run_id[:40]!r} is not 6 hex digits")
-    for key in ("variant", "workdir", "logdir", "bridge", "subnet", "fsx_export", "ssh_key"):
+    for key in ("variant", "workdir", "logdir", "bridge", "subnet", "fsx_export", "ssh_key", "cluster_name",
+                "worker_type"):
         if key in d:
             _typed(d, key, str)
     for key in ("keep", "finished"):
@@ -228,6 +232,10 @@ def from_dict(data: Any) -> RunState:
     _own_path(st.logdir, "logdir", os.path.basename(st.logdir) == run_id)
     _own_path(st.fsx_export, "fsx_export", bool(st.workdir) and st.fsx_export == os.path.join(st.workdir, "fsx"))
     _own_path(st.ssh_key, "ssh_key", bool(st.workdir) and st.ssh_key.startswith(st.workdir + "/"))
+    if st.cluster_name not in ("", f"hpq-rehearse-{run_id}"):
+        raise ValueError(f"cluster name {st.cluster_name[:40]!r} is not hpq-rehearse-{run_id}")
+    if st.worker_type and not re.fullmatch(r"ml\.[a-z0-9-]+\.[0-9a-z]+", st.worker_type):
+        raise ValueError(f"worker type {st.worker_type[:40]!r} is not an instance type")
     if st.bridge not in ("", f"hpqbr-{run_id}"):
         raise ValueError(f"bridge {st.bridge[:40]!r} is not hpqbr-{run_id}")
     if st.subnet:

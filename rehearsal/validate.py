@@ -1,74 +1,29 @@
-"""Validation the way a user runs it: SSH into the controller, Slurm state, run-nccl-test, run-nanogpt.
+"""What the rehearsal checks of its cluster beyond the tests themselves, and how it reaches the controller.
 
 Everything goes over real SSH (paramiko, hpq's own ``aws/ssh.py``) to the sshd running in the
-controller's namespace, as the node's default user; the only stand-in is the missing SSM hop
-(``hpq remote`` tunnels the same SSH through ``aws ssm start-session``). The NCCL output is judged
-by the same code as ``hpq remote-nccl-test`` (``validation/judges.bandwidth``: the nccl-tests
-parser, with ``--expect none``: the bridge's bandwidth is reported, not held to the catalog);
-run-nanogpt's own result JSON is read back from the controller; the pairwise sweep
-(``run-nccl-test --sweep --output json``) sends its JSON back on stdout, its progress on stderr.
+controller's namespace, as the node's default user, through hpq.validation's :class:`SshShell`: the
+only stand-in is the missing SSM hop (``hpq test`` on a real cluster tunnels the same SSH through
+``aws ssm start-session``). The tests (nccl, nanogpt, sweep) go through the one validation interface
+(``hpq.validation.backend.run_test`` with the Slurm backend, named ``rehearsal``, whose network is a
+stand-in: the bandwidth is reported, not held to the catalog) and are judged by the same judges as
+``hpq test``. What stays here is the rehearsal's own: Slurm node states, the lifecycle's key jobs, the
+controller-to-worker SSH hop, and the environment the job's ranks really had.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import re
 import shlex
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from hpq.rehearsal import image
+from hpq.lifecycle import catalog, transport
+from hpq.lifecycle.ssh_keys import JOB_NAME, KEY_NAME
+from hpq.rehearsal import backend
 from hpq.rehearsal import plan as plan_mod
-
-
-@dataclass
-class Remote:
-    host: str
-    key: str
-    known_hosts: str
-    user: str = image.DEFAULT_USER
-
-    def target(self) -> Any:
-        from hpq.aws.ssh import SshTarget
-
-        return SshTarget(self.host, None, self.user, 22, self.key, self.known_hosts, connect_timeout=20.0)
-
-    def run(self, command: str, echo: Any = None, timeout: float | None = None,
-            on_stderr_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
-        """(exit status, stdout, stderr) of ``command`` in a login shell on the node.
-
-        ``timeout`` bounds it on the node (coreutils ``timeout``: SIGTERM, SIGKILL 10 s later; exit 124).
-        ``on_stderr_line`` sees each line of stderr as it arrives (progress).
-        """
-        from hpq.aws import ssh as aws_ssh
-
-        if timeout:
-            command = f"timeout -k 10 {int(timeout)} {command}"
-        out = io.BytesIO()
-        err = _LineTap(on_stderr_line) if on_stderr_line else io.BytesIO()
-        code = aws_ssh.run(self.target(), aws_ssh.remote_command([command]), stdout=out, stderr=err,
-                           on_stdout=echo)
-        return code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
-
-
-class _LineTap(io.BytesIO):
-    """A BytesIO that also hands every complete line to a callback as it is written."""
-
-    def __init__(self, on_line: Callable[[str], None]):
-        super().__init__()
-        self._on_line = on_line
-        self._partial = b""
-
-    def write(self, data: bytes) -> int:  # type: ignore[override]
-        lines = (self._partial + bytes(data)).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            self._on_line(line.decode("utf-8", "replace"))
-        return super().write(data)
-
+from hpq.scripts import env_check
+from hpq.validation.request import NANOGPT, NCCL, SWEEP, TestRequest
+from hpq.validation.slurm import SshShell, node_command
 
 # Every NodeName slurmctld knows, one line each, whether or not a partition holds it: a login node (NodeType
 # Login, no PartitionNames in the API-driven model) runs slurmd but is in no partition, so sinfo never lists it.
@@ -85,19 +40,19 @@ def parse_node_states(text: str) -> dict[str, str]:
     return out
 
 
-def slurm_states(remote: Remote) -> dict[str, str]:
-    code, out, err = remote.run(NODE_STATES_COMMAND)
+def slurm_states(shell: SshShell) -> dict[str, str]:
+    code, out, err = shell.run(NODE_STATES_COMMAND)
     if code != 0:
         return {}
     return parse_node_states(out)
 
 
-def wait_idle(remote: Remote, nodes: list[str], timeout: float) -> tuple[dict[str, str], float]:
+def wait_idle(shell: SshShell, nodes: list[str], timeout: float) -> tuple[dict[str, str], float]:
     """Poll ``sinfo`` until every node in ``nodes`` is idle; (last states, seconds waited)."""
     t0 = time.time()
     states: dict[str, str] = {}
     while True:
-        states = slurm_states(remote)
+        states = slurm_states(shell)
         if nodes and all(states.get(n) == "idle" for n in nodes):
             return states, time.time() - t0
         if time.time() - t0 > timeout:
@@ -110,12 +65,10 @@ JOB_DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "
                    "DEADLINE", "PREEMPTED")
 
 
-def key_jobs(remote: Remote) -> list[dict[str, str]]:
+def key_jobs(shell: SshShell) -> list[dict[str, str]]:
     """The lifecycle's SSH key jobs (lifecycle/ssh_keys.JOB_NAME) as ``scontrol -o show job`` lists them: a finished
     job stays listed for MinJobAge (300 s by default, slurm.conf(5))."""
-    from hpq.lifecycle.ssh_keys import JOB_NAME
-
-    code, out, _ = remote.run("scontrol -o show job")
+    code, out, _ = shell.run("scontrol -o show job")
     jobs = []
     for line in out.splitlines() if code == 0 else []:
         fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
@@ -125,22 +78,20 @@ def key_jobs(remote: Remote) -> list[dict[str, str]]:
     return jobs
 
 
-def wait_key_jobs(remote: Remote, timeout: float) -> list[dict[str, str]]:
+def wait_key_jobs(shell: SshShell, timeout: float) -> list[dict[str, str]]:
     """Poll until every key job is in a terminal state (or ``timeout``); the jobs as last seen."""
     deadline = time.time() + timeout
     while True:
-        jobs = key_jobs(remote)
+        jobs = key_jobs(shell)
         if all(j["state"] in JOB_DONE_STATES for j in jobs) or time.time() > deadline:
             return jobs
         time.sleep(0.5)
 
 
-def ssh_hop(remote: Remote, host: str, timeout: float = 60.0) -> dict[str, Any]:
+def ssh_hop(shell: SshShell, host: str, timeout: float = 60.0) -> dict[str, Any]:
     """``ssh HOST hostname`` on the controller as the default user, as mpirun reaches a node: which host answered
     and which key it accepted (``ssh -v`` prints ``Server accepts key: PATH ...``, OpenSSH sshconnect2.c)."""
-    from hpq.lifecycle.ssh_keys import KEY_NAME
-
-    code, out, err = remote.run(f"ssh -n -v -o BatchMode=yes -o ConnectTimeout=10 {shlex.quote(host)} hostname",
+    code, out, err = shell.run(f"ssh -n -v -o BatchMode=yes -o ConnectTimeout=10 {shlex.quote(host)} hostname",
                                 timeout=timeout)
     accepted = re.search(r"Server accepts key: (\S+)", err)
     answered = out.strip()
@@ -155,48 +106,59 @@ def ssh_hop(remote: Remote, host: str, timeout: float = 60.0) -> dict[str, Any]:
 # The rehearsal's nodes talk over a Linux bridge and run gloo on shared CPU cores: their bandwidth
 # says nothing about the instance type's network, so the single run is judged with --expect none
 # (complete, clean, no wrong elements) and its bandwidth is reported, not held to the catalog.
-NCCL_EXPECT = "none"
 BRIDGE_NOTE = ("bandwidth over the emulated bridge (gloo on this machine's CPUs) is reported, not judged: it says "
                "nothing about the instance type's network")
 
 
-def _node_args(command: list[str], nodes: int, worker_type: str) -> list[str]:
-    """NODES, and GPUS_PER_NODE 1 when the type has several GPUs (the rehearsal's nodes have none)."""
-    from hpq.lifecycle import catalog
-
-    args = command + [str(nodes)]
+def _gpus(worker_type: str) -> int | None:
+    """GPUS_PER_NODE 1 when the type has several GPUs (the rehearsal's nodes have none), else left out."""
     try:
-        gpus = catalog.lookup(worker_type).accelerator_count
+        count = catalog.lookup(worker_type).accelerator_count
     except catalog.UnknownInstanceType:
-        gpus = 1
-    if gpus != 1:
-        args.append("1")
-    return args
+        count = 1
+    return None if count == 1 else 1
+
+
+def nccl_request(workers: int, worker_type: str, extra: str, timeout: float = 3600) -> TestRequest:
+    """``run-nccl-test N [1] EXTRA --expect none``, bounded on the controller by ``timeout``."""
+    return TestRequest(NCCL, workers, _gpus(worker_type), None, backend.BRIDGE_EXPECT, tuple(shlex.split(extra)),
+                       int(timeout))
+
+
+def nanogpt_request(workers: int, worker_type: str, extra: str, timeout: float = 3600) -> TestRequest:
+    """``run-nanogpt N [1] --model tiny EXTRA``."""
+    return TestRequest(NANOGPT, workers, _gpus(worker_type), None, None,
+                       ("--model", "tiny", *shlex.split(extra)), int(timeout))
+
+
+def sweep_request(nodes: int, worker_type: str, extra: str, budget: float, timeout: float = 3600) -> TestRequest:
+    """``run-nccl-test --sweep N [1] --budget S EXTRA --output json``."""
+    return TestRequest(SWEEP, nodes, _gpus(worker_type), None, None,
+                       ("--budget", str(int(budget)), *shlex.split(extra)), int(timeout))
+
+
+def command(request: TestRequest) -> str:
+    """The request's node command line, as the backend runs it on the controller."""
+    return shlex.join(node_command(request))
 
 
 def nccl_command(workers: int, worker_type: str, extra: str) -> str:
-    """``run-nccl-test N ... --expect none`` (one process per node when the type has several GPUs)."""
-    args = _node_args(["run-nccl-test"], workers, worker_type)
-    return shlex.join(args) + (" " + extra if extra else "") + " --expect " + NCCL_EXPECT
+    return command(nccl_request(workers, worker_type, extra))
 
 
-TIMED_OUT = 124
+def nanogpt_command(workers: int, worker_type: str, extra: str) -> str:
+    return command(nanogpt_request(workers, worker_type, extra))
 
 
-def run_nccl(remote: Remote, command: str, worker_type: str, nodes: int, timeout: float | None = None,
-             echo: Any = None) -> tuple[dict[str, Any], int, str]:
-    from hpq.validation import judges
+def sweep_command(nodes: int, worker_type: str, extra: str, budget: float) -> str:
+    return command(sweep_request(nodes, worker_type, extra, budget))
 
-    code, out, err = remote.run(command, echo, timeout)
-    data, exit_code, message = judges.bandwidth(out, worker_type, code, nodes, NCCL_EXPECT, stand_in_network=True)
-    if code == TIMED_OUT:
-        message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped); {message}"
-    data["command"] = command
-    data["bandwidth_note"] = BRIDGE_NOTE
-    if exit_code and err.strip():
-        data["stderr_tail"] = err.strip().splitlines()[-10:]
-    data["environment_of_job"] = job_environment(remote, out, worker_type, nodes)
-    return data, exit_code, message
+
+def stage_data(result: Any) -> dict[str, Any]:
+    """A judged test as the rehearsal's JSON keeps it: the result's fields (outcome, ok, exit_code, test,
+    backend, cluster, ...) under the judge's evidence, whose own keys (the nccl-tests report's ``backend``,
+    the sweep's ``message``) keep the meaning they had in the rehearsal's JSON."""
+    return {**result.to_dict(), **result.data}
 
 
 # run-nccl-test sets these itself (its --nccl-debug, default INFO with INIT,NET): logging, not transport.
@@ -206,22 +168,18 @@ LAUNCH_LOGGING_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")
 def expected_environment(worker_type: str) -> dict[str, str]:
     """``hpq nccl-env TYPE --iface ens5``: the transport function for the type, on a node whose default route is
     the rehearsal's interface and whose EFA devices are the type's own (node.EFA_DEVICES)."""
-    from hpq.lifecycle import catalog, transport
-
     entry = catalog.lookup(worker_type)
     probe = transport.NodeProbe(efa_devices=entry.efa_interfaces, default_iface=plan_mod.NODE_IFACE)
     return dict(transport.node_environment(worker_type, probe).variables)
 
 
-def job_environment(remote: Remote, out: str, worker_type: str, nodes: int) -> dict[str, Any]:
+def job_environment(shell: SshShell, out: str, worker_type: str, nodes: int) -> dict[str, Any]:
     """The ranks' own hpq-env blocks (printed on the workers inside the job) against the worker type's environment.
 
     ``{expected, effective, problems, ok, message}``; no block at all is a failure here (hpq's own launch always
     prints one). The controller's login environment names where a stray variable came from.
     """
-    from hpq.scripts import env_check
-
-    code, login_env, _ = remote.run("env")
+    code, login_env, _ = shell.run("env")
     inherited = dict(line.split("=", 1) for line in login_env.splitlines() if "=" in line) if code == 0 else {}
     result = env_check.check(out, expected_environment(worker_type), inherited, f"`hpq nccl-env {worker_type}`",
                              nodes, required=True, unjudged=LAUNCH_LOGGING_KEYS).to_dict()
@@ -232,50 +190,6 @@ def job_environment(remote: Remote, out: str, worker_type: str, nodes: int) -> d
         message = "FAIL: the job's transport environment is not the worker type's: " + "; ".join(result["problems"])
     result["message"] = message
     return result
-
-
-def sweep_command(nodes: int, worker_type: str, extra: str, budget: float) -> str:
-    """``run-nccl-test --sweep N [1] --output json --budget S`` and the rehearsal's sweep arguments."""
-    args = _node_args(["run-nccl-test", "--sweep"], nodes, worker_type)
-    args += ["--output", "json", "--budget", str(int(budget))]
-    return shlex.join(args) + (" " + extra if extra else "")
-
-
-def run_sweep(remote: Remote, command: str, timeout: float | None = None,
-              on_progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any] | None, int, str]:
-    """(the sweep's JSON or None, run-nccl-test's exit status, its stderr) of a sweep run over SSH."""
-    from hpq.scripts import sweep as node_sweep
-
-    code, out, err = remote.run(command, None, timeout, on_stderr_line=on_progress)
-    return node_sweep.extract_json(out), code, err
-
-
-def nanogpt_command(workers: int, worker_type: str, extra: str) -> str:
-    args = _node_args(["run-nanogpt"], workers, worker_type) + ["--model", "tiny"]
-    return shlex.join(args) + (" " + extra if extra else "")
-
-
-def run_nanogpt(remote: Remote, command: str, timeout: float | None = None,
-                echo: Any = None) -> tuple[dict[str, Any], int, str]:
-    code, out, err = remote.run(command, echo, timeout)
-    m = re.search(r"^# result: (\S+\.json)\s*$", out, re.M)
-    result: dict[str, Any] = {"command": command, "exit_status": code}
-    if m:
-        rc, text, _ = remote.run(f"cat {shlex.quote(m.group(1))}")
-        if rc == 0:
-            try:
-                result = {**json.loads(text), "command": command}
-            except ValueError:
-                pass
-    ok = code == 0 and bool(result.get("ok", code == 0))
-    tail = (out.strip().splitlines() or [""])[-1]
-    message = "PASS: run-nanogpt finished and its ranks agree" if ok else \
-        f"FAIL: run-nanogpt exited {code}: {tail or err.strip()[-300:]}"
-    if code == TIMED_OUT:
-        message = f"FAIL: {command} did not finish within {timeout:.0f}s (stopped)"
-    if not ok and err.strip():
-        result["stderr_tail"] = err.strip().splitlines()[-10:]
-    return result, 0 if ok else 1, message
 
 
 def worker_hostnames(plan: plan_mod.Plan) -> list[str]:

@@ -4,17 +4,9 @@
 it answers, and stops it by PID. ``aws_env`` points boto3 at it through AWS_ENDPOINT_URL with
 dummy credentials and no config files, exactly as a user's environment would.
 
-``moto_server_paging`` is the same server with two fixes applied before it starts: moto 5.2's
-ListClusterNodes builds its NextToken from a ``ClusterNode.arn`` attribute that does not exist,
-so any cluster with more than one page of nodes answers HTTP 500. The fix makes moto build the
-token from the instance id; the HTTP API and its pagination (MaxResults 100, NextToken) stay moto's.
-And moto names HyperPod nodes ``<group>-<n>``, which the real API never returns and refuses as a
-NodeId (sagemaker ``ClusterNodeId``: ``i-[a-f0-9]{8}(?:[a-f0-9]{9})?`` in botocore's service model):
-the fix gives each node a real-looking instance id (``i-`` and 17 hex digits, stable per cluster/node).
-Likewise a real cluster ARN ends in a 12-character cluster id (sagemaker ``ClusterArn``:
-``...:cluster/[a-z0-9]{12}``), which SSM targets use, where moto puts the name: the fix gives each
-cluster such an id and resolves ARNs by it.
-Run as ``python -m hpq.tests.fixtures_aws -H 127.0.0.1 -p PORT``.
+``moto_server_paging`` is the same server with the fixes every moto of hpq's gets
+(hpq.standins.moto: HyperPod's ListClusterNodes pagination, node ids and cluster ARNs of the real
+shape, FSx's Lifecycle and MountName), run as ``python -m hpq.standins.moto -H 127.0.0.1 -p PORT``.
 """
 
 from __future__ import annotations
@@ -28,8 +20,6 @@ from collections.abc import Iterator
 
 import pytest
 
-# The moto rendition lives in the library (hpq deploy --emulate moto, hpq rehearse).
-from hpq.aws.emulator import moto_compatible  # noqa: F401
 from hpq.tests.support import free_port, stop_process, wait_until_ready
 
 
@@ -78,7 +68,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def moto_server_paging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of moto with the ListClusterNodes pagination fix (see module docstring)."""
-    cmd = [sys.executable, "-m", "hpq.tests.fixtures_aws"]
+    cmd = [sys.executable, "-m", "hpq.standins.moto"]
     proc, url = _start(cmd, str(tmp_path_factory.mktemp("moto-paging") / "moto.log"))
     try:
         yield url
@@ -110,56 +100,3 @@ def aws_env(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> str:
 def aws_env_paging(moto_server_paging: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> str:
     set_aws_env(monkeypatch, moto_server_paging, tmp_path)
     return moto_server_paging
-
-
-def _real_instance_ids(create_cluster):  # type: ignore[no-untyped-def]
-    """Wrap moto's create_cluster so its nodes carry instance ids of the real shape."""
-    import functools
-    import hashlib
-
-    @functools.wraps(create_cluster)
-    def wrapper(self, cluster_name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        create_cluster(self, cluster_name, *args, **kwargs)
-        cluster = self.clusters[cluster_name]
-        cluster_id = hashlib.sha256(cluster_name.encode()).hexdigest()[:12]
-        cluster.arn = cluster.arn.rsplit("/", 1)[0] + "/" + cluster_id
-        arn = cluster.arn
-        renamed = {}
-        for old_id, node in cluster.nodes.items():
-            node.instance_id = "i-" + hashlib.sha256(f"{cluster_name}/{old_id}".encode()).hexdigest()[:17]
-            renamed[node.instance_id] = node
-        cluster.nodes = renamed
-        return arn
-
-    return wrapper
-
-
-def _by_real_arn(method):  # type: ignore[no-untyped-def]
-    """Wrap a moto method whose first argument is ClusterName (a name or an ARN) to resolve ARNs by id."""
-    import functools
-
-    @functools.wraps(method)
-    def wrapper(self, cluster_name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if cluster_name.startswith("arn:"):
-            named = [c.cluster_name for c in self.clusters.values() if c.arn == cluster_name]
-            cluster_name = named[0] if named else cluster_name.rsplit("/", 1)[-1]
-        return method(self, cluster_name, *args, **kwargs)
-
-    return wrapper
-
-
-def _patched_main() -> None:
-    from moto.sagemaker import models
-
-    models.PAGINATION_MODEL["list_cluster_nodes"]["unique_attribute"] = "instance_id"
-    backend = models.SageMakerModelBackend
-    backend.create_cluster = _real_instance_ids(backend.create_cluster)
-    for name in ("describe_cluster", "delete_cluster", "describe_cluster_node", "list_cluster_nodes"):
-        setattr(backend, name, _by_real_arn(getattr(backend, name)))
-    from moto.server import main
-
-    main(sys.argv[1:])
-
-
-if __name__ == "__main__":
-    _patched_main()

@@ -10,7 +10,7 @@ writes it) and the documented provisioning_parameters.json (FSx names) in /opt/m
 What is a stand-in: the HyperPod agent (this fixture writes what it would: the controller's
 slurm.conf with NodeName lines, resource_config.json in HyperPod's format
 (tests/fixtures_node.py), the vendor unit files in the AMI's form with $SLURMD_OPTIONS),
-IMDS (tests/fixtures_imds.py), systemd (the lifecycle's ``direct`` service manager starts the
+IMDS (hpq.standins.imds), systemd (the lifecycle's ``direct`` service manager starts the
 units' ExecStart), and FSx (``HPQ_MOUNT_CMD`` is tests/fixtures_node.py's mount.lustre
 stand-in: it resolves the FSx name, links the shared directory and records the mount with
 an IP NID in ``<root>/proc/mounts``, as the kernel shows it).
@@ -59,9 +59,9 @@ import pytest
 
 from hpq.lifecycle import names
 from hpq.lifecycle.services import pid_alive
-from hpq.rehearsal import hyperpod
+from hpq.standins import hyperpod
+from hpq.standins import imds as imds_standin
 from hpq.tests import fixtures_node
-from hpq.tests.fixtures_imds import FakeImds
 from hpq.tests.support import free_ports
 
 CLUSTER = "hpq-test"
@@ -88,7 +88,7 @@ exec unshare -m --propagation private /bin/sh -c \
 
 def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict[str, int]) -> str:
     """What the HyperPod agent would write on the controller (no enable_configless: the lifecycle adds it): the
-    rehearsal's agent stand-in (rehearsal/hyperpod.py), with this one host's ports and per-node paths
+    rehearsal's agent stand-in (standins/hyperpod.py), with this one host's ports and per-node paths
     (%n: the Slurm node name) and an agent value the lifecycle must keep when it merges configless in."""
     settings: dict[str, str | None] = {
         "SlurmctldPort": str(ctl_port),
@@ -306,9 +306,9 @@ def slurm_cluster(tmp_path_factory):
     on_create = build_bundle(base / "bundle")
     (on_create.parent / names.HPQ_CLUSTER_CONFIG).write_text(json.dumps(cluster_config(), indent=1))
 
-    imds = FakeImds({name: fixtures_node.imds_answers(iid, NODE_TYPE[3:] if name in NODES else CONTROLLER_TYPE[3:])
-                     for name, iid in INSTANCE_IDS.items()})
-    imds.start()
+    imds = imds_standin.start({name: imds_standin.Metadata.of(
+        fixtures_node.imds_answers(iid, NODE_TYPE[3:] if name in NODES else CONTROLLER_TYPE[3:]))
+        for name, iid in INSTANCE_IDS.items()})
     client_conf = base / "client/slurm.conf"
     client_conf.parent.mkdir()
     munge_socket = roots["controller"] / "run/munge/munge.socket.2"
@@ -353,7 +353,7 @@ def slurm_cluster(tmp_path_factory):
         except subprocess.SubprocessError:
             pass
         _stop(cluster.daemon_pids())
-        imds.stop()
+        imds_standin.stop(imds)
 
 
 # ---------------------------------------------------------------------------- unit-test helpers

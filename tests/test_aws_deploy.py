@@ -3,7 +3,7 @@
 moto's CloudFormation only stubs FSx, EKS and SageMaker::Cluster, cannot run Lambda-backed custom
 resources (no Docker), drops nested Outputs.X and lacks Fn::Cidr. These tests deploy with
 ``--emulate moto``, which sends a COPY of the real synthesized templates through
-``aws/emulator.moto_compatible`` (stand-ins for exactly those resource types, literals for those
+``standins/rendition.moto_compatible`` (stand-ins for exactly those resource types, literals for those
 GetAtts); the real templates are unchanged and are covered by cfn-lint in the synth tests. Everything else (bucket checks, versioned upload, nested-stack
 creation from S3 TemplateURLs, change sets, events, outputs, deletion) runs against moto.
 """
@@ -22,9 +22,9 @@ from botocore.stub import Stubber
 from hpq.aws import deploy as aws_deploy
 from hpq.aws import s3 as aws_s3
 from hpq.aws import stacks as aws_stacks
-from hpq.aws.emulator import RENDITION_NOTE
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
+from hpq.standins.rendition import RENDITION_NOTE
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 from hpq.tests.support import run_cli
 

@@ -1,6 +1,6 @@
 """`hpq deploy` run as a user would, as a subprocess, against a bare moto server over HTTP.
 
-No monkeypatching. The moto rendition (aws/emulator.py: moto's CloudFormation cannot create
+No monkeypatching. The moto rendition (standins/rendition.py: moto's CloudFormation cannot create
 FSx/EKS/SageMaker::Cluster or resolve nested outputs) is used only when asked for with
 ``--emulate moto``, and announced; a plain deploy against moto sends the real templates and only
 says why moto is likely to fail them. moto is the stand-in for AWS here.
@@ -16,8 +16,8 @@ import sys
 import boto3
 import pytest
 
-from hpq.aws import emulator as aws_emulator
 from hpq.lifecycle import names
+from hpq.standins import rendition
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -29,8 +29,8 @@ def hpq(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_moto_endpoint_detection(aws_env):  # noqa: F811
-    assert aws_emulator.endpoint_is_moto(aws_env)
-    assert not aws_emulator.endpoint_is_moto("http://127.0.0.1:9")  # nothing listens on the discard port
+    assert rendition.endpoint_is_moto(aws_env)
+    assert not rendition.endpoint_is_moto("http://127.0.0.1:9")  # nothing listens on the discard port
 
 
 def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # noqa: F811
@@ -38,7 +38,7 @@ def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # n
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-deploy", "--stack-name", "cli-moto-demo", "--poll-seconds", "0.5",
               "--emulate", "moto", "--no-quota-check")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert aws_emulator.RENDITION_NOTE in res.stderr
+    assert rendition.RENDITION_NOTE in res.stderr
     assert "stack cli-moto-demo: CREATE_COMPLETE" in res.stdout
     for output in ("ClusterName", "VpcId", "FsxFileSystemId", "LifecycleS3Uri"):
         assert output in res.stdout
@@ -55,7 +55,7 @@ def test_plain_deploy_against_moto_never_switches_to_the_rendition(aws_env):  # 
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-plain")
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-plain", "--stack-name", "cli-moto-plain", "--no-wait",
               "--output", "json")
-    assert aws_emulator.RENDITION_NOTE not in res.stderr
+    assert rendition.RENDITION_NOTE not in res.stderr
     assert "--emulate moto" in res.stderr and "answers as a moto server" in res.stderr
     version = json.loads(res.stdout)["version"] if res.returncode == 0 else None
     s3 = boto3.client("s3")

@@ -363,7 +363,7 @@ def test_the_aws_environment_as_botocore_reads_it(monkeypatch, tmp_path):
 
 
 def test_moto_probe_survives_a_url_http_client_refuses():
-    from hpq.aws.emulator import endpoint_is_moto
+    from hpq.standins.rendition import endpoint_is_moto
 
     assert endpoint_is_moto("http://127.0.0.1:9/ path", timeout=0.5) is False
 

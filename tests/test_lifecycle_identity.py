@@ -1,7 +1,7 @@
 """Who a node is, from HyperPod's real on-node files, through the bundle as it ships.
 
 Samples: tests/fixtures_node.py (real formats, sources in its docstring). IMDS: the token-enforcing
-stand-in (tests/fixtures_imds.py) answering as EC2 does (instance-type without ``ml.``). Every end-to-end
+stand-in (hpq.standins.imds, tests/fixtures_imds.py) answering as EC2 does (instance-type without ``ml.``). Every end-to-end
 case runs the bundle's root ``on_create.sh`` from the bundle directory, as HyperPod runs OnCreate, with
 the documented HPQ_* overrides only.
 """

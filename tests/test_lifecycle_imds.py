@@ -1,4 +1,4 @@
-"""IMDSv2 client against a local metadata server (stand-in for EC2 IMDS, tests/fixtures_imds.py)."""
+"""IMDSv2 client against the IMDS stand-in (hpq.standins.imds, through tests/fixtures_imds.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_token_then_get_with_token(imds_factory):  # noqa: F811
     srv = imds_factory(v1_enabled=False)
     client = ImdsClient(srv.url)
     assert client.instance_id() == IID
-    assert client.instance_type() == "ml.p5.48xlarge"
+    assert client.instance_type() == "p5.48xlarge"  # as EC2 says it: no ml. prefix
     # One PUT for the token, then every GET carries it.
     assert srv.log[0][:2] == ("PUT", "/latest/api/token")
     assert [c for c in srv.log if c[0] == "PUT"] == [srv.log[0]]
@@ -98,5 +98,5 @@ def test_expired_token_is_renewed_once(imds_factory):  # noqa: F811
     client = ImdsClient(srv.url)
     assert client.instance_id() == IID
     srv.tokens.clear()  # the server forgets the token, like an expired TTL
-    assert client.instance_type() == "ml.p5.48xlarge"
+    assert client.instance_type() == "p5.48xlarge"
     assert srv.calls["PUT"] == 2

@@ -4,7 +4,7 @@ Real: the probe's own file walking and subprocess call, the IMDS client's HTTP (
 v1). Stand-ins: a sysfs tree in a temp folder laid out like the kernel's (/sys/class/infiniband/<dev>/
 device/driver -> .../drivers/efa), an ``fi_info`` script printing what libfabric's prints (``provider:
 efa`` blocks; with no efa provider it prints ``fi_getinfo: -61 (No data available)`` on stderr and exits
-non-zero), and tests/fixtures_imds.FakeImds for IMDS.
+non-zero), and tests/fixtures_imds.py (hpq.standins.imds) for IMDS.
 """
 
 from __future__ import annotations

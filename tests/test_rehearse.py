@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from hpq.rehearsal.run import DEFAULT_NCCL_ARGS
+
 pytestmark = pytest.mark.slow
 
 STATE_DIR = Path("/run/hpq-rehearse")
@@ -230,8 +232,10 @@ def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
     filesystem carries the cluster's tag. Every node's fsx step warns and the run goes on; each node keeps the
     MUNGE key HyperPod gave it; the controller hands the SSH key to the workers through one Slurm job, which
     the rehearsal waits for before it hops from the controller to each worker as ubuntu; the validation keeps
-    its results in the user's home. On the kept cluster: an ssh hop of our own, and a second training run
-    that resumes from the checkpoint only rank 0's node holds (sent to the other rank)."""
+    its results in the user's home. On the kept cluster: `hpq test nccl CLUSTER` finds the rehearsal by its
+    cluster's name (no AWS) and runs and judges what the rehearsal's own nccl stage ran, to the same verdict; an
+    ssh hop of our own; and a second training run that resumes from the checkpoint only rank 0's node holds
+    (sent to the other rank)."""
     res = rehearse(env, "--without-fsx", "--keep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
@@ -261,6 +265,21 @@ def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
         nano = r["nanogpt"]
         assert nano["ok"] is True and nano["nodes"] == 2
         assert nano["log"].startswith("/home/ubuntu/hpq-results/") and nano["ckpt_dir"] == "/home/ubuntu/hpq-results/nanogpt/tiny"
+
+        own = r["nccl"]
+        tested = subprocess.run([sys.executable, "-m", "hpq", "test", "nccl", r["cluster"]["name"], "2", "--extra",
+                                 DEFAULT_NCCL_ARGS, "--output", "json"], capture_output=True, text=True, timeout=600,
+                                env=env)
+        assert tested.returncode == 0, tested.stderr[-3000:]
+        t = json.loads(tested.stdout)
+        assert (t["backend"], t["cluster"], t["instance_type"]) == ("rehearsal", r["cluster"]["name"],
+                                                                   r["worker_instance_type"])
+        assert t["command"] == own["command"] == f"run-nccl-test 2 {DEFAULT_NCCL_ARGS} --expect none"
+        assert t["outcome"] == own["outcome"] == "PASS" and t["remote_exit_code"] == own["remote_exit_code"] == 0
+        assert {k: c["outcome"] for k, c in t["verdict"]["checks"].items()} == {
+            k: c["outcome"] for k, c in own["verdict"]["checks"].items()}
+        assert [row["size_bytes"] for row in t["rows"]] == [row["size_bytes"] for row in own["rows"]]
+        assert t["wrong_total"] == 0 and sorted(t["rank_hosts"]) == sorted(own["rank_hosts"])
 
         target = workers[-1]["hostname"]
         hop = on_node(env, run_id, "controller", "su - ubuntu -c 'ssh-keygen -lf ~/.ssh/id_ed25519_hpq.pub; "

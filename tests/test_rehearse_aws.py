@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import bundle, fsx, names
-from hpq.rehearsal import aws, hyperpod
+from hpq.rehearsal import aws
+from hpq.standins import hyperpod
 
 pytestmark = pytest.mark.slow
 

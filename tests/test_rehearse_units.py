@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -22,9 +24,10 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.rehearsal import cfn_eval, hyperpod, imds, netns, plan, report
+from hpq.rehearsal import cfn_eval, netns, plan, report
 from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.run import default_worker_type
+from hpq.standins import hyperpod, imds
 
 # ---------------------------------------------------------------------------- plan and names
 
@@ -446,7 +449,7 @@ def test_validation_commands_as_the_rehearsal_runs_them():
     assert validate.nccl_command(2, "ml.g5.xlarge", "-e 16M") == "run-nccl-test 2 -e 16M --expect none"
     assert validate.nccl_command(2, "ml.g5.48xlarge", "") == "run-nccl-test 2 1 --expect none"  # 8 GPUs, no GPU here
     assert validate.sweep_command(4, "ml.g5.xlarge", DEFAULT_SWEEP_ARGS, 840) == (
-        "run-nccl-test --sweep 4 --output json --budget 840 " + DEFAULT_SWEEP_ARGS)
+        "run-nccl-test --sweep 4 --budget 840 " + DEFAULT_SWEEP_ARGS + " --output json")  # as `hpq test sweep` spells it
     from hpq.scripts import run_nccl_test
 
     args = run_nccl_test.parse_args(validate.sweep_command(4, "ml.g5.xlarge", DEFAULT_SWEEP_ARGS, 840).split()[1:])
@@ -475,3 +478,158 @@ def test_an_aws_cli_from_another_environment_under_tmp_stays_visible(monkeypatch
         assert node_mod.host_aws_cli() == str(aws)
         assert other in node_mod.host_tmp_dirs()
     assert node_mod.host_tmp_dirs(["/tmp/a/b/c", "/usr/lib/x", "/tmp/a", "/tmpx/y"]) == ["/tmp/a"]
+
+
+# ---------------------------------------------------------------------------- the rehearsal as a validation backend
+
+
+class CannedShell:
+    """The controller's login shell answering every command with one log (the SSH hop is not what is tested)."""
+
+    def __init__(self, log: str, code: int = 0):
+        self.log, self.code, self.commands = log, code, []
+
+    def run(self, command, echo=None, timeout=None, on_stderr_line=None):
+        self.commands.append(command)
+        return self.code, self.log, ""
+
+
+def bridge_log() -> str:
+    """A clean 2-node run at a bridge's speed: far below any instance type's figure."""
+    from hpq.tests import nccl_logs
+
+    return nccl_logs.allreduce_log(["ip-10-201-7-21", "ip-10-201-7-22"], 1, 0.05, max_bytes=16 * nccl_logs.MIB,
+                                   peak_bytes=16 * nccl_logs.MIB)
+
+
+def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked():
+    """`hpq test nccl` on a rehearsal runs and judges as the rehearsal does (--expect none: a veth bridge says
+    nothing about the type's network). Broken twin: the same log through the plain Slurm backend is held to
+    the catalog and does not pass; and a figure the user names is held to, not replaced."""
+    from hpq.rehearsal import backend as rb
+    from hpq.scripts import outcome as oc
+    from hpq.validation.backend import ClusterFacts, run_test
+    from hpq.validation.request import NCCL, TestRequest
+    from hpq.validation.slurm import SlurmBackend
+
+    facts = ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
+    shell = CannedShell(bridge_log())
+    result = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL), lambda line: None)
+    assert shell.commands[0].endswith("run-nccl-test 2 --expect none")
+    assert result.outcome == oc.PASS and result.backend == "rehearsal" and result.cluster == "hpq-rehearse-a1b2c3"
+    assert result.data["verdict"]["checks"]["bandwidth"]["outcome"] == oc.NOT_JUDGED
+    plain = run_test(SlurmBackend(CannedShell(bridge_log()), facts, stand_in_network=True), TestRequest(NCCL),
+                     lambda line: None)
+    assert plain.outcome != oc.PASS
+    shell = CannedShell(bridge_log())
+    asked = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL, expect="3"), lambda line: None)
+    assert shell.commands[0].endswith("--expect 3") and asked.outcome == oc.FAIL
+
+
+def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", alive: bool = True) -> state_mod.RunState:
+    """A kept rehearsal's record whose controller is held by a live process of ours (or by a pid long gone)."""
+    from hpq.rehearsal import procs
+
+    workdir = tmp_path / f"hpq-rehearse-{run_id}-x"
+    (workdir / "ssh").mkdir(parents=True)
+    key = workdir / "ssh" / "id_ed25519"
+    key.write_text("not a key: never used to connect here\n")
+    proc = subprocess.Popen(["sleep", "60"])
+    me = procs.identify(proc.pid)
+    if not alive:
+        proc.kill()
+        proc.wait()
+    st = state_mod.RunState(run_id, variant, 1, time.time(), str(workdir), f"/var/log/hpq-rehearse/{run_id}",
+                            keep=True, finished=True, ssh_key=str(key), cluster_name=f"hpq-rehearse-{run_id}",
+                            worker_type="ml.g5.xlarge")
+    st.nodes.append(state_mod.NodeState("controller", f"hpq-{run_id}-controller", f"hpq{run_id}n0", proc.pid,
+                                        "10.201.7.10", "ip-10-201-7-10", "controller", me.start if me else None))
+    st.save()
+    st._proc = proc  # type: ignore[attr-defined]
+    return st
+
+
+def test_find_names_a_kept_rehearsal_by_its_cluster_and_nothing_else(tmp_path, monkeypatch):
+    from hpq.rehearsal import backend as rb
+
+    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    st = kept_state(tmp_path)
+    try:
+        found = rb.find("hpq-rehearse-a1b2c3")
+        assert isinstance(found, rb.RehearsalBackend) and found.name == "rehearsal" and found.stand_in_network
+        assert found.resolve() == rb.ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
+        target = found.controller.target
+        assert (target.host, target.user, target.key_filename, target.proxy_command) == (
+            "10.201.7.10", "ubuntu", st.ssh_key, None)
+        assert target.known_hosts == str(tmp_path / "hpq-rehearse-a1b2c3-x" / "ssh" / "known_hosts")
+        assert rb.find("hpq-rehearse-d4e5f6") is None  # no record of it here: a real cluster of that name
+        assert rb.find("my-cluster") is None
+    finally:
+        st._proc.kill()  # type: ignore[attr-defined]
+        st._proc.wait()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("variant, alive, said", [
+    ("slurm-gpu", False, "rehearsal a1b2c3 is not running (its controller is gone)"),
+    ("eks-gpu", True, "rehearsal a1b2c3 (eks-gpu) has no Slurm controller"),
+])
+def test_find_refuses_a_rehearsal_that_cannot_run_tests_in_one_line(tmp_path, monkeypatch, variant, alive, said):
+    """Broken twins of the one above: the controller's holder is gone, or the rehearsal is of an EKS variant.
+    Through the command: exit 2 and one line, never a lookup in AWS for a cluster that only existed here."""
+    from hpq.rehearsal import backend as rb
+
+    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    st = kept_state(tmp_path, variant=variant, alive=alive)
+    try:
+        with pytest.raises(UsageError, match=re.escape(said)):
+            rb.find("hpq-rehearse-a1b2c3")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env["HPQ_REHEARSE_STATE_DIR"] = str(tmp_path / "state")
+        res = subprocess.run([sys.executable, "-m", "hpq", "test", "nccl", "hpq-rehearse-a1b2c3"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"hpq: error: {said}"), res.stderr
+    finally:
+        st._proc.kill()  # type: ignore[attr-defined]
+        st._proc.wait()  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- the stand-ins stay off the nodes
+
+
+def stand_ins_in(files: dict[str, str]) -> list[str]:
+    """The bundle entries that are stand-ins or need them: a module of hpq.standins (by place or by content),
+    or a file that imports the stand-ins, the rehearsal or the tests."""
+    from pathlib import Path
+
+    import hpq.standins
+
+    ours = {p.read_bytes() for p in Path(hpq.standins.__file__).parent.glob("*.py") if p.name != "__init__.py"}
+    found = []
+    for key, src in files.items():
+        data = Path(src).read_bytes()
+        if key.startswith(("hpq/standins/", "hpq/rehearsal/", "hpq/tests/")) or data in ours or re.search(
+                rb"^\s*(from|import) hpq\.(standins|rehearsal|tests)\b", data, re.M):
+            found.append(key)
+    return found
+
+
+def test_no_stand_in_ships_in_the_node_bundle(tmp_path):
+    """What deploy uploads for the nodes (lifecycle/bundle.node_bundle_files, the list every test that boots a
+    node uses too): the entry, hpq's two ground-floor files, lifecycle/ and scripts/, and no stand-in (IMDS,
+    moto, FSx, HyperPod: hpq.standins). Broken twin: the same list with the IMDS stand-in copied into
+    lifecycle/ (as rehearsal/imds.py once sat next to the lifecycle's IMDS client) is caught.
+    Not yet covered: lifecycle/services.DirectManager, the service manager used where systemd is not PID 1
+    (tests, the rehearsal's nodes), still ships in lifecycle/ (issue 22 item 5)."""
+    from hpq.lifecycle import bundle, names
+    from hpq.standins import imds as imds_mod
+
+    files = bundle.node_bundle_files()
+    assert files and all(k == names.ON_CREATE_ENTRY or k in ("hpq/__init__.py", "hpq/errors.py")
+                         or k.startswith(("hpq/lifecycle/", "hpq/scripts/")) for k in files), sorted(files)
+    assert stand_ins_in(files) == []
+    twin = dict(files, **{"hpq/lifecycle/imds_server.py": imds_mod.__file__})
+    assert stand_ins_in(twin) == ["hpq/lifecycle/imds_server.py"]
+    importer = tmp_path / "probe.py"
+    importer.write_text("import os\nfrom hpq.standins import moto\n")
+    assert stand_ins_in(dict(files, **{"hpq/scripts/probe.py": str(importer)})) == ["hpq/scripts/probe.py"]

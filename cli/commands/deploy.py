@@ -72,7 +72,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     resource actions (replacements called out) are printed first; replacing FSx, the
     HyperPod cluster or the EKS cluster needs --yes. See docs/updates.md.
     Ctrl-C stops following, not the stack. --emulate moto sends a moto server the rendition
-    it can create (aws/emulator.py); the real templates (`hpq synth`) never change.
+    it can create (standins/rendition.py); the real templates (`hpq synth`) never change.
 
     \b
     Examples:
@@ -88,11 +88,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     from hpq.aws import deploy as aws_deploy
     from hpq.aws import deploy_plan
-    from hpq.aws import emulator as aws_emulator
     from hpq.aws import report as aws_report
     from hpq.aws.s3 import validate_bucket_name
     from hpq.aws.session import client, make_session, region_of
     from hpq.errors import UsageError
+    from hpq.standins import rendition
 
     # Bad input exits 2 before any credential lookup or network call.
     aws_deploy.check_variant(variant)
@@ -104,7 +104,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     user_params = parse_params(params)
     aws_deploy.synthesize(variant, size or "small", user_params)  # every --param value checked here, before AWS
-    if emulate == "moto" and not aws_emulator.endpoint_is_moto():
+    if emulate == "moto" and not rendition.endpoint_is_moto():
         raise UsageError("--emulate moto needs AWS_ENDPOINT_URL pointing at a running moto server "
                          "(it deploys stand-ins that only make sense there)")
     session = make_session(region, profile)
@@ -142,11 +142,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
         def transform(name, templates):  # type: ignore[no-untyped-def]
             # Said only once the bucket checks passed, so errors before it stay one line.
             if not seen.get("noted"):
-                err.print(aws_emulator.RENDITION_NOTE, highlight=False)
+                err.print(rendition.RENDITION_NOTE, highlight=False)
                 seen["noted"] = True
-            return aws_emulator.moto_compatible(name, templates)
+            return rendition.moto_compatible(name, templates)
 
-    elif aws_emulator.endpoint_is_moto():
+    elif rendition.endpoint_is_moto():
 
         def transform(name, templates):  # type: ignore[no-untyped-def]
             # The real templates, unchanged; only a note on why moto is likely to fail them.

@@ -18,6 +18,7 @@ from hpq.aws.report import echo_json
 from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.cli.ssh_options import reach, ssh_options
+from hpq.rehearsal import backend as rehearsal_backend
 from hpq.scripts import outcome as oc
 from hpq.validation import pick
 from hpq.validation.backend import Backend, run_test
@@ -96,7 +97,8 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
          host: str | None, proxy_command: str | None, expect: str | None = None, **eks: Any) -> None:
     request = TestRequest(test, nodes, gpus, instance_type, expect, tuple(shlex.split(extra)), timeout_s, nccl_debug)
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command, **eks)
-    backend = pick.backend_for(cluster, where)
+    # A kept rehearsal on this machine answers to its cluster's name first (local state, no AWS call).
+    backend = rehearsal_backend.find(cluster) or pick.backend_for(cluster, where)
     refuse_other_orchestrator(click.get_current_context(), backend, cluster)
     finish(run(backend, request, echo_for(output)), output)
 

@@ -36,9 +36,8 @@ from typing import Any
 from hpq.cfn.common import HYPERPOD_UNIVERSAL_PARTITION  # HyperPod's own all-nodes partition
 from hpq.errors import OperationFailed
 from hpq.lifecycle import names
-from hpq.rehearsal import plan as plan_mod
-from hpq.rehearsal.fsx import MOUNTS_FILE
-from hpq.rehearsal.node import Node
+from hpq.lifecycle.identity import CONTROLLER, LOGIN, WORKER
+from hpq.standins.fsx import MOUNTS_FILE
 
 RESOURCE_CONFIG = names.RESOURCE_CONFIG
 SLURM_CONF = "/opt/slurm/etc/slurm.conf"
@@ -84,25 +83,25 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 def roles_of(groups: list[GroupRequest], legacy_params: dict[str, Any] | None) -> dict[str, str]:
     """Group -> role, as HyperPod knows it: SlurmConfig.NodeType, else the legacy provisioning_parameters.json
     in the lifecycle prefix (controller_group / login_group); every other group computes."""
-    by_type = {"Controller": plan_mod.CONTROLLER, "Login": plan_mod.LOGIN, "Compute": plan_mod.WORKER}
+    by_type = {"Controller": CONTROLLER, "Login": LOGIN, "Compute": WORKER}
     legacy = legacy_params or {}
     roles = {}
     for g in groups:
         if g.node_type in by_type:
             roles[g.name] = by_type[g.node_type]
         elif g.name == legacy.get("controller_group"):
-            roles[g.name] = plan_mod.CONTROLLER
+            roles[g.name] = CONTROLLER
         elif g.name == legacy.get("login_group"):
-            roles[g.name] = plan_mod.LOGIN
+            roles[g.name] = LOGIN
         else:
-            roles[g.name] = plan_mod.WORKER
+            roles[g.name] = WORKER
     return roles
 
 
 # ---------------------------------------------------------------------------- on-node files
 
 
-def resource_config(plan: plan_mod.Plan, cluster_arn: str) -> dict[str, Any]:
+def resource_config(plan: Any, cluster_arn: str) -> dict[str, Any]:
     groups: dict[str, dict[str, Any]] = {}
     for n in plan.nodes:
         g = groups.setdefault(n.group, {"Name": n.group, "InstanceType": n.instance_type, "Instances": []})
@@ -124,13 +123,13 @@ def resource_config(plan: plan_mod.Plan, cluster_arn: str) -> dict[str, Any]:
     return {"ClusterConfig": config, "InstanceGroups": list(groups.values())}
 
 
-def plan_eks_config(plan: plan_mod.Plan) -> dict[str, Any]:
+def plan_eks_config(plan: Any) -> dict[str, Any]:
     eks = plan.eks
     return {"EksClusterName": eks.get("name", ""), "EksClusterEndpoint": eks.get("endpoint", ""),
             "EksClusterCertificateAuthority": eks.get("ca", ""), "EksServiceIpv4Cidr": "172.20.0.0/16"}
 
 
-def agent_ip(n: plan_mod.NodeSpec) -> str:
+def agent_ip(n: Any) -> str:
     last = int(n.ip.rsplit(".", 1)[1])
     return f"172.16.0.{last}"
 
@@ -176,12 +175,12 @@ def agent_slurm_conf(cluster_name: str, controller_host: str, node_lines: list[s
     return "\n".join(lines + node_lines + partition_lines) + "\n"
 
 
-def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[str, list[str]]) -> str:
+def slurm_conf(plan: Any, cpus: int, memory_mb: int, partitions: dict[str, list[str]]) -> str:
     """The controller's slurm.conf as the cluster agent writes it (before the lifecycle adds configless)."""
     ctl = plan.controller
     assert ctl is not None
     nodes = [f"NodeName={n.hostname} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
-             for n in plan.nodes if n.role != plan_mod.CONTROLLER]
+             for n in plan.nodes if n.role != CONTROLLER]
     # The groups' own partitions, then HyperPod's universal partition with every node, login nodes included
     # ("All nodes are automatically added to the universal dev partition": cfn/common.py). A group that names
     # that partition itself gets no second line.
@@ -193,7 +192,7 @@ def slurm_conf(plan: plan_mod.Plan, cpus: int, memory_mb: int, partitions: dict[
     return agent_slurm_conf(plan.cluster_name, ctl.hostname, nodes, parts)
 
 
-def partitions_of(plan: plan_mod.Plan, groups: list[GroupRequest]) -> dict[str, list[str]]:
+def partitions_of(plan: Any, groups: list[GroupRequest]) -> dict[str, list[str]]:
     """API-driven model: partitions from the Compute groups' PartitionNames (HyperPod's ``dev`` is added anyway)."""
     out: dict[str, list[str]] = {}
     for g in groups:
@@ -213,7 +212,7 @@ def host_resources() -> tuple[int, int]:
 # ---------------------------------------------------------------------------- staging and OnCreate
 
 
-def stage_prefix(s3: Any, node: Node, bucket: str, prefix: str) -> tuple[str, int]:
+def stage_prefix(s3: Any, node: Any, bucket: str, prefix: str) -> tuple[str, int]:
     """Download s3://bucket/prefix/ into the node's /tmp/<bucket>/<prefix>/ (no mode bits, like any download)."""
     workdir = posixpath.join("/tmp", bucket, prefix) if prefix else posixpath.join("/tmp", bucket)
     host_dir = node.dir / "tmp" / bucket / prefix
@@ -266,7 +265,7 @@ def parse_step_line(line: str) -> tuple[str, str, float | None, str] | None:
 
 @dataclass
 class LifecycleRun:
-    node: Node
+    node: Any
     log_path: str  # on the host
     proc: subprocess.Popen | None = None
     started: float = 0.0
@@ -301,7 +300,7 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
         # No systemd on this host: the lifecycle's documented direct service manager starts the units
         # (lifecycle/services.py), as the lifecycle would pick by itself without /run/systemd/system.
         "HPQ_SERVICE_MANAGER": "direct",
-        # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (rehearsal/fsx.py).
+        # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (standins/fsx.py).
         "HPQ_PROC_MOUNTS": MOUNTS_FILE,
         # A failed OnCreate waits for HyperPod's agent to ship its log to CloudWatch (60 s by default); the
         # rehearsal has no such agent and reads the log itself, so the documented wait is set to none.
@@ -311,7 +310,7 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def start_oncreate(node: Node, workdir: str, entry: str, env: dict[str, str], log_path: str) -> LifecycleRun:
+def start_oncreate(node: Any, workdir: str, entry: str, env: dict[str, str], log_path: str) -> LifecycleRun:
     """chmod the entry, run it from the staged prefix as root with no arguments; output to ``log_path``."""
     entry_path = posixpath.join(workdir, entry)
     script = f"cd {shlex.quote(workdir)} && chmod +x {shlex.quote(entry_path)} && exec {shlex.quote(entry_path)}"
@@ -344,7 +343,7 @@ def follow(run: LifecycleRun, on_event: Callable[[LifecycleRun, StepRecord], Non
     run.finished = time.time()
 
 
-def write_node_files(node: Node, rc: dict[str, Any]) -> None:
+def write_node_files(node: Any, rc: dict[str, Any]) -> None:
     node.write(RESOURCE_CONFIG, json.dumps(rc, indent=2) + "\n")
 
 

@@ -1,7 +1,7 @@
 """The FSx for Lustre stand-in: one shared directory and a ``mount.lustre`` that mounts it.
 
 The filesystem itself is created through moto's FSx API from the real Storage template
-(``aws.Realizer``), so the lifecycle finds it by its exact ``hpq:cluster-name`` tag and reads
+(the rehearsal's ``aws.Realizer``), so the lifecycle finds it by its exact ``hpq:cluster-name`` tag and reads
 its DNSName and MountName from DescribeFileSystems. What backs it here is a tmpfs on the host
 whose *source* is the Lustre NID spec ``<ip>@tcp:/<mountname>``: every node's ``/fsx`` is a
 bind mount of it, so the kernel's mount table on a node shows the IP NID, as it does on a
@@ -25,8 +25,8 @@ import subprocess
 from pathlib import Path
 
 from hpq.errors import OperationFailed
-from hpq.rehearsal.node import FSX_EXPORT
 
+FSX_EXPORT = "/run/hpq-rehearse/fsx-export"  # inside the node: the shared tmpfs, bound before pivot_root
 SOURCE_FILE = "/run/hpq-rehearse/fsx-source"
 # The node's mount table as a Lustre client's kernel would show it (the /fsx line typed lustre): seeded
 # from the kernel's at boot, rewritten by mount.lustre after each mount; the lifecycle reads it through
