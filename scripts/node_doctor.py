@@ -201,7 +201,9 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
     verdict = nc.worst(findings)
     if verdict == "PASS" and unchecked:
         verdict = "INCONCLUSIVE"
-    return {"instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
+    # The node as Slurm names it when srun started us (its NodeName), else the host name.
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    return {"node": node, "instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
             "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version),
             "seconds": round(time.monotonic() - started, 2)}
 
