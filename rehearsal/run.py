@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, fsx, hyperpod, image, netns, procs, validate
+from hpq.rehearsal import aws, faults, fsx, hyperpod, image, netns, procs, validate
 from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.node import Node
@@ -60,6 +60,9 @@ class Options:
     sweep_args: str = DEFAULT_SWEEP_ARGS
     # worker index (0-based over the workers in plan order: 0 is worker-1) -> tc rate, applied before the sweep
     throttle: dict[int, str] = field(default_factory=dict)
+    # --fault NODE:KIND (rehearsal/faults.py); with faults or ``doctor``, the doctor's checks run after Slurm
+    faults: list[tuple[str, str]] = field(default_factory=list)
+    doctor: bool = False
 
 
 class Failure(OperationFailed):
@@ -196,7 +199,11 @@ class Rehearsal:
         assert self.plan is not None
         if self.plan.orchestrator == "slurm":
             self._stage("slurm", self.wait_slurm)
-            if self.opts.validate:
+            if self.opts.faults or self.opts.doctor:
+                self._stage("doctor", self.run_doctor)
+            if self.opts.validate and self.opts.faults:
+                self.say("validate", "skipped: faults were injected (a sick cluster is not the one nccl proves)")
+            elif self.opts.validate:
                 self._stage("ssh", self.check_ssh)
                 self._stage("nccl", self.run_nccl)
                 self._stage("nanogpt", self.run_nanogpt)
@@ -476,6 +483,20 @@ class Rehearsal:
                               node=spec.name, last_lines=hop.get("stderr_tail"))
             self.say("ssh", f"{self.remote.user}@controller -> {spec.hostname}: answered, key {hop['key']}")
 
+    def run_doctor(self) -> None:
+        """The doctor on every worker (faults injected first); it must name each fault and nothing else."""
+        assert self.plan is not None and self.remote is not None and self.deployed is not None
+        doc = faults.doctor_stage(self.plan, self.nodes, self.remote, self.opts.faults, self.deployed.cluster_arn,
+                                  self.say, int(self.opts.validate_timeout))
+        self.result["doctor"] = doc
+        faulty = {node for node, _ in self.opts.faults}
+        extra = [f"{f['node']}: {f['kind']}" for f in doc["findings"] if f["node"] not in faulty]
+        if doc["missed"] or extra or (not faulty and doc["outcome"] != "PASS"):
+            raise Failure("doctor", "; ".join([f"not named: {', '.join(doc['missed'])}"] * bool(doc["missed"])
+                                              + [f"not injected: {', '.join(extra)}"] * bool(extra))
+                          or doc["message"].splitlines()[0])
+        self.say("doctor", doc["message"].splitlines()[0])
+
     def run_nccl(self) -> None:
         assert self.plan is not None and self.remote is not None
         cmd = validate.nccl_command(len(self.plan.worker_nodes), self.plan.worker_type, self.opts.nccl_args)
@@ -598,7 +619,7 @@ class Rehearsal:
             "without_fsx": bool(self.opts.without_fsx), "ssh": self.result.get("ssh"),
             "nccl": self.result.get("nccl"), "environment": self.result.get("environment"),
             "nanogpt": self.result.get("nanogpt"),
-            "sweep": self.result.get("sweep"),
+            "sweep": self.result.get("sweep"), "doctor": self.result.get("doctor"),
             "kept": bool(self.opts.keep), "logs": self.state.logdir if self.state else None,
         }
         if failure is not None:
