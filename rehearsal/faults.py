@@ -24,6 +24,14 @@ from typing import Any
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
+from hpq.rehearsal.fsx import MOUNTS_FILE
+from hpq.rehearsal.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
+from hpq.rehearsal.plan import REGION
+from hpq.scripts.node_checks import GPU_MODELS, GpuModelFacts
+from hpq.validation import doctor_fix
+from hpq.validation.backend import ClusterFacts, run_test
+from hpq.validation.request import DOCTOR, TestRequest
+from hpq.validation.slurm import SlurmBackend
 
 DATA = Path(__file__).parent / "data"
 KERNEL_LOG = "/var/log/kern.log"
@@ -134,8 +142,6 @@ def prepare(node: Any, worker_type: str) -> None:
     node.write(KERNEL_LOG, (DATA / "dmesg.txt").read_text(), 0o644)
     node.write("/usr/bin/dmesg", DMESG, 0o755)
     if entry.accelerator == catalog.GPU:
-        from hpq.scripts.node_checks import GPU_MODELS, GpuModelFacts
-
         links = GPU_MODELS.get(entry.accelerator_model, GpuModelFacts(0, 0, 0)).nvlinks
         node.write("/etc/hpq-rehearse/nvidia-smi-q-x.xml", smi_xml(entry.accelerator_count, entry.accelerator_model))
         node.write("/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt", nvlink_text(entry.accelerator_count, links))
@@ -170,8 +176,6 @@ def inject(node: Any, kind: str) -> None:
         node.sh("mount -t tmpfs -o size=1m hpq-full /opt/sagemaker && "
                 "(dd if=/dev/zero of=/opt/sagemaker/fill bs=64k 2>/dev/null || true)")
     elif kind == "fsx-gone":
-        from hpq.rehearsal.fsx import MOUNTS_FILE
-
         node.sh(f"umount -l /fsx; awk '$2 != \"/fsx\"' {MOUNTS_FILE} > {MOUNTS_FILE}.tmp && "
                 f"mv {MOUNTS_FILE}.tmp {MOUNTS_FILE}")
     elif kind == "nccl-drift":
@@ -224,8 +228,6 @@ class EnvShell:
 def emulated_api(plan: Any, cluster_arn: str, nodes: dict[str, Any], faults: list[tuple[str, str]],
                  settle_s: float = 2.0) -> Any:
     """The HyperPod node API for this rehearsal's nodes; a reboot or replacement clears that node's faults."""
-    from hpq.rehearsal.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
-
     by_host = {n.hostname: n for n in plan.nodes}
 
     def heal(en: Any) -> None:
@@ -234,8 +236,6 @@ def emulated_api(plan: Any, cluster_arn: str, nodes: dict[str, Any], faults: lis
             for node_name, kind in faults:
                 if node_name == spec.name:
                     clear(nodes[spec.name], kind, spec.instance_type)
-
-    from hpq.rehearsal.plan import REGION
 
     emulated = [EmulatedNode(n.instance_id, n.group, n.instance_type, f"{n.hostname}.{REGION}.compute.internal",
                              n.ip) for n in plan.nodes]
@@ -247,12 +247,6 @@ def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tup
     """Prepare every worker, inject the faults, run `hpq doctor`'s checks through the validation interface (the
     Slurm backend over SSH to the controller) and HyperPod's view from the emulated API; the ``doctor`` object
     of the rehearsal's result. ``missed`` lists each injected fault the doctor did not name."""
-    from hpq.rehearsal.fsx import MOUNTS_FILE
-    from hpq.validation import doctor_fix
-    from hpq.validation.backend import ClusterFacts, run_test
-    from hpq.validation.request import DOCTOR, TestRequest
-    from hpq.validation.slurm import SlurmBackend
-
     workers = {n.name: n for n in plan.worker_nodes}
     for name, spec in workers.items():
         prepare(nodes[name], spec.instance_type)
