@@ -26,6 +26,9 @@ class Cluster:
     status: str
     orchestrator: str  # "slurm" or "eks"
     groups: list[dict[str, Any]] = field(default_factory=list)
+    # Orchestrator.Eks.ClusterArn of DescribeCluster: the EKS cluster an EKS-orchestrated one runs on
+    # (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterOrchestratorEksConfig.html)
+    eks_cluster_arn: str | None = None
 
     @property
     def cluster_id(self) -> str:
@@ -50,9 +53,10 @@ def describe_cluster(sm: Any, ident: str) -> Cluster:
         near = [c["ClusterName"] for c in list_clusters(sm) if ident.lower() in c["ClusterName"].lower()]
         hint = f"; did you mean {', '.join(near[:5])}?" if near else "; list them with `aws sagemaker list-clusters`"
         raise NotFound(f"HyperPod cluster {ident!r} not found in this region{hint}") from None
+    eks_arn = ((data.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn")
     orchestrator = "eks" if (data.get("Orchestrator") or {}).get("Eks") else "slurm"
     return Cluster(data["ClusterName"], data["ClusterArn"], data.get("ClusterStatus", ""), orchestrator,
-                   list(data.get("InstanceGroups", [])))
+                   list(data.get("InstanceGroups", [])), eks_arn)
 
 
 def list_clusters(sm: Any) -> list[dict[str, Any]]:

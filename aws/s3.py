@@ -108,7 +108,10 @@ def content_hash(files: dict[str, bytes]) -> str:
 
 
 def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress: Any = None) -> Upload:
-    """Put each object unless an object with the same MD5 is already there (idempotent re-runs)."""
+    """Put each object unless an object with the same MD5 is already there (idempotent re-runs).
+
+    ``on_progress(done, total, key, upload)`` after each object: ``upload.written`` and ``upload.skipped`` say
+    how many were put and how many were already there, so progress tells the two apart."""
     import botocore.exceptions as bex
 
     result = Upload(objects=dict(objects))
@@ -120,7 +123,7 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
             if head.get("ETag", "").strip('"') == md5:
                 result.skipped.append(key)
                 if on_progress:
-                    on_progress(i, len(objects), key)
+                    on_progress(i, len(objects), key, result)
                 continue
         except bex.ClientError as exc:
             if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
@@ -133,7 +136,7 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
         if put.get("VersionId"):
             result.versions[key] = put["VersionId"]
         if on_progress:
-            on_progress(i, len(objects), key)
+            on_progress(i, len(objects), key, result)
     return result
 
 

@@ -65,6 +65,9 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(__version__, prog_name="hpq")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, param, on: (
+    os.environ.__setitem__("HPQ_DEBUG", "1") if on else None),
+    help="Show the traceback of an internal error (as HPQ_DEBUG=1 does), for a bug report.")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """hpq: stand up SageMaker HyperPod clusters (Slurm or EKS) and prove they run at full speed.
@@ -234,7 +237,7 @@ def _internal_error(exc: BaseException) -> NoReturn:
     if os.environ.get("HPQ_DEBUG"):
         raise exc
     click.echo(f"hpq: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-               "(a bug in hpq: rerun with HPQ_DEBUG=1 for the traceback and report it)", err=True)
+               "(a bug in hpq: rerun with --debug, e.g. `hpq --debug COMMAND ...`, for the traceback and report it)", err=True)
     sys.exit(EXIT_FAILED)
 
 

@@ -1,4 +1,7 @@
-"""Run one test as Kubernetes objects: apply, wait with progress, follow the result log, judge, clean up.
+"""Run one test as Kubernetes objects: apply, wait with progress, follow the result log, clean up.
+
+It judges nothing: the runner hands back an :class:`Outcome` (job state, message, the result pod's log) and
+the EKS backend (hpq.validation.eks) turns it into the raw outcome every backend's judge reads.
 
 The runner talks only through :class:`hpq.kube.kube.KubeClient` (create, get,
 delete, list pods/nodes, logs), so tests drive it over real HTTP against a small
@@ -10,8 +13,6 @@ so re-running is always safe.
 from __future__ import annotations
 
 import http.client
-import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 
 from hpq.errors import OperationFailed, UsageError
 from hpq.kube.kube import KubeClient, KubeError
+from hpq.lifecycle import catalog
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 # HyperPod's node health label and its values: "Schedulable" passed the basic health checks;
@@ -345,7 +347,7 @@ def node_types(client: KubeClient) -> Counter[str]:
 
 @dataclass
 class NodeFacts:
-    """What the API server says about the nodes of one instance type, for ``hpq eks validate``."""
+    """What the API server says about the nodes of one instance type, for the validate test's judge."""
 
     instance_type: str
     usable: list[str] = field(default_factory=list)
@@ -370,8 +372,6 @@ def _allocatable(node: dict[str, Any], resource: str) -> int:
 def node_facts(client: KubeClient, instance_type: str) -> NodeFacts:
     """Per node of ``instance_type``: Ready, HyperPod's health label, and the EFA devices it exposes
     (``status.allocatable["vpc.amazonaws.com/efa"]``) against the catalog's count for the type."""
-    from hpq.lifecycle import catalog
-
     entry = catalog.lookup(instance_type)
     facts = NodeFacts(entry.name)
     for node in client.list_nodes():
@@ -401,8 +401,6 @@ def node_facts(client: KubeClient, instance_type: str) -> NodeFacts:
 
 def pick_instance_type(client: KubeClient, requested: str | None, nodes: int) -> str:
     """The accelerated type to test: the one asked for, else the most common GPU/Trainium type present."""
-    from hpq.lifecycle import catalog
-
     counts = node_types(client)
     accelerated = {}
     for label, n in counts.items():
@@ -461,121 +459,3 @@ def check_fsx_claim(client: KubeClient, namespace: str, claim: str) -> None:
     phase = (pvc.get("status") or {}).get("phase")
     if phase == "Lost":
         raise OperationFailed(f"--fsx-claim {claim}: the claim's volume is Lost (its PersistentVolume was deleted)")
-
-
-# ---------------------------------------------------------------------- verdicts
-
-
-@dataclass
-class TestVerdict:
-    ok: bool
-    exit_code: int
-    message: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-# Numbers as Python prints them, nan and inf included: a loss of nan is evidence of a broken run, never skipped.
-_NUM = r"([-+]?(?:nan|inf(?:inity)?|[0-9]{1,40}(?:\.[0-9]{0,40})?(?:[eE][-+]?[0-9]{1,4})?))"
-# "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
-_ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
-_LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
-_INCONCLUSIVE_RE = re.compile(r"^RESULT: (INCONCLUSIVE:.*)$", re.MULTILINE)
-_RESULT_FAIL_RE = re.compile(r"^RESULT: (FAIL.{0,500})$", re.MULTILINE)
-_DISAGREE_RE = re.compile(r"^loss \S+ -> \S+: .{0,40}; ranks DISAGREE", re.MULTILINE)
-
-
-def judge_nccl(outcome: Outcome, instance_type: str, nodes: int | None = None) -> TestVerdict:
-    """The launcher log judged like ``hpq nccl-report``: the expectation for ``instance_type`` on the run's
-    node count (nccl-tests' rank lines, else the ``nodes`` the job was started with); PASS 0, FAIL 1,
-    INCONCLUSIVE 3 (hpq.scripts.outcome)."""
-    from hpq.scripts import nccl_report
-    from hpq.scripts import outcome as oc
-
-    try:
-        report = nccl_report.parse_text(outcome.log)
-    except nccl_report.ReportError as exc:  # no table at all: the run failed, say why
-        tail = "\n".join(outcome.log.splitlines()[-15:])
-        raise OperationFailed(f"the NCCL test produced no results ({outcome.state}: {outcome.message or exc}). "
-                              f"Last log lines:\n{tail}") from None
-    verdict = nccl_report.evaluate(report, instance_type, nodes)
-    data = nccl_report.report_to_dict(report, verdict)
-    data["job"] = {"state": outcome.state, "message": outcome.message}
-    if outcome.state != "Succeeded":
-        message = oc.headline(oc.FAIL, f"job {outcome.state}", "Succeeded",
-                              f"the job ended {outcome.state} ({outcome.message})") + "\n" + verdict.message
-        data["outcome"] = oc.FAIL
-        data["verdict"].update(outcome=oc.FAIL, ok=False, exit_code=oc.EXIT_FAIL, message=message)
-        return TestVerdict(False, oc.EXIT_FAIL, message, data)
-    return TestVerdict(verdict.ok, verdict.exit_code, verdict.message, data)
-
-
-def judge_nanogpt(outcome: Outcome) -> TestVerdict:
-    """PASS only when the job succeeded, printed two or more finite losses, and the last is below the first;
-    FAIL on a job that failed, a loss that is nan/inf or did not fall, ranks that disagree, or the program's
-    own "RESULT: FAIL"; INCONCLUSIVE (exit 3) when hpq's nanoGPT says it left Trainium devices idle."""
-    from hpq.scripts import outcome as oc
-
-    losses = [float(x) for x in (_ITER_LOSS_RE.findall(outcome.log) or _LOSS_RE.findall(outcome.log))]
-    data: dict[str, Any] = {"job": {"state": outcome.state, "message": outcome.message}, "losses": losses}
-    number = f"loss {losses[0]:g} -> {losses[-1]:g}" if losses else "no loss printed"
-
-    def verdict(result: str, reason: str) -> TestVerdict:
-        data["outcome"] = result
-        return TestVerdict(result == oc.PASS, oc.exit_code(result),
-                           oc.headline(result, number, "a falling, finite loss", reason), data)
-
-    if outcome.state != "Succeeded":
-        return verdict(oc.FAIL, f"training ended {outcome.state}: {outcome.message}")
-    if len(losses) < 2:
-        return verdict(oc.INCONCLUSIVE if not losses else oc.FAIL,
-                       "training finished but printed fewer than two loss values (iter N: loss X)")
-    bad = [x for x in losses if not math.isfinite(x)]
-    if bad:
-        return verdict(oc.FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
-    if not losses[-1] < losses[0]:
-        return verdict(oc.FAIL, "the loss did not go down")
-    failed = _RESULT_FAIL_RE.search(outcome.log)
-    if failed:
-        return verdict(oc.FAIL, "the program's own RESULT line says " + failed.group(1).strip())
-    if _DISAGREE_RE.search(outcome.log):
-        return verdict(oc.FAIL, "the ranks hold different weights at the end")
-    inconclusive = _INCONCLUSIVE_RE.search(outcome.log)
-    if inconclusive:
-        data["neuron_devices_unused"] = True
-        return verdict(oc.INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
-    return verdict(oc.PASS, f"loss fell over {len(losses)} reports")
-
-
-def judge_validate(outcome: Outcome, nodes: int, facts: NodeFacts | None = None) -> TestVerdict:
-    """PASS when the job succeeded, ``nodes`` pods saw every accelerator and EFA device, and (``facts``) no
-    node of the type exposes fewer EFA devices than the catalog gives it and none failed HyperPod's health
-    checks; a node still in HyperPod's deep health checks makes it INCONCLUSIVE (rerun when they end)."""
-    from hpq.scripts import outcome as oc
-
-    lines = [ln for ln in outcome.log.splitlines() if ln.startswith("HPQ-VALIDATE ")]
-    good = [ln for ln in lines if ln.rstrip().endswith(" OK")]
-    data: dict[str, Any] = {"job": {"state": outcome.state, "message": outcome.message}, "nodes": lines}
-    if facts is not None:
-        data["node_facts"] = facts.to_dict()
-    number = f"{len(good)}/{nodes} nodes passed"
-    problems: list[str] = []
-    if not (outcome.state == "Succeeded" and len(good) >= nodes):
-        bad = [ln for ln in lines if ln not in good]
-        problems.append(f"{outcome.state}: " + ("; ".join(bad) or outcome.message or "no per-node report"))
-    if facts is not None and facts.efa_short:
-        problems.append(f"{len(facts.efa_short)} node(s) expose fewer EFA devices ({EFA_RESOURCE} allocatable) than "
-                        f"{facts.instance_type} has: " + "; ".join(facts.efa_short) + ". Check the EFA device "
-                        "plugin's pod on the node and that the instance group was created with EFA")
-    if facts is not None and facts.unhealthy:
-        problems.append("HyperPod's health checks failed on " + ", ".join(facts.unhealthy))
-    if problems:
-        result, reason = oc.FAIL, "; ".join(problems)
-    elif facts is not None and facts.health_checking:
-        result, reason = oc.INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(
-            facts.health_checking) + f" ({HEALTH_LABEL}={HEALTH_CHECKING}): rerun when they end")
-    else:
-        result, reason = oc.PASS, "every accelerator and EFA device visible" + (
-            f"; {len(facts.usable)} {facts.instance_type} node(s) Ready and Schedulable" if facts else "")
-    data["outcome"] = result
-    message = oc.headline(result, number, f"{nodes} node(s) seeing every device", reason)
-    return TestVerdict(result == oc.PASS, oc.exit_code(result), message, data)

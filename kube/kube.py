@@ -95,8 +95,18 @@ def _hyperpod_eks_name(session: Any, cluster: str) -> str:
             raise
     arn = ((hp.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn")
     if not arn:
-        raise UsageError(f"HyperPod cluster {cluster!r} is orchestrated by Slurm, not EKS: use hpq remote-nccl-test")
-    return str(arn).rsplit("/", 1)[-1]
+        raise UsageError(f"HyperPod cluster {cluster!r} is orchestrated by Slurm, not EKS: use hpq test")
+    return eks_name_from_arn(str(arn))
+
+
+def eks_name_from_arn(arn: str) -> str:
+    """The EKS cluster's name from its ARN (``arn:<partition>:eks:<region>:<account>:cluster/<name>``, the
+    pattern of DescribeCluster's Orchestrator.Eks.ClusterArn:
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterOrchestratorEksConfig.html)."""
+    head, _, name = arn.rpartition(":cluster/")
+    if not head.startswith("arn:") or ":eks:" not in head + ":" or not name:
+        raise UsageError(f"not an EKS cluster ARN: {arn!r}")
+    return name
 
 
 def cluster_access(session: Any, cluster: str) -> ClusterAccess:

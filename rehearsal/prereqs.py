@@ -50,12 +50,14 @@ def check(variant: str, validate: bool = True) -> None:
         if not any(line.split()[-1] == "overlay" for line in fh if line.strip()):
             raise UsageError("the kernel has no overlay filesystem (modprobe overlay), which every node's root needs")
     # awscli: the nodes find FSx by tag through this environment's aws CLI (their python3 has no boto3).
-    wanted_py = {"moto": "hyperpod-quickstart[rehearse]", "awscli": "hyperpod-quickstart[rehearse]"}
+    # pip arguments, quoted for every shell (zsh expands an unquoted [rehearse]).
+    extra = "'hyperpod-quickstart[rehearse]'"
+    wanted_py = {"moto": extra, "awscli": extra}
     if slurm and validate:
-        wanted_py["torch"] = "torch (the CPU wheel: pip install torch==2.13.0)"
-        wanted_py["numpy"] = "hyperpod-quickstart[rehearse]"  # torch's object collectives need it
+        wanted_py["torch"] = "'torch==2.13.0'"  # the version dev/constraints.txt pins (a CPU build will do)
+        wanted_py["numpy"] = extra  # torch's object collectives need it
     if not slurm:
-        wanted_py["kubernetes_validate"] = "hyperpod-quickstart[rehearse]"
+        wanted_py["kubernetes_validate"] = extra
     missing_py = [why for mod, why in wanted_py.items() if importlib.util.find_spec(mod) is None]
     if missing_py:
         raise UsageError(f"missing Python packages in {sys.executable}: pip install {' '.join(sorted(set(missing_py)))}")

@@ -308,9 +308,15 @@ def test_publish_uploads_all_variants(bucket, capsys):
         body = json.loads(s3.get_object(Bucket=bucket, Key=root_key)["Body"].read())
         assert "TemplateBaseUrl" in body["Parameters"]
         assert "quickcreate?templateURL=" in data["links"][variant]
-    code, out, _ = run_cli(["publish", bucket], capsys)
+    first = [ln for ln in err.splitlines() if ln.startswith("checked ")]
+    code, out, err = run_cli(["publish", bucket], capsys)
     assert code == 0
     assert "| `slurm-gpu` | [![Launch Stack]" in out and "0 uploaded" in out  # idempotent re-run
+    # Progress says what happened: the first run put every object, the re-run none (was "uploaded 10/53").
+    again = [ln for ln in err.splitlines() if ln.startswith("checked ")]
+    total = int(first[-1].split("/")[1].split()[0])
+    assert first[-1] == f"checked {total}/{total} objects: {total} uploaded, 0 unchanged", first
+    assert again[-1] == f"checked {total}/{total} objects: 0 uploaded, {total} unchanged", again
 
 
 @pytest.mark.slow

@@ -9,6 +9,9 @@ Every rule is shown on a healthy cluster and on its broken twin.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +181,22 @@ def test_run_node_doctor_reads_sinfo_and_refuses_bad_arguments(capsys):
             run_node_doctor.parse_args(bad)
         assert exc.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+BIN = Path(__file__).resolve().parents[1] / "scripts" / "bin"
+
+
+def test_run_node_doctor_wrapper_and_hpq_doctor_refuse_bad_input_in_one_line(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path), "HPQ_LAUNCHER_PYTHON": sys.executable}
+    res = subprocess.run([str(BIN / "run-node-doctor")], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+                         timeout=60, preexec_fn=lambda: os.close(1))
+    assert (res.returncode, res.stderr.strip()) == (2, "run-node-doctor: error: standard output is closed")
+    res = subprocess.run([str(BIN / "run-node-doctor"), "--node-timeout", "0"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    # --fix without a terminal and without --yes: refused before anything is reached.
+    res = subprocess.run([sys.executable, "-m", "hpq", "doctor", "my-cluster", "--fix", "--region", "us-west-2"],
+                         cwd=tmp_path, env={**env, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stderr.strip()) == (
+        2, "hpq: error: --fix acts on the cluster: without a terminal to confirm on, pass --yes")

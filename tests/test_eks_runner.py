@@ -1,20 +1,22 @@
-"""``hpq eks nccl-test / nanogpt / validate``: the runner's own code over real HTTPS.
+"""``hpq test`` on an EKS cluster (and its aliases ``hpq eks nccl-test / nanogpt / validate``): the EKS
+backend and the runner's own code over real HTTPS.
 
 No Kubernetes API server can run on this machine, so a small local HTTPS server (fixtures_eks.
 FakeKube) speaks the subset of the API the runner uses (create/get/delete objects, list pods and
 nodes, follow a pod log with chunked transfer) and plays the operator's part from a scenario.
 Real: HTTP, TLS verified against the cluster CA the way EKS hands it out, the bearer token, the
-rendered manifests the runner POSTs, the nccl-tests report parser and verdict, cleanup.
+rendered manifests the runner POSTs, the nccl-tests report parser and the judges (validation/judges.py),
+cleanup.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import urllib.parse
 
 import pytest
 
-from hpq.cli.commands import eks as eks_cli
 from hpq.errors import OperationFailed, UsageError
 from hpq.kube import jobs as eks_jobs
 from hpq.kube.kube import ClusterAccess, KubeClient, KubeError, cluster_access
@@ -29,16 +31,24 @@ from hpq.tests.fixtures_eks import (  # noqa: F401
     self_signed_cert,
 )
 from hpq.tests.nccl_logs import allreduce_log, efa_info, socket_info
+from hpq.validation import eks as eks_backend
+from hpq.validation import judges
+from hpq.validation.backend import run_test
+from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
+from hpq.validation.result import RawOutcome
+
+TESTS = {"nccl-test": NCCL, "nanogpt": NANOGPT, "validate": VALIDATE}
 
 
 def run(kube, test, nodes=2, gpus=None, client=None, echo=None, **kw):
+    """One test through the EKS backend and validation's one loop (resolve, run, cleanup, judge)."""
     lines: list[str] = []
-    verdict = eks_cli.run_test(
-        test, "test-eks", nodes, gpus, instance_type=kw.pop("instance_type", None), image=None,
-        namespace="default", name=kw.pop("name", None), timeout_s=kw.pop("timeout_s", 60), keep=False,
-        output=kw.pop("output", "table"), region=None, profile=None, client=client or kube_client(kube),
-        echo=echo or lines.append, poll_s=0.01, **kw)
-    return verdict, lines
+    request = TestRequest(TESTS[test], nodes, gpus, kw.pop("instance_type", None), None, (), kw.pop("timeout_s", 60),
+                          kw.pop("nccl_debug", None))
+    api = client or kube_client(kube)
+    backend = eks_backend.EksBackend("test-eks", eks_backend.EksOptions(**kw), lambda: api, poll_s=0.01)
+    result = run_test(backend, request, echo or lines.append)
+    return result, lines
 
 
 def test_nccl_test_pass_on_g5_16xlarge(fake_kube):  # noqa: F811
@@ -71,13 +81,27 @@ def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):  # noqa: F811
     assert verdict.data["verdict"]["instance_type"] == "ml.p5.48xlarge"
 
 
-def test_job_failure_without_results_is_operation_failed(fake_kube):  # noqa: F811
+def test_job_failure_without_results_fails(fake_kube):  # noqa: F811
+    """A launcher that printed no table and a job that Failed: FAIL, exit 1, naming the job (the same judge as
+    a node program that exited 1 on Slurm)."""
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     fake_kube.scenario.update(final="Failed", logs={"launcher": [
         "[1,0]<stderr>: libfabric: efa: FI_EFA_USE_DEVICE_RDMA=1 on a non-RDMA device", "mpirun: abort"]})
-    with pytest.raises(OperationFailed, match="no results.*Failed"):
-        run(fake_kube, "nccl-test")
+    verdict, _ = run(fake_kube, "nccl-test")
+    assert verdict.exit_code == 1 and verdict.outcome == "FAIL", verdict.message
+    assert verdict.message.startswith("FAIL: no result rows") and "mpijob/hpq-nccl-test exited 1" in verdict.message
+    assert "mpijob/hpq-nccl-test ended Failed" in verdict.message and verdict.data["job"]["state"] == "Failed"
     assert fake_kube.objects == {}
+
+
+def test_job_failed_after_a_passing_table_is_a_fail(fake_kube):  # noqa: F811
+    """The job's end state is the program's exit status: a table that would pass, from a job that Failed, is a
+    FAIL (the broken twin of test_nccl_test_pass_on_g5_16xlarge)."""
+    fake_kube.add_nodes("ml.g5.16xlarge", 2)
+    fake_kube.scenario.update(final="Failed", logs={"launcher": nccl_tests_output(3.02)})
+    verdict, _ = run(fake_kube, "nccl-test")
+    assert verdict.exit_code == 1 and verdict.message.startswith("FAIL: exit status 1"), verdict.message
+    assert "3.02 GB/s" in verdict.message
 
 
 def test_fast_failure_still_shows_the_launcher_log(fake_kube):  # noqa: F811
@@ -85,8 +109,8 @@ def test_fast_failure_still_shows_the_launcher_log(fake_kube):  # noqa: F811
     fake_kube.scenario.update(final="Failed", end_at_tick=1, pending_ticks=5, logs={"launcher": [
         "--------------------------------------------------------------------------",
         "mpirun was unable to launch the specified application: No such file or directory"]})
-    with pytest.raises(OperationFailed, match="unable to launch"):
-        run(fake_kube, "nccl-test")
+    verdict, lines = run(fake_kube, "nccl-test")
+    assert verdict.exit_code == 1 and any("unable to launch" in line for line in lines)
 
 
 def test_dropped_log_stream_waits_for_the_job(fake_kube):  # noqa: F811
@@ -94,8 +118,8 @@ def test_dropped_log_stream_waits_for_the_job(fake_kube):  # noqa: F811
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(final="Failed", break_log=3, end_at_tick=8, logs={"launcher": nccl_tests_output(3.0)})
     lines: list[str] = []
-    with pytest.raises(OperationFailed, match="no results.*Failed"):
-        run(fake_kube, "nccl-test", echo=lines.append)
+    verdict, _ = run(fake_kube, "nccl-test", echo=lines.append)
+    assert verdict.exit_code == 1 and "ended Failed" in verdict.message
     # The branch this test is named for ran: the broken stream was noticed and said, then the job waited for.
     assert [ln for ln in lines if ln.startswith("(log stream ended:")], lines
     assert fake_kube.ticks >= 8 and fake_kube.objects == {}
@@ -301,14 +325,19 @@ def test_tls_is_verified_against_the_cluster_ca(fake_kube, tmp_path):  # noqa: F
         default_trust.list_nodes()  # self-signed cluster CA is not in the system store
 
 
-def test_json_output(fake_kube, capsys):  # noqa: F811
+def test_json_output(fake_kube, monkeypatch, capsys):  # noqa: F811
+    """`hpq eks nccl-test ... --output json`: one JSON document on stdout (progress on stderr)."""
+    from hpq.cli.main import main
+
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.0)})
-    run(fake_kube, "nccl-test", output="json")
-    import json
-
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["ok"] is True and doc["instance_type"] == "ml.g5.16xlarge" and doc["peak_busbw_gbps"] == 3.0
+    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    with pytest.raises(SystemExit) as exc:
+        main(["eks", "nccl-test", "test-eks", "2", "--region", "us-west-2", "--output", "json"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert exc.value.code == 0 and doc["ok"] is True and doc["outcome"] == "PASS"
+    assert doc["instance_type"] == "ml.g5.16xlarge" and doc["peak_busbw_gbps"] == 3.0 and doc["backend"] == "eks"
 
 
 def test_cluster_access_from_eks_api(moto_aws):  # noqa: F811
@@ -372,7 +401,7 @@ def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, cod
 
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(busbw)})
-    monkeypatch.setattr(eks_cli, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
     with pytest.raises(SystemExit) as exc:
         main(["eks", "nccl-test", "test-eks", "2", "--region", "us-west-2"])
     out = capsys.readouterr().out
@@ -425,8 +454,9 @@ def test_validate_checks_efa_devices_and_hyperpod_health(fake_kube, twin, outcom
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.add_nodes("ml.p5.48xlarge", 1, **twin)
     facts = eks_jobs.node_facts(kube_client(fake_kube), "ml.p5.48xlarge")
-    outcome_ = eks_jobs.Outcome("Succeeded", "done", "HPQ-VALIDATE a OK\nHPQ-VALIDATE b OK", [])
-    verdict = eks_jobs.judge_validate(outcome_, 2, facts)
+    raw = RawOutcome(0, "HPQ-VALIDATE a OK\nHPQ-VALIDATE b OK", state="Succeeded", detail="done",
+                     facts=facts.to_dict())
+    verdict = judges.judge_validate(TestRequest(VALIDATE, 2), raw, "ml.p5.48xlarge", "eks", "test-eks")
     assert verdict.message.startswith(outcome + ": ") and words in verdict.message, verdict.message
     assert verdict.data["outcome"] == outcome
 
@@ -491,7 +521,7 @@ def test_cli_fsx_claim_without_driver_is_one_line_exit_1(fake_kube, monkeypatch,
     from hpq.cli.main import main
 
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
-    monkeypatch.setattr(eks_cli, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
     with pytest.raises(SystemExit) as exc:
         main(["eks", "nanogpt", "test-eks", "2", "--fsx-claim", "hpq-fsx", "--region", "us-west-2"])
     err = capsys.readouterr().err

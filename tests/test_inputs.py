@@ -195,9 +195,12 @@ def test_a_bug_is_one_line_exit_1(monkeypatch, capsys):
         raise RuntimeError("multi\nline")
 
     monkeypatch.setitem(cli.commands, "boom", boom)
-    monkeypatch.delenv("HPQ_DEBUG", raising=False)
+    monkeypatch.setenv("HPQ_DEBUG", "")  # off; and whatever --debug sets below is undone after the test
     code, _, err = _run_main(["boom"], capsys)
     assert code == 1 and err.startswith("hpq: internal error: RuntimeError: multi line") and err.count("\n") == 1
+    assert "hpq --debug" in err  # says how to get the traceback
+    with pytest.raises(RuntimeError, match="multi"):  # --debug: the traceback, for the bug report
+        main(["--debug", "boom"])
 
 
 @pytest.mark.parametrize("args", [[], ["eks"]])

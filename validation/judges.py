@@ -10,9 +10,12 @@ status as the backend saw it, a run the backend stopped, the stand-in network of
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from hpq.errors import HpqError
+from hpq.kube.jobs import EFA_RESOURCE, HEALTH_CHECKING, HEALTH_LABEL
 from hpq.scripts import nccl_report
 from hpq.scripts import outcome as oc
 from hpq.scripts import sweep as node_sweep
@@ -21,11 +24,12 @@ from hpq.validation.result import RawOutcome, TestResult
 
 # The program each test runs on the cluster, named in messages.
 PROGRAMS = {NCCL: "run-nccl-test", NCCOM: "run-nccom-test", NANOGPT: "run-nanogpt", SWEEP: "run-nccl-test --sweep"}
+BENCHMARKS = {NCCL: "nccl-tests", NCCOM: "nccom-test"}
 
 
 def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int | None = None,
               expect: str | float | None = None, stand_in_network: bool = False,
-              program: str = "run-nccl-test") -> tuple[dict[str, Any], int, str]:
+              program: str = "run-nccl-test", benchmark: str = "nccl-tests") -> tuple[dict[str, Any], int, str]:
     """(data, exit code, message) of a captured nccl-tests/nccom-test log, judged like `hpq nccl-report`
     (node count from the output's rank lines, else ``nodes``; ``expect`` as `hpq nccl-report --expect`),
     combined with the node program's exit status ``remote_code``."""
@@ -34,7 +38,7 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     except HpqError as exc:
         judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
         msg = oc.headline(judged, "no result rows", "a complete benchmark table",
-                          f"no benchmark results in the output ({exc}); {program} exited {remote_code}")
+                          f"no {benchmark} results in the output ({exc}); {program} exited {remote_code}")
         code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
         return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
                  "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
@@ -83,7 +87,7 @@ def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None
     """nccl and nccom: the benchmark table in the log, against the catalog (or ``--expect``)."""
     program = PROGRAMS[req.test]
     data, code, message = bandwidth(raw.log, instance_type, raw.exit_code, req.node_count, req.expect,
-                                    stand_in_network, program)
+                                    stand_in_network, raw.command.split(" ")[0] or program, BENCHMARKS[req.test])
     if raw.timed_out:
         code = oc.EXIT_FAIL
         message = oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
@@ -103,10 +107,14 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     was interrupted)."""
     doc = node_sweep.extract_json(raw.log)
     if doc is None:
-        code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
-                              f"{raw.command or 'run-nccl-test --sweep'} exited {raw.exit_code} (its messages are "
-                              "above)")
+        program = raw.command.split(" ")[0] or "run-nccl-test"
+        if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED):  # refused its arguments, or interrupted
+            code, message = raw.exit_code, f"no sweep result came back: {program} exited {raw.exit_code} (its " \
+                                           "message is above)"
+        else:
+            code = oc.EXIT_FAIL
+            message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
+                                  f"{program} exited {raw.exit_code} (its messages are above)")
         data = {"outcome": oc.FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
         return TestResult(req.test, backend, cluster, oc.FAIL, code, message, instance_type, req.nodes, data)
     doc["remote_exit_code"] = raw.exit_code
@@ -144,11 +152,119 @@ def judge_nanogpt_result(req: TestRequest, raw: RawOutcome, instance_type: str |
                               f"{tail or raw.stderr.strip()[-300:]}")
     else:
         outcome = str(doc["outcome"])
-        if outcome == oc.PASS and raw.exit_code != 0:
-            outcome = oc.FAIL
         message = str(doc.get("message") or oc.headline(outcome, "run-nanogpt", "a falling loss", tail))
+        if outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):  # its JSON is no pass then
+            outcome = oc.FAIL
+            message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
+                                  "run-nanogpt failed on the cluster (its output above says why)") + "\n" + message
     data = {**doc, "command": raw.command, "exit_status": raw.exit_code, "outcome": outcome}
     if outcome != oc.PASS and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
     code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(outcome)
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
+
+
+# ---------------------------------------------------------------------- judged from a job's log (EKS)
+# The EKS jobs run the training program and the device check straight from their manifests (no node program
+# writes a result file there): these judges read the result pod's log, the job's end state (RawOutcome.state,
+# exit_code 0 only when the job Succeeded) and, for validate, what the API server says of the nodes
+# (RawOutcome.facts: hpq.kube.jobs.NodeFacts.to_dict()).
+
+# Numbers as Python prints them, nan and inf included: a loss of nan is evidence of a broken run, never skipped.
+_NUM = r"([-+]?(?:nan|inf(?:inity)?|[0-9]{1,40}(?:\.[0-9]{0,40})?(?:[eE][-+]?[0-9]{1,4})?))"
+# "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
+_ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
+_LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
+_INCONCLUSIVE_RE = re.compile(r"^RESULT: (INCONCLUSIVE:.*)$", re.MULTILINE)
+_RESULT_FAIL_RE = re.compile(r"^RESULT: (FAIL.{0,500})$", re.MULTILINE)
+_DISAGREE_RE = re.compile(r"^loss \S+ -> \S+: .{0,40}; ranks DISAGREE", re.MULTILINE)
+
+
+def _job(raw: RawOutcome) -> dict[str, Any]:
+    return {"state": raw.state, "message": raw.detail}
+
+
+def _ended(raw: RawOutcome) -> str:
+    """How the run ended, in words: the job's state and message (or the program's exit status)."""
+    state = raw.state or f"exit status {raw.exit_code}"
+    return f"{state}: {raw.detail}" if raw.detail else state
+
+
+def judge_nanogpt_log(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
+                      cluster: str) -> TestResult:
+    """PASS only when the run succeeded, printed two or more finite losses, and the last is below the first;
+    FAIL on a run that failed, a loss that is nan/inf or did not fall, ranks that disagree, or the program's
+    own "RESULT: FAIL"; INCONCLUSIVE (exit 3) when hpq's nanoGPT says it left Trainium devices idle."""
+    losses = [float(x) for x in (_ITER_LOSS_RE.findall(raw.log) or _LOSS_RE.findall(raw.log))]
+    data: dict[str, Any] = {"job": _job(raw), "command": raw.command, "losses": losses}
+    number = f"loss {losses[0]:g} -> {losses[-1]:g}" if losses else "no loss printed"
+
+    def verdict(outcome: str, reason: str) -> TestResult:
+        data["outcome"] = outcome
+        return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome),
+                          oc.headline(outcome, number, "a falling, finite loss", reason), instance_type,
+                          req.node_count, data)
+
+    if raw.exit_code != 0:
+        return verdict(oc.FAIL, f"training ended {_ended(raw)}")
+    if len(losses) < 2:
+        return verdict(oc.INCONCLUSIVE if not losses else oc.FAIL,
+                       "training finished but printed fewer than two loss values (iter N: loss X)")
+    bad = [x for x in losses if not math.isfinite(x)]
+    if bad:
+        return verdict(oc.FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
+    if not losses[-1] < losses[0]:
+        return verdict(oc.FAIL, "the loss did not go down")
+    failed = _RESULT_FAIL_RE.search(raw.log)
+    if failed:
+        return verdict(oc.FAIL, "the program's own RESULT line says " + failed.group(1).strip())
+    if _DISAGREE_RE.search(raw.log):
+        return verdict(oc.FAIL, "the ranks hold different weights at the end")
+    inconclusive = _INCONCLUSIVE_RE.search(raw.log)
+    if inconclusive:
+        data["neuron_devices_unused"] = True
+        return verdict(oc.INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
+    return verdict(oc.PASS, f"loss fell over {len(losses)} reports")
+
+
+def judge_validate(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
+                   cluster: str) -> TestResult:
+    """PASS when the run succeeded, every node checked reported every accelerator and EFA device
+    (``HPQ-VALIDATE ... OK``), and (``raw.facts``, when the backend saw the nodes) no node of the type exposes
+    fewer EFA devices than the catalog gives it and none failed HyperPod's health checks; a node still in
+    HyperPod's deep health checks makes it INCONCLUSIVE (rerun when they end)."""
+    nodes = req.node_count or 0
+    facts: dict[str, Any] | None = raw.facts or None
+    seen = facts or {}
+    lines = [ln for ln in raw.log.splitlines() if ln.startswith("HPQ-VALIDATE ")]
+    good = [ln for ln in lines if ln.rstrip().endswith(" OK")]
+    data: dict[str, Any] = {"job": _job(raw), "command": raw.command, "node_reports": lines}
+    if facts is not None:
+        data["node_facts"] = facts
+    number = f"{len(good)}/{nodes} nodes passed"
+    problems: list[str] = []
+    if not (raw.exit_code == 0 and len(good) >= nodes):
+        bad = [ln for ln in lines if ln not in good]
+        problems.append(f"{raw.state or f'exit status {raw.exit_code}'}: "
+                        + ("; ".join(bad) or raw.detail or "no per-node report"))
+    efa_short = list(seen.get("efa_short") or [])
+    unhealthy = list(seen.get("unhealthy") or [])
+    checking = list(seen.get("health_checking") or [])
+    if efa_short:
+        problems.append(f"{len(efa_short)} node(s) expose fewer EFA devices ({EFA_RESOURCE} allocatable) than "
+                        f"{seen.get('instance_type')} has: " + "; ".join(efa_short) + ". Check the EFA device "
+                        "plugin's pod on the node and that the instance group was created with EFA")
+    if unhealthy:
+        problems.append("HyperPod's health checks failed on " + ", ".join(unhealthy))
+    if problems:
+        outcome, reason = oc.FAIL, "; ".join(problems)
+    elif checking:
+        outcome, reason = oc.INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(checking)
+                                            + f" ({HEALTH_LABEL}={HEALTH_CHECKING}): rerun when they end")
+    else:
+        outcome, reason = oc.PASS, "every accelerator and EFA device visible" + (
+            f"; {len(seen.get('usable') or [])} {seen.get('instance_type')} node(s) Ready and Schedulable"
+            if facts else "")
+    data["outcome"] = outcome
+    message = oc.headline(outcome, number, f"{nodes} node(s) seeing every device", reason)
+    return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome), message, instance_type, nodes, data)

@@ -17,6 +17,7 @@ from hpq.aws.session import client, make_session
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
 from hpq.validation.backend import Backend, ClusterFacts
+from hpq.validation.eks import EksBackend
 from hpq.validation.slurm import SlurmBackend, SshShell
 
 
@@ -34,7 +35,7 @@ class Reach:
     host: str | None = None
     group: str | None = None
     node: str | None = None
-    eks: dict[str, Any] = field(default_factory=dict)  # EKS only: image, namespace, keep, ... (validation/eks.py)
+    eks: dict[str, Any] = field(default_factory=dict)  # EKS only: validation/eks.EksOptions' fields
 
 
 def worker_type(groups: list[dict[str, Any]]) -> str | None:
@@ -46,32 +47,42 @@ def worker_type(groups: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def slurm_over_ssm(cluster: str, reach: Reach) -> Backend:
-    """The Slurm backend with the SSH target the controller is reached by (SSM, or ``--proxy-command``)."""
+def backend_for(cluster: str, reach: Reach, programs: dict[str, list[str]] | None = None) -> Backend:
+    """The backend that serves ``cluster``: EKS jobs or the Slurm controller, from what DescribeCluster says.
+    With ``--proxy-command`` and ``--host`` the controller is reached without AWS (a Slurm cluster by
+    definition: there is no controller to SSH into on EKS)."""
     if reach.host and not reach.proxy_command:
-        raise UsageError("--host applies only with --proxy-command (hpq reaches the node through SSM)")
+        raise UsageError("--host does not apply without --proxy-command: hpq reaches the node through SSM")
     if reach.proxy_command and reach.host:
-        proxy = reach.proxy_command.replace("%h", reach.host).replace("%p", str(reach.port))
-        target = aws_ssh.SshTarget(reach.host, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
-                                   via_ssm=False)
-        return SlurmBackend(SshShell(target), ClusterFacts(cluster, "slurm", None))
+        return SlurmBackend(SshShell(controller_target(cluster, reach)[0]), ClusterFacts(cluster, "slurm", None),
+                            programs=programs)
     session = make_session(reach.region, reach.profile)
     sm = client(session, "sagemaker")
     cl = aws_hyperpod.describe_cluster(sm, cluster)
-    return for_described(cl, reach, sm, session)
-
-
-def for_described(cl: Any, reach: Reach, sm: Any, session: Any) -> Backend:
-    """The backend for a cluster DescribeCluster answered for (``cl``: aws.hyperpod.Cluster)."""
     facts = ClusterFacts(cl.name, cl.orchestrator, worker_type(cl.groups))
     if cl.orchestrator == "eks":
-        from hpq.validation.eks import EksBackend  # the EKS backend: written by the EKS work (not yet here)
-
         return EksBackend.for_cluster(cl, facts, reach, session)
+    target, _ = controller_target(cluster, reach, (sm, session, cl))
+    return SlurmBackend(SshShell(target), facts, programs=programs)
+
+
+def controller_target(cluster: str, reach: Reach, described: tuple[Any, Any, Any] | None = None) -> tuple[Any, Any]:
+    """(aws.ssh.SshTarget, aws.hyperpod.Cluster or None): the node to SSH into (the Slurm controller unless
+    ``reach.group``/``reach.node`` say otherwise), through SSM unless a ProxyCommand and host are given."""
+    if reach.host and not reach.proxy_command:
+        raise UsageError("--host does not apply without --proxy-command: hpq reaches the node through SSM")
+    if reach.proxy_command and reach.host:
+        proxy = reach.proxy_command.replace("%h", reach.host).replace("%p", str(reach.port))
+        return aws_ssh.SshTarget(reach.host, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+                                 via_ssm=False), None
+    if described is None:
+        session = make_session(reach.region, reach.profile)
+        sm = client(session, "sagemaker")
+        described = (sm, session, aws_hyperpod.describe_cluster(sm, cluster))
+    sm, session, cl = described
     picked = aws_hyperpod.resolve_node(sm, cl, reach.group, reach.node)
     proxy = (reach.proxy_command.replace("%h", picked.target).replace("%p", str(reach.port)) if reach.proxy_command
              else aws_hyperpod.ssh_proxy_command(picked.target, reach.region or session.region_name, reach.profile,
                                                  reach.port))
-    target = aws_ssh.SshTarget(picked.target, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
-                               via_ssm=not reach.proxy_command)
-    return SlurmBackend(SshShell(target), facts)
+    return aws_ssh.SshTarget(picked.target, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+                             via_ssm=not reach.proxy_command), cl

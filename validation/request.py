@@ -34,7 +34,7 @@ class TestRequest:
     extra: tuple[str, ...] = ()  # more arguments for the node program (split as a shell would)
     timeout_s: int = DEFAULT_TIMEOUT_S
     nccl_debug: str | None = None
-    fields: dict[str, str] = field(default_factory=dict)  # backend-specific (EKS: image, namespace, ...)
+    fields: dict[str, str] = field(default_factory=dict)  # backend-specific (EKS options live in pick.Reach.eks)
 
     __test__ = False  # not a pytest class, whatever its name
 

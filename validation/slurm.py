@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,11 +69,11 @@ class SshShell:
         return code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
 
 
-def node_command(request: TestRequest) -> list[str]:
+def node_command(request: TestRequest, programs: dict[str, list[str]] = PROGRAM) -> list[str]:
     """The command line of the request's node program (what `hpq remote CLUSTER -- ...` would run)."""
-    if request.test not in PROGRAM:
+    if request.test not in programs:
         raise UsageError(f"{request.test} has no Slurm node program yet")
-    args = list(PROGRAM[request.test])
+    args = list(programs[request.test])
     if request.test in (DOCTOR, VALIDATE):  # NODES: the first N nodes; none: every node
         return args + ([str(request.nodes)] if request.nodes else []) + list(request.extra) + ["--output", "json"]
     nodes = request.node_count
@@ -105,12 +106,18 @@ def _lines(echo: Echo) -> Callable[[bytes], None]:
     return feed
 
 
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class SlurmBackend:
     """Tests on a Slurm-orchestrated cluster, run from its controller."""
 
     def __init__(self, shell: Any, facts: ClusterFacts | Callable[[], ClusterFacts], name: str = "slurm",
-                 stand_in_network: bool = False):
+                 stand_in_network: bool = False, programs: dict[str, list[str]] | None = None):
         self.shell = shell
+        self.programs = {**PROGRAM, **(programs or {})}  # `hpq remote-nccl-test --runner CMD` replaces one
         self.name = name
         self._facts = facts
         self.stand_in_network = stand_in_network  # the rehearsal's bridge: bandwidth reported, transport waived
@@ -121,12 +128,12 @@ class SlurmBackend:
         return self._facts
 
     def run(self, request: TestRequest, instance_type: str | None, echo: Echo) -> RawOutcome:
-        args = node_command(request)
+        args = node_command(request, self.programs)
         command = shlex.join(args)
-        echo(f"running on the controller: {command}")
-        progress = (lambda line: echo(line)) if request.test in JSON_OUT else None
-        stdout_echo = None if request.test in JSON_OUT else _lines(echo)
-        code, out, err = self.shell.run(command, stdout_echo, request.timeout_s, on_stderr_line=progress)
+        _to_stderr(f"running on the controller: {command}")
+        stdout_echo = None if request.test in JSON_OUT else _lines(echo)  # their stdout is their JSON report
+        # The node program's stderr (srun's errors, the sweep's progress) goes to the user's stderr as it comes.
+        code, out, err = self.shell.run(command, stdout_echo, request.timeout_s, on_stderr_line=_to_stderr)
         raw = RawOutcome(code, out, err, command=command, state="timed out" if code == TIMED_OUT else "exited")
         if request.test == NANOGPT:
             path = _result_path(out)

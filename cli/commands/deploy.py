@@ -10,9 +10,10 @@ from hpq.lifecycle import names
 
 
 def _upload_progress(console):  # type: ignore[no-untyped-def]
-    def report(i: int, n: int, key: str) -> None:
-        if i == n or i % 10 == 0:
-            console.print(f"uploaded {i}/{n} objects", highlight=False)
+    def report(i: int, n: int, key: str, upload) -> None:  # type: ignore[no-untyped-def]
+        if i == n or i % 10 == 0:  # what happened so far, not a count that reads as "uploaded" when nothing was
+            console.print(f"checked {i}/{n} objects: {len(upload.written)} uploaded, {len(upload.skipped)} "
+                          "unchanged", highlight=False)
 
     return report
 

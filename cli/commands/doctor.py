@@ -14,7 +14,7 @@ import click
 from hpq.aws.report import echo_json, table
 from hpq.aws.session import aws_errors, aws_options, client, make_session, output_option
 from hpq.cli import inputs
-from hpq.cli.commands.remote import ssh_options
+from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
 from hpq.scripts import outcome as oc
 from hpq.validation import doctor_fix, pick
@@ -72,13 +72,14 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
       hpq doctor my-cluster --output json
       hpq doctor my-cluster --fix            # show the plan, ask, act, wait, re-check
     """
+    if fix and not yes and (sys.stdin is None or not sys.stdin.isatty()):
+        raise UsageError("--fix acts on the cluster: without a terminal to confirm on, pass --yes")
     request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s)
-    reach = pick.Reach(region, profile, user, key, known_hosts, port, proxy_command, host, group, node)
+    where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
-    try:
-        backend = pick.slurm_over_ssm(cluster, reach)
-    except ModuleNotFoundError:
-        raise UsageError("hpq doctor on an EKS cluster: not available yet (the EKS backend is not here)") from None
+    backend = pick.backend_for(cluster, where)
+    if backend.name != "slurm":
+        raise UsageError(f"hpq doctor on an {backend.name.upper()} cluster: not available yet (Slurm only)")
     sm = None
     if not (proxy_command and host):
         sm = client(make_session(region, profile), "sagemaker")

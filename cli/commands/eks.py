@@ -1,20 +1,22 @@
 """``hpq eks``: the cluster tests as Kubernetes jobs (render offline, or run them on an EKS cluster).
 
-Thin click layer over :mod:`hpq.manifests.render` (manifests),
-:mod:`hpq.kube.kube` (API access from the EKS API + an STS token) and
-:mod:`hpq.kube.jobs` (apply, wait, logs, verdict, cleanup).
+``hpq eks render`` prints the manifests (:mod:`hpq.manifests.render`). ``hpq eks nccl-test|nanogpt|validate``
+are aliases of ``hpq test nccl|nanogpt|validate`` on the EKS backend (:mod:`hpq.validation.eks`) that also
+take an EKS cluster's own name: one request, the same judges, the same output and exit codes.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 import click
 
 from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
+from hpq.cli.commands import test as test_cmd
+from hpq.manifests.render import RenderRequest, render
+from hpq.validation.eks import EksBackend, EksOptions
+from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
@@ -26,8 +28,7 @@ RENDER_OPTIONS = {
     "nodes": _JOBS,
 }
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
-# A ConfigMap holds at most 1 MiB (manifests.render.CONFIGMAP_LIMIT); a bigger program cannot ship.
-PROGRAM_MAX_BYTES = 1000 * 1024
+PROGRAM_MAX_BYTES = test_cmd.PROGRAM_MAX_BYTES
 
 
 @click.group("eks", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -48,9 +49,7 @@ def eks(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-def _request(test: str, **kw: Any) -> Any:
-    from hpq.manifests.render import RenderRequest
-
+def _request(test: str, **kw: Any) -> RenderRequest:
     return RenderRequest(test=test, **{k: v for k, v in kw.items() if v is not None})
 
 
@@ -106,8 +105,6 @@ def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | Non
     In the fsx example the filesystem id, DNS name and mount name stand for your
     stack's outputs FsxFileSystemId, FsxDnsName and FsxMountName (`hpq status STACK`).
     """
-    from hpq.manifests.render import render
-
     inputs.refuse_inapplicable(click.get_current_context(),
                                {p: test in tests for p, tests in RENDER_OPTIONS.items()}, f"to {test}")
     req = _request(test, instance_type=instance_type, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
@@ -140,80 +137,12 @@ def run_options(func: Any) -> Any:
     return func
 
 
-def _echo_for(output: str) -> Any:
-    # With --output json the progress goes to stderr so stdout stays one JSON document.
-    return (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
-
-
-def run_test(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_type: str | None,
-             image: str | None, namespace: str, name: str | None, timeout_s: int, keep: bool, output: str,
-             region: str | None, profile: str | None, program: str | None = None, program_args: str = "",
-             fsx_claim: str | None = None, nccl_debug: str | None = None, mpirun: str | None = None,
-             client: Any = None, echo: Any = None, poll_s: float = 5.0) -> Any:
-    """Library entry point of ``hpq eks nccl-test|nanogpt|validate``; returns the TestVerdict."""
-    from hpq.kube import jobs as eks_jobs
-    from hpq.manifests.render import check_request, render_objects
-
-    echo = echo or _echo_for(output)
-
-    def request(itype: str | None) -> Any:
-        return _request(test, instance_type=itype, nodes=nodes, gpus=gpus, image=image, namespace=namespace,
-                        name=name, program=program, program_args=program_args, fsx_claim=fsx_claim,
-                        nccl_debug=nccl_debug, mpirun=mpirun)
-
-    # Everything the manifests can refuse is refused before the first AWS call: all of it when the
-    # instance type is given (those objects are the ones that run), otherwise what does not depend on it
-    # (GPUS is checked once the cluster has named the type).
-    objects = render_objects(request(instance_type)) if instance_type else None
-    if objects is None:
-        check_request(request(None))
-    if client is None:
-        client = connect(cluster, region, profile)
-    itype = eks_jobs.pick_instance_type(client, instance_type, nodes)
-    if objects is None:
-        objects = render_objects(request(itype))
-    if fsx_claim:
-        eks_jobs.check_fsx_claim(client, namespace, fsx_claim)
-    plan = eks_jobs.plan_for(test, objects)
-    echo(f"running {test} on {nodes} x {itype} in {cluster} (namespace {namespace}, job {plan.name})")
-    runner = eks_jobs.Runner(client, plan, echo=echo, poll_s=poll_s, timeout_s=timeout_s)
-    try:
-        outcome = runner.run()
-    finally:
-        if keep:
-            echo(f"--keep: leaving {plan.job_kind} {plan.name} in namespace {namespace}")
-        else:
-            echo("cleaning up")
-            runner.cleanup()
-    if test == "nccl-test":
-        verdict = eks_jobs.judge_nccl(outcome, itype, nodes)
-    elif test == "nanogpt":
-        verdict = eks_jobs.judge_nanogpt(outcome)
-    else:
-        verdict = eks_jobs.judge_validate(outcome, nodes, eks_jobs.node_facts(client, itype))
-    if output == "json":
-        from hpq.scripts.outcome import EXIT_CODES, json_safe
-
-        result = {v: k for k, v in EXIT_CODES.items()}.get(verdict.exit_code, "FAIL")
-        doc = {"test": test, "cluster": cluster, "instance_type": itype, "nodes": nodes, "ok": verdict.ok,
-               "outcome": result, "message": verdict.message, **verdict.data}
-        click.echo(json.dumps(json_safe(doc), indent=2, allow_nan=False))
-    else:
-        click.echo(verdict.message)
-    return verdict
-
-
-def connect(cluster: str, region: str | None, profile: str | None) -> Any:
-    from hpq.aws.session import make_session
-    from hpq.kube.kube import KubeClient, cluster_access
-
-    session = make_session(region, profile)
-    return KubeClient(cluster_access(session, cluster), token_refresh=lambda: cluster_access(session, cluster))
-
-
-def _finish(verdict: Any) -> None:
-    if verdict.exit_code:
-        sys.exit(verdict.exit_code)
+def _alias(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_type: str | None, timeout_s: int,
+           nccl_debug: str | None, output: str, region: str | None, profile: str | None, **options: Any) -> None:
+    """`hpq test TEST` on the EKS backend, for the cluster named (an EKS cluster, or a HyperPod cluster on EKS)."""
+    request = TestRequest(test, nodes, gpus, instance_type, None, (), timeout_s, nccl_debug)
+    backend = EksBackend.for_eks_name(cluster, EksOptions(**options), region, profile)
+    test_cmd.finish(test_cmd.run(backend, request, test_cmd.echo_for(output)), output)
 
 
 @eks.command("nccl-test")
@@ -225,6 +154,9 @@ def _finish(verdict: Any) -> None:
 @run_options
 def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     """NCCL all-reduce (nccl-tests MPIJob; nccom-test on Trainium) on NODES nodes, judged against the catalog.
+
+    Alias of `hpq test nccl CLUSTER` on an EKS cluster (same judge, output and
+    exit codes), which also takes the EKS cluster's own name and --name.
 
     CLUSTER is the EKS cluster name (or the HyperPod cluster name). NODES is how
     many nodes take part, one worker pod each (default 2); GPUS is how many GPUs
@@ -242,7 +174,7 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
       hpq eks nccl-test my-eks 2 --instance-type ml.g5.16xlarge --output json
       hpq eks nccl-test my-eks 4 --image 123456789012.dkr.ecr.us-west-2.amazonaws.com/nccl-tests:pinned
     """
-    _finish(run_test("nccl-test", cluster, nodes, gpus, **kw))
+    _alias(NCCL, cluster, nodes, gpus, **kw)
 
 
 @eks.command("nanogpt")
@@ -256,6 +188,9 @@ def nccl_test(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 @run_options
 def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     """Multi-node nanoGPT training (PyTorchJob + torchrun); PASS when the loss goes down.
+
+    Alias of `hpq test nanogpt CLUSTER` on an EKS cluster (same judge, output
+    and exit codes), which also takes the EKS cluster's own name and --name.
 
     CLUSTER is the EKS cluster name (or the HyperPod cluster name). NODES is how
     many nodes train, one pod each (default 2); GPUS is how many GPUs (Neuron
@@ -271,7 +206,7 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
     On Trainium the model trains on the host CPUs (no torch-neuronx path):
     the verdict is INCONCLUSIVE (exit 3), never a Trainium pass.
     """
-    _finish(run_test("nanogpt", cluster, nodes, gpus, **kw))
+    _alias(NANOGPT, cluster, nodes, gpus, **kw)
 
 
 @eks.command("validate")
@@ -280,6 +215,9 @@ def nanogpt(cluster: str, nodes: int, gpus: int | None, **kw: Any) -> None:
 @run_options
 def validate(cluster: str, nodes: int, **kw: Any) -> None:
     """Per-node check: every GPU (nvidia-smi) or Neuron device (neuron-ls) and EFA device is visible.
+
+    Alias of `hpq test validate CLUSTER` on an EKS cluster (same judge, output
+    and exit codes), which also takes the EKS cluster's own name and --name.
 
     CLUSTER is the EKS cluster name (or the HyperPod cluster name); NODES is how
     many nodes to check, one pod each (default 2). Nodes count as usable when
@@ -293,6 +231,6 @@ def validate(cluster: str, nodes: int, **kw: Any) -> None:
     Examples:
       hpq eks validate my-eks 4 --region us-west-2
     """
-    _finish(run_test("validate", cluster, nodes, None, **kw))
+    _alias(VALIDATE, cluster, nodes, None, **kw)
 
 
