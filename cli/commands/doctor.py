@@ -59,6 +59,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
 
     Each finding has a severity, an action (none, drain, reboot, replace) and the line
     that shows it; HyperPod's own status of each node (ListClusterNodes) is shown beside.
+    CLUSTER is the HyperPod cluster's name or ARN (Slurm clusters; EKS is not done yet).
     NODES: check the first NODES nodes (default: every node).
 
     \b
