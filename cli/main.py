@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "remote": ("hpq.cli.commands.remote", "remote", "Run a command on the controller over SSH through SSM."),
     "test": ("hpq.cli.commands.test", "test",
              "Prove a cluster works: nccl, nanogpt, nccom, sweep, validate; same on Slurm, EKS, rehearsal."),
+    "doctor": ("hpq.cli.commands.doctor", "doctor",
+               "Find the sick node: per-node findings, drift, HyperPod's view; --fix drains, reboots, replaces."),
     "remote-nccl-test": ("hpq.cli.commands.remote", "remote_nccl_test", "Run run-nccl-test on the controller, report."),
     "eks": ("hpq.cli.commands.eks", "eks", "Run the validation tests as Kubernetes jobs on an EKS cluster."),
     "observe": ("hpq.cli.commands.observe", "observe",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, image, netns, procs, throttle, validate
+from hpq.rehearsal import aws, faults, image, netns, procs, throttle, validate
 from hpq.rehearsal import backend as backend_mod
 from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal import state as state_mod
@@ -67,6 +67,9 @@ class Options:
     sweep_args: str = DEFAULT_SWEEP_ARGS
     # worker index (0-based over the workers in plan order: 0 is worker-1) -> tc rate, applied before the sweep
     throttle: dict[int, str] = field(default_factory=dict)
+    # --fault NODE:KIND (rehearsal/faults.py); with faults or ``doctor``, the doctor's checks run after Slurm
+    faults: list[tuple[str, str]] = field(default_factory=list)
+    doctor: bool = False
 
 
 class Failure(OperationFailed):
@@ -204,7 +207,11 @@ class Rehearsal:
         assert self.plan is not None
         if self.plan.orchestrator == "slurm":
             self._stage("slurm", self.wait_slurm)
-            if self.opts.validate:
+            if self.opts.faults or self.opts.doctor:
+                self._stage("doctor", self.run_doctor)
+            if self.opts.validate and self.opts.faults:
+                self.say("validate", "skipped: faults were injected (a sick cluster is not the one nccl proves)")
+            elif self.opts.validate:
                 self._stage("ssh", self.check_ssh)
                 self._stage("nccl", self.run_nccl)
                 self._stage("nanogpt", self.run_nanogpt)
@@ -496,6 +503,20 @@ class Rehearsal:
         self.backend.on_stderr_line = on_line or (lambda line: None)
         return run_test(self.backend, request, lambda line: None)
 
+    def run_doctor(self) -> None:
+        """The doctor on every worker (faults injected first); it must name each fault and nothing else."""
+        assert self.plan is not None and self.shell is not None and self.deployed is not None
+        doc = faults.doctor_stage(self.plan, self.nodes, self.shell, self.opts.faults, self.deployed.cluster_arn,
+                                  self.say, int(self.opts.validate_timeout))
+        self.result["doctor"] = doc
+        faulty = {node for node, _ in self.opts.faults}
+        extra = [f"{f['node']}: {f['kind']}" for f in doc["findings"] if f["node"] not in faulty]
+        if doc["missed"] or extra or (not faulty and doc["outcome"] != "PASS"):
+            raise Failure("doctor", "; ".join([f"not named: {', '.join(doc['missed'])}"] * bool(doc["missed"])
+                                              + [f"not injected: {', '.join(extra)}"] * bool(extra))
+                          or doc["message"].splitlines()[0])
+        self.say("doctor", doc["message"].splitlines()[0])
+
     def run_nccl(self) -> None:
         assert self.plan is not None and self.backend is not None and self.shell is not None
         workers = len(self.plan.worker_nodes)
@@ -623,7 +644,7 @@ class Rehearsal:
             "without_fsx": bool(self.opts.without_fsx), "ssh": self.result.get("ssh"),
             "nccl": self.result.get("nccl"), "environment": self.result.get("environment"),
             "nanogpt": self.result.get("nanogpt"),
-            "sweep": self.result.get("sweep"),
+            "sweep": self.result.get("sweep"), "doctor": self.result.get("doctor"),
             "kept": bool(self.opts.keep), "logs": self.state.logdir if self.state else None,
         }
         if failure is not None:

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-from hpq.lifecycle import catalog
+from hpq.lifecycle import catalog, names
 from hpq.scripts import node_checks as nc
 from hpq.scripts import nodeinfo
 
@@ -71,17 +71,24 @@ def kernel_log() -> Tuple[Optional[str], str]:
 
 
 def fsx_writable(path: str) -> Optional[bool]:
-    """Write and remove a small file in a child process, so a hung Lustre mount cannot hang the doctor."""
+    """Write and remove a small file in a child process, so a hung Lustre mount cannot hang the doctor.
+
+    The file goes in the lifecycle's shared results directory (mode 1777: lifecycle/fsx.shared_results_dir)
+    when it exists, since a new Lustre root is root:root 0755 and the checks run as the default user.
+    None: this user may not write there (says nothing about the mount) or the child could not start."""
+    results = os.path.join(path, os.path.basename(names.FSX_RESULTS_DIR))
+    where = results if os.path.isdir(results) else path
     code = ("import os,sys\np=os.path.join(sys.argv[1],'.hpq-doctor-%d'%os.getpid())\n"
-            "with open(p,'w') as f: f.write('ok')\nos.remove(p)\n")
+            "try:\n    f=open(p,'w')\nexcept PermissionError:\n    sys.exit(3)\n"
+            "with f: f.write('ok')\nos.remove(p)\n")
     try:
-        done = subprocess.run([sys.executable, "-c", code, path], stdout=subprocess.DEVNULL,
+        done = subprocess.run([sys.executable, "-c", code, where], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=FSX_WRITE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False
     except OSError:
         return None
-    return done.returncode == 0
+    return None if done.returncode == 3 else done.returncode == 0
 
 
 def _first_version(patterns, regex: str) -> Optional[str]:
@@ -196,12 +203,18 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
         except OSError as exc:
             mounts = ""
             unchecked.append("fsx: %s" % exc)
-        findings += nc.judge_mounts(mounts, fsx, fsx_writable(fsx) if os.path.isdir(fsx) else None)
+        writable = fsx_writable(fsx) if os.path.isdir(fsx) else None
+        found = nc.judge_mounts(mounts, fsx, writable)
+        if writable is None and not found and os.path.isdir(fsx):
+            unchecked.append("fsx: no permission to write a test file under %s" % fsx)
+        findings += found
     findings += daemon_findings()
     verdict = nc.worst(findings)
     if verdict == "PASS" and unchecked:
         verdict = "INCONCLUSIVE"
-    return {"instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
+    # The node as Slurm names it when srun started us (its NodeName), else the host name.
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    return {"node": node, "instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
             "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version),
             "seconds": round(time.monotonic() - started, 2)}
 
@@ -224,7 +237,10 @@ def main(argv=None) -> int:
         entry = catalog.lookup(itype)
     except catalog.UnknownInstanceType as exc:
         ap.error(str(exc))
-    report = examine(entry, args.fsx or None, args.efa_window)
+    # The mount table: the kernel's, or the file named by HPQ_PROC_MOUNTS, the setting the lifecycle reads
+    # too (lifecycle/context.py), for a node whose kernel table is not the one its mounts are recorded in.
+    mounts = os.environ.get("HPQ_PROC_MOUNTS") or "/proc/mounts"
+    report = examine(entry, args.fsx or None, args.efa_window, proc_mounts=mounts)
     if args.output == "json":
         print(json.dumps(report, sort_keys=True))
     else:

@@ -13,10 +13,10 @@ from hpq.errors import UsageError
 from hpq.lifecycle import catalog
 from hpq.scripts import nccl_report
 
-NCCL, NANOGPT, NCCOM, SWEEP, VALIDATE = "nccl", "nanogpt", "nccom", "sweep", "validate"
+NCCL, NANOGPT, NCCOM, SWEEP, VALIDATE, DOCTOR = "nccl", "nanogpt", "nccom", "sweep", "validate", "doctor"
 # The test family, in the order `hpq test --help` lists it. A new test adds its name here, a node program,
 # a judge (validation/judges.py) and one entry per backend (validation/slurm.py, validation/eks.py).
-TESTS = (NCCL, NANOGPT, NCCOM, SWEEP, VALIDATE)
+TESTS = (NCCL, NANOGPT, NCCOM, SWEEP, VALIDATE, DOCTOR)
 DEFAULT_NODES = 2
 DEFAULT_TIMEOUT_S = 3600
 MAX_TIMEOUT_S = 7 * 24 * 3600
@@ -27,7 +27,7 @@ class TestRequest:
     """One test to run: ``nodes`` x ``gpus`` of ``instance_type`` (None: the backend's defaults)."""
 
     test: str
-    nodes: int | None = None  # None: DEFAULT_NODES, or every idle node for the sweep
+    nodes: int | None = None  # None: DEFAULT_NODES, or every idle node for the sweep, every node for the doctor
     gpus: int | None = None  # per node; None: all the node has
     instance_type: str | None = None  # None: the cluster's accelerated worker type
     expect: str | None = None  # nccl/nccom: "catalog" (default), "none" or a figure in GB/s
@@ -64,4 +64,4 @@ class TestRequest:
         """The nodes asked for, with the default filled in (None: the sweep's every idle node)."""
         if self.nodes is not None:
             return self.nodes
-        return None if self.test == SWEEP else DEFAULT_NODES
+        return None if self.test in (SWEEP, DOCTOR) else DEFAULT_NODES

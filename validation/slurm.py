@@ -2,7 +2,7 @@
 
 The same backend serves a real cluster (SSH tunnelled through SSM to the controller, aws/ssh.py) and the
 rehearsal (SSH straight to the controller's namespace): only the :class:`SshShell`'s target differs. The
-node programs are hpq's own (scripts/bin: run-nccl-test, run-nccom-test, run-nanogpt), which the lifecycle
+node programs are hpq's own (scripts/bin: run-nccl-test, run-nccom-test, run-nanogpt, run-node-doctor), which the lifecycle
 installs on every node; they launch through Slurm themselves (srun/sbatch), print the log on stdout and
 judge it with the same code the laptop's judge uses.
 """
@@ -19,14 +19,16 @@ from typing import Any
 from hpq.aws import ssh as aws_ssh
 from hpq.errors import UsageError
 from hpq.scripts import nccl_report
-from hpq.validation import judges
+from hpq.validation import doctor, judges
 from hpq.validation.backend import ClusterFacts, Echo
-from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
+from hpq.validation.request import DOCTOR, NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TIMED_OUT, RawOutcome, TestResult
 
 # The node program behind each test, and how its arguments are spelled (NODES [GPUS] then the program's own).
 PROGRAM = {NCCL: ["run-nccl-test"], NCCOM: ["run-nccom-test"], NANOGPT: ["run-nanogpt"],
-           SWEEP: ["run-nccl-test", "--sweep"]}
+           SWEEP: ["run-nccl-test", "--sweep"], DOCTOR: ["run-node-doctor"],
+           VALIDATE: ["run-node-doctor", "--fsx", "", "--efa-window", "0"]}  # validate: the doctor's device counts
+JSON_OUT = (SWEEP, DOCTOR, VALIDATE)  # stdout is the program's JSON report; its progress is on stderr
 KILL_GRACE_S = 10  # coreutils timeout: SIGTERM at the limit, SIGKILL this much later
 
 
@@ -72,6 +74,8 @@ def node_command(request: TestRequest, programs: dict[str, list[str]] = PROGRAM)
     if request.test not in programs:
         raise UsageError(f"{request.test} has no Slurm node program yet")
     args = list(programs[request.test])
+    if request.test in (DOCTOR, VALIDATE):  # NODES: the first N nodes; none: every node
+        return args + ([str(request.nodes)] if request.nodes else []) + list(request.extra) + ["--output", "json"]
     nodes = request.node_count
     if nodes is not None:
         args.append(str(nodes))
@@ -124,13 +128,10 @@ class SlurmBackend:
         return self._facts
 
     def run(self, request: TestRequest, instance_type: str | None, echo: Echo) -> RawOutcome:
-        if request.test == VALIDATE:
-            raise UsageError("validate on a Slurm cluster: not available yet (use `hpq test nccl` or the EKS "
-                             "backend's validate)")
         args = node_command(request, self.programs)
         command = shlex.join(args)
         _to_stderr(f"running on the controller: {command}")
-        stdout_echo = None if request.test == SWEEP else _lines(echo)  # the sweep's stdout is its JSON report
+        stdout_echo = None if request.test in JSON_OUT else _lines(echo)  # their stdout is their JSON report
         # The node program's stderr (srun's errors, the sweep's progress) goes to the user's stderr as it comes.
         code, out, err = self.shell.run(command, stdout_echo, request.timeout_s, on_stderr_line=_to_stderr)
         raw = RawOutcome(code, out, err, command=command, state="timed out" if code == TIMED_OUT else "exited")
@@ -148,6 +149,8 @@ class SlurmBackend:
             return judges.judge_bandwidth(request, raw, instance_type, self.name, cluster, self.stand_in_network)
         if request.test == SWEEP:
             return judges.judge_sweep(request, raw, instance_type, self.name, cluster)
+        if request.test in (DOCTOR, VALIDATE):
+            return doctor.judge(request, raw, instance_type, self.name, cluster, devices=request.test == VALIDATE)
         return judges.judge_nanogpt_result(request, raw, instance_type, self.name, cluster)
 
     def cleanup(self) -> None:

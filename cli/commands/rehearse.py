@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
+from hpq.rehearsal import faults
 
 RUN_EXAMPLES = """
 \b
@@ -78,6 +79,13 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
     return out
 
 
+def _list_faults(ctx: click.Context, param: Any, value: bool) -> None:
+    """``--list-faults``: the kinds ``--fault`` injects (rehearsal/faults.py), then exit."""
+    if value and not ctx.resilient_parsing:
+        click.echo(faults.describe())
+        ctx.exit(0)
+
+
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
 @click.option("--workers", default=2, show_default=True, type=inputs.Count(1, 16, "worker nodes"), help="Worker nodes.")
@@ -113,11 +121,17 @@ def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dic
                    "--pair-timeout 60').")
 @click.option("--lifecycle-timeout", default=900.0, show_default=True, type=inputs.Seconds(1, 86400), metavar="S",
               help="Seconds every node's OnCreate may take.")
+@click.option("--fault", "fault_specs", multiple=True, metavar="WORKER:KIND", type=inputs.Text("--fault"),
+              help="Make a worker look sick to the doctor, e.g. worker-2:xid79 (repeatable; --list-faults).")
+@click.option("--list-faults", is_flag=True, is_eager=True, expose_value=False, callback=_list_faults,
+              help="Print the fault kinds and exit.")
+@click.option("--doctor", is_flag=True, help="Run the doctor's node checks after Slurm (always with --fault).")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
             nccl_args: str | None, nanogpt_args: str | None, without_fsx: bool, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
-            sweep_args: str | None, lifecycle_timeout: float, output: str) -> None:
+            sweep_args: str | None, lifecycle_timeout: float, fault_specs: tuple[str, ...], doctor: bool,
+            output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
     Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
@@ -150,6 +164,13 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
         if instance_type not in VARIANTS[variant].worker_types():
             raise UsageError(f"--instance-type {instance_type} is not a {VARIANTS[variant].accelerator_label} type "
                              f"for {variant}")
+    injected = faults.parse(fault_specs)
+    inputs.refuse_inapplicable(ctx, {"fault_specs": variant.startswith("slurm"), "doctor": variant.startswith("slurm")},
+                               f"to {variant}", "the doctor runs through Slurm in the rehearsal")
+    if injected:
+        from hpq.rehearsal.run import default_worker_type
+
+        faults.check_applicable(injected, workers, instance_type or default_worker_type(variant, workers))
     env = _env_pairs(node_env, node_names(variant, workers, login))
     _check_node_arguments(workers, instance_type, nccl_args, nanogpt_args, sweep_args if sweep else None)
     from hpq.rehearsal import prereqs
@@ -168,7 +189,8 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
                    node_env=env, nccl_args=DEFAULT_NCCL_ARGS if nccl_args is None else nccl_args,
                    nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
                    validate=not no_validate, without_fsx=without_fsx, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
-                   sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle)
+                   sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle,
+                   faults=injected, doctor=doctor)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)

@@ -1,0 +1,142 @@
+"""``hpq doctor CLUSTER``: every node's findings, the drift between nodes, HyperPod's view, and the fixes.
+
+The command parses options only: the checks run through the validation interface (the ``doctor`` test,
+hpq.validation.doctor), the HyperPod view, the plan and its application are hpq.validation.doctor_fix.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from hpq.aws.report import echo_json, table
+from hpq.aws.session import aws_errors, aws_options, client, make_session, output_option
+from hpq.cli import inputs
+from hpq.cli.ssh_options import reach, ssh_options
+from hpq.errors import UsageError
+from hpq.scripts import outcome as oc
+from hpq.validation import doctor_fix, pick
+from hpq.validation.backend import run_test
+from hpq.validation.request import DOCTOR, TestRequest
+
+DEFAULT_TIMEOUT_S = 900
+DEFAULT_WAIT_S = 1800
+
+
+def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | None) -> list[list[Any]]:
+    rows = []
+    for n in nodes:
+        hp = view.get(n["node"]) if view is not None else None
+        hp_text = f"{hp.status} {hp.instance_id}" if hp else ("not listed" if view is not None else "not read")
+        lines = [(f.get("severity"), f.get("kind"), f.get("action"), f.get("evidence")) for f in n["findings"]]
+        if n.get("error"):
+            lines.append(("-", "no answer", "-", n["error"]))
+        lines += [("-", "unchecked", "-", u) for u in n.get("unchecked", [])]
+        first = [n["node"], n["verdict"], hp_text, n["action"]]
+        for i, (sev, kind, action, evidence) in enumerate(lines or [("", "", "", "")]):
+            rows.append((first if i == 0 else ["", "", "", ""]) + [sev, kind, action, evidence])
+    return rows
+
+
+@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
+@click.argument("nodes", required=False, type=inputs.TEST_NODES)
+@click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Stop the checks after this many seconds (each node is bounded to 120 s on its own).")
+@click.option("--fix", is_flag=True, help="Apply the plan: drain, then reboot or replace through HyperPod.")
+@click.option("--yes", is_flag=True, help="With --fix: do not ask before acting.")
+@click.option("--wait", "wait_s", type=inputs.TIMEOUT, default=DEFAULT_WAIT_S, show_default=True,
+              help="With --fix: seconds to wait for rebooted or replaced nodes to be Running again.")
+@output_option
+@aws_options(services=inputs.SERVICES_NODES)
+@ssh_options
+def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool, wait_s: int, output: str,
+           region: str | None, profile: str | None, group: str | None, node: str | None, user: str,
+           key: str | None, known_hosts: str, port: int, host: str | None, proxy_command: str | None) -> None:
+    """Look inside every node: GPUs, Xid events, ECC, NVLink, PCIe, EFA, disks, /fsx, daemons, drift.
+
+    Each finding has a severity, an action (none, drain, reboot, replace) and the line
+    that shows it; HyperPod's own status of each node (ListClusterNodes) is shown beside.
+    CLUSTER is the HyperPod cluster's name or ARN (Slurm clusters; EKS is not done yet).
+    NODES: check the first NODES nodes (default: every node).
+
+    \b
+    Exit 0 PASS (no critical finding, every node checked), 1 FAIL (a critical finding),
+    3 INCONCLUSIVE (a node did not answer or could not be checked), 2 bad input, 130 interrupted.
+    With --fix: 0 only when every node acted on passes the re-check.
+
+    \b
+    Examples:
+      hpq doctor my-cluster
+      hpq doctor my-cluster --output json
+      hpq doctor my-cluster --fix            # show the plan, ask, act, wait, re-check
+    """
+    if fix and not yes and (sys.stdin is None or not sys.stdin.isatty()):
+        raise UsageError("--fix acts on the cluster: without a terminal to confirm on, pass --yes")
+    request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s)
+    where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
+    echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
+    backend = pick.backend_for(cluster, where)
+    if backend.name != "slurm":
+        raise UsageError(f"hpq doctor on an {backend.name.upper()} cluster: not available yet (Slurm only)")
+    sm = None
+    if not (proxy_command and host):
+        sm = client(make_session(region, profile), "sagemaker")
+    try:
+        result = run_test(backend, request, echo)
+    except KeyboardInterrupt:
+        click.echo("hpq: interrupted; node checks may still be running on the cluster", err=True)
+        sys.exit(oc.EXIT_INTERRUPTED)
+    view = None
+    view_error = ""
+    if sm is not None:
+        try:
+            with aws_errors(f"sagemaker:ListClusterNodes {cluster}"):
+                view = doctor_fix.hyperpod_view(sm, cluster)
+        except Exception as exc:  # the findings stand without HyperPod's view; say why it is missing
+            view_error = str(exc).splitlines()[0]
+    nodes_data = result.data.get("nodes", [])
+    steps = doctor_fix.plan(nodes_data, view or {}, cluster)
+    if output == "json":
+        doc = result.to_dict()
+        doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
+        doc["hyperpod_error"] = view_error or None
+        doc["plan"] = [s.to_dict() for s in steps]
+        if not fix:
+            echo_json(doc)
+            sys.exit(result.exit_code)
+    else:
+        click.echo(result.message)
+        if nodes_data:
+            table(None, ["node", "verdict", "HyperPod", "action", "severity", "finding", "does", "evidence"],
+                  _rows(nodes_data, view))
+        if view_error:
+            click.echo(f"HyperPod's view: not read ({view_error})")
+        for s in steps:
+            click.echo(f"  {s.action:8} {s.node}: {s.command or s.error}")
+    if not fix:
+        sys.exit(result.exit_code)
+    sys.exit(_fix(cluster, steps, backend, sm, request, wait_s, yes, echo, output, doc if output == "json" else None))
+
+
+def _fix(cluster: str, steps: list[doctor_fix.Step], backend: Any, sm: Any, request: TestRequest, wait_s: int,
+         yes: bool, echo: Any, output: str, doc: dict[str, Any] | None) -> int:
+    if not steps:
+        echo("nothing to fix")
+        if doc is not None:
+            echo_json(doc)
+        return oc.EXIT_PASS if doc is None or doc.get("ok") else int(doc.get("exit_code", oc.EXIT_INCONCLUSIVE))
+    if sm is None and any(s.action != "drain" for s in steps):
+        raise UsageError("--fix with reboot or replace needs the AWS API (leave out --proxy-command/--host)")
+    if not yes and not click.confirm(f"apply these {len(steps)} step(s) to {cluster}?", err=True):
+        echo("nothing done")
+        return oc.EXIT_INCONCLUSIVE
+    report = doctor_fix.fix(cluster, steps, backend, sm, request, wait_s, echo)
+    if doc is not None:
+        doc["fix"] = report
+        echo_json(doc)
+    else:
+        echo(report["message"])
+    return int(report["exit_code"])

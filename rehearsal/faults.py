@@ -1,0 +1,272 @@
+"""Fault injection for the rehearsal: make one node look sick to ``node_doctor``, the way a real one does.
+
+node_doctor reads only what a real node has (``nvidia-smi``, ``dmesg``, ``/sys/class/infiniband``, statvfs of
+``/opt/sagemaker``, the mount table, the NCCL library's file name); nothing here changes node code. A fault
+changes the rehearsal node's own view of those paths, in its overlay root or its mount namespace:
+
+- every worker first gets the device tools a GPU node has (:func:`prepare`): ``/usr/bin/nvidia-smi`` replaying
+  what the real one printed on an H100 host (``data/nvidia-smi-q-x.xml``, tests/data/node_tools/h100-x1,
+  captured with dev/capture_node_tools.sh; one ``<gpu>`` per GPU of the type, each with its own bus id; for
+  ``nvlink -s`` the format of the real 2x H200 capture, every link up) and ``/usr/bin/dmesg`` printing the
+  node's kernel log ``/var/log/kern.log`` (seeded with the real host's boot lines, ``data/dmesg.txt``):
+  the rehearsal's nodes share the host's kernel, so the kernel log a node reads is its own file;
+- then each ``--fault NODE:KIND`` changes that node alone (:data:`KINDS`).
+
+The expected finding of each kind (what the doctor must name on that node) is in :data:`KINDS` too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+from hpq.standins.fsx import MOUNTS_FILE
+from hpq.rehearsal.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
+from hpq.rehearsal.plan import REGION
+from hpq.scripts.node_checks import GPU_MODELS, GpuModelFacts
+from hpq.validation import doctor_fix
+from hpq.validation.backend import ClusterFacts, run_test
+from hpq.validation.request import DOCTOR, TestRequest
+from hpq.validation.slurm import SlurmBackend
+
+DATA = Path(__file__).parent / "data"
+KERNEL_LOG = "/var/log/kern.log"
+NCCL_DIR = "/opt/nccl/build/lib"
+NCCL_VERSION, NCCL_DRIFTED = "2.26.2", "2.21.5"
+# NVIDIA's driver prints Xid lines as ``NVRM: Xid (PCI:<bus>): <code>, pid=..., <text>`` (node_checks.py).
+XID_LINE = "[{t:>12.6f}] NVRM: Xid (PCI:0000:00:06): {code}, pid=2374, name=python3, {text}\n"
+
+
+@dataclass(frozen=True)
+class Kind:
+    what: str
+    finding: str  # the node_doctor finding kind the doctor must report on the node
+    action: str  # and the action it must propose
+    needs: str = ""  # "gpu", "efa" or "3 workers": where the fault can be shown
+
+
+KINDS: dict[str, Kind] = {
+    "xid79": Kind("Xid 79 (GPU has fallen off the bus) in the kernel log", "xid", "reboot", "gpu"),
+    "xid48": Kind("Xid 48 (double-bit ECC error) in the kernel log", "xid", "reboot", "gpu"),
+    "gpu-missing": Kind("nvidia-smi cannot reach a GPU (as when one fell off the bus)", "gpu_count", "reboot", "gpu"),
+    "ecc": Kind("uncorrectable ECC errors counted by nvidia-smi -q -x", "ecc_uncorrectable", "reboot", "gpu"),
+    "row-remap-failure": Kind("a GPU out of spare rows (remapped_row_failure Yes)", "row_remap_failure", "replace",
+                              "gpu"),
+    "efa-missing": Kind("one EFA device gone from /sys/class/infiniband", "efa_count", "reboot", "efa"),
+    "disk-full": Kind("/opt/sagemaker (HyperPod's data volume) full", "disk_full", "drain"),
+    "fsx-gone": Kind("/fsx no longer mounted", "fsx_missing", "reboot"),
+    "nccl-drift": Kind(f"NCCL {NCCL_DRIFTED} where the other workers have {NCCL_VERSION}", "drift", "replace",
+                       "3 workers"),
+}
+
+
+def describe() -> str:
+    """The kinds, one a line (``hpq rehearse --list-faults``)."""
+    return "\n".join(f"{name:18} {k.what} -> {k.finding}, {k.action}" + (f" (needs {k.needs})" if k.needs else "")
+                     for name, k in KINDS.items())
+
+
+def parse(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """``NODE:KIND`` each (NODE as in the rehearsal's nodes list: worker-1, ...); one clear error otherwise."""
+    out = []
+    for spec in specs:
+        node, sep, kind = spec.partition(":")
+        if not sep or not re.fullmatch(r"worker-[1-9][0-9]*", node):
+            raise UsageError(f"--fault {spec!r}: give WORKER:KIND, e.g. worker-2:xid79 (faults go on workers)")
+        if kind not in KINDS:
+            raise UsageError(f"--fault {spec!r}: unknown kind {kind!r}; `hpq rehearse --list-faults` lists them")
+        out.append((node, kind))
+    return out
+
+
+def check_applicable(faults: list[tuple[str, str]], workers: int, worker_type: str) -> None:
+    entry = catalog.lookup(worker_type)
+    for node, kind in faults:
+        if int(node.split("-")[1]) > workers:
+            raise UsageError(f"--fault {node}:{kind}: the rehearsal has {workers} worker(s)")
+        needs = KINDS[kind].needs
+        if needs == "gpu" and entry.accelerator != catalog.GPU:
+            raise UsageError(f"--fault {node}:{kind}: {worker_type} has no NVIDIA GPU")
+        if needs == "efa" and not entry.efa_interfaces:
+            raise UsageError(f"--fault {node}:{kind}: {worker_type} has no EFA (pick --instance-type with EFA)")
+        if needs == "3 workers" and workers < 3:
+            raise UsageError(f"--fault {node}:{kind}: drift needs a majority to differ from: --workers 3 or more")
+
+
+def smi_xml(count: int, model: str) -> str:
+    """The real capture with one ``<gpu>`` per GPU of the type (bus ids 00:06.0, 00:07.0, ...)."""
+    xml = (DATA / "nvidia-smi-q-x.xml").read_text()
+    start, end = xml.index("\t<gpu id="), xml.index("\t</gpu>") + len("\t</gpu>\n")
+    gpu = xml[start:end]
+    gpus = []
+    for i in range(count):
+        bus = "00000000:00:%02X.0" % (6 + i)
+        gpus.append(gpu.replace("00000000:00:06.0", bus))
+    body = xml[:start] + "".join(gpus) + xml[end:]
+    return body.replace("<attached_gpus>1</attached_gpus>", f"<attached_gpus>{count}</attached_gpus>")
+
+
+def nvlink_text(count: int, links: int) -> str:
+    out = []
+    for i in range(count):
+        out.append(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-55b3778e-b97c-2806-cf17-5199d25523{i:02x})\n")
+        out += [f"\t Link {n}: 26.562 GB/s\n" for n in range(links)]
+    return "".join(out)
+
+
+NVIDIA_SMI = r"""#!/bin/sh
+# nvidia-smi stand-in (hpq rehearse): what the real one printed on an H100 host, per GPU of this node's type.
+if [ -e /etc/hpq-rehearse/nvidia-smi.fail ]; then
+    cat /etc/hpq-rehearse/nvidia-smi.fail >&2
+    exit 15
+fi
+case "$1 $2" in
+    "-q -x") cat /etc/hpq-rehearse/nvidia-smi-q-x.xml ;;
+    "nvlink -s") cat /etc/hpq-rehearse/nvidia-smi-nvlink-s.txt ;;
+    *) echo "nvidia-smi (hpq rehearse stand-in): only -q -x and nvlink -s are replayed" >&2; exit 2 ;;
+esac
+"""
+DMESG = f"""#!/bin/sh
+# dmesg stand-in (hpq rehearse): the node's kernel log (the rehearsal's nodes share the host's kernel).
+exec cat {KERNEL_LOG}
+"""
+
+
+def prepare(node: Any, worker_type: str) -> None:
+    """The device tools a worker of ``worker_type`` has, healthy (every worker, faulty or not)."""
+    entry = catalog.lookup(worker_type)
+    node.write(KERNEL_LOG, (DATA / "dmesg.txt").read_text(), 0o644)
+    node.write("/usr/bin/dmesg", DMESG, 0o755)
+    if entry.accelerator == catalog.GPU:
+        links = GPU_MODELS.get(entry.accelerator_model, GpuModelFacts(0, 0, 0)).nvlinks
+        node.write("/etc/hpq-rehearse/nvidia-smi-q-x.xml", smi_xml(entry.accelerator_count, entry.accelerator_model))
+        node.write("/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt", nvlink_text(entry.accelerator_count, links))
+        node.write("/usr/bin/nvidia-smi", NVIDIA_SMI, 0o755)
+
+
+def prepare_drift(node: Any, version: str) -> None:
+    """The NCCL library as the DLAMI installs it (its file name carries the version node_doctor reads)."""
+    node.sh(f"mkdir -p {NCCL_DIR} && rm -f {NCCL_DIR}/libnccl.so.2.* && : > {NCCL_DIR}/libnccl.so.{version}")
+
+
+def inject(node: Any, kind: str) -> None:
+    """Make ``node`` show ``kind`` to node_doctor."""
+    if kind in ("xid79", "xid48"):
+        code, text = (79, "GPU has fallen off the bus.") if kind == "xid79" else \
+            (48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
+                 "partition 0, subpartition 0.")
+        node.sh(f'printf "%s" "$1" >> {KERNEL_LOG}', XID_LINE.format(t=4242.5, code=code, text=text))
+    elif kind == "gpu-missing":
+        node.write("/etc/hpq-rehearse/nvidia-smi.fail",
+                   "Unable to determine the device handle for GPU0000:00:06.0: Unknown Error\n")
+    elif kind == "ecc":
+        node.sh("sed -i '0,/<dram_uncorrectable>0</s//<dram_uncorrectable>4</' /etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind == "row-remap-failure":
+        node.sh("sed -i '0,/<remapped_row_failure>No</s//<remapped_row_failure>Yes</' "
+                "/etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind == "efa-missing":
+        node.sh("mount -o remount,rw /sys/class && rm -rf /sys/class/infiniband/rdmap0s0 && "
+                "mount -o remount,ro /sys/class")
+    elif kind == "disk-full":
+        # A small volume of its own at /opt/sagemaker, filled: statvfs says what a full EBS volume says.
+        node.sh("mount -t tmpfs -o size=1m hpq-full /opt/sagemaker && "
+                "(dd if=/dev/zero of=/opt/sagemaker/fill bs=64k 2>/dev/null || true)")
+    elif kind == "fsx-gone":
+        node.sh(f"umount -l /fsx; awk '$2 != \"/fsx\"' {MOUNTS_FILE} > {MOUNTS_FILE}.tmp && "
+                f"mv {MOUNTS_FILE}.tmp {MOUNTS_FILE}")
+    elif kind == "nccl-drift":
+        prepare_drift(node, NCCL_DRIFTED)
+    else:
+        raise UsageError(f"unknown fault kind {kind!r}")
+
+
+def clear(node: Any, kind: str, worker_type: str) -> None:
+    """What a reboot (or a replacement) does to the fault: gone, the node as prepared."""
+    if kind == "disk-full":
+        node.sh("umount /opt/sagemaker || true")
+    elif kind == "fsx-gone":
+        return  # a reboot runs the lifecycle's mount again: not emulated here
+    node.sh("rm -f /etc/hpq-rehearse/nvidia-smi.fail")
+    prepare(node, worker_type)
+    if kind == "nccl-drift":
+        prepare_drift(node, NCCL_VERSION)
+
+
+def expected(faults: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"node": node, "kind": KINDS[kind].finding, "action": KINDS[kind].action, "fault": kind}
+            for node, kind in faults]
+
+
+def missed(faults: list[tuple[str, str]], findings: list[dict[str, Any]]) -> list[str]:
+    """Each injected fault the doctor did not name on its node with its action."""
+    out = []
+    for want in expected(faults):
+        if not any(f.get("node") == want["node"] and f.get("kind") == want["kind"]
+                   and f.get("action") == want["action"] for f in findings):
+            out.append(f"{want['node']}:{want['fault']} ({want['kind']}, {want['action']})")
+    return out
+
+
+@dataclass
+class EnvShell:
+    """The controller's shell with the environment the rehearsal's nodes need for the node commands: the
+    mount table as the nodes record it (HPQ_PROC_MOUNTS, as the lifecycle reads it: rehearsal/fsx.py)."""
+
+    remote: Any
+    env: dict[str, str]
+
+    def run(self, command: str, echo: Any = None, timeout: float | None = None,
+            on_stderr_line: Any = None) -> tuple[int, str, str]:
+        prefix = "env " + " ".join(f"{k}={v}" for k, v in sorted(self.env.items())) + " "
+        return self.remote.run(prefix + command, echo, timeout, on_stderr_line=on_stderr_line)
+
+
+def emulated_api(plan: Any, cluster_arn: str, nodes: dict[str, Any], faults: list[tuple[str, str]],
+                 settle_s: float = 2.0) -> Any:
+    """The HyperPod node API for this rehearsal's nodes; a reboot or replacement clears that node's faults."""
+    by_host = {n.hostname: n for n in plan.nodes}
+
+    def heal(en: Any) -> None:
+        spec = by_host.get(en.hostname.split(".")[0])
+        if spec is not None:
+            for node_name, kind in faults:
+                if node_name == spec.name:
+                    clear(nodes[spec.name], kind, spec.instance_type)
+
+    emulated = [EmulatedNode(n.instance_id, n.group, n.instance_type, f"{n.hostname}.{REGION}.compute.internal",
+                             n.ip) for n in plan.nodes]
+    return EmulatedHyperPodApi(plan.cluster_name, cluster_arn, emulated, settle_s, on_reboot=heal, on_replace=heal)
+
+
+def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tuple[str, str]], cluster_arn: str,
+                 say: Any, timeout_s: int = 900) -> dict[str, Any]:
+    """Prepare every worker, inject the faults, run `hpq doctor`'s checks through the validation interface (the
+    Slurm backend over SSH to the controller) and HyperPod's view from the emulated API; the ``doctor`` object
+    of the rehearsal's result. ``missed`` lists each injected fault the doctor did not name."""
+    workers = {n.name: n for n in plan.worker_nodes}
+    for name, spec in workers.items():
+        prepare(nodes[name], spec.instance_type)
+        if any(kind == "nccl-drift" for _, kind in faults):
+            prepare_drift(nodes[name], NCCL_VERSION)
+    for name, kind in faults:
+        inject(nodes[name], kind)
+        say("doctor", f"fault injected on {name}: {kind} ({KINDS[kind].what})")
+    backend = SlurmBackend(EnvShell(remote, {"HPQ_PROC_MOUNTS": MOUNTS_FILE}),
+                           ClusterFacts(plan.cluster_name, "slurm", plan.worker_type), name="rehearsal")
+    result = run_test(backend, TestRequest(DOCTOR, timeout_s=timeout_s), lambda line: say("doctor", line))
+    api = emulated_api(plan, cluster_arn, nodes, faults)
+    view = doctor_fix.hyperpod_view(api, plan.cluster_name)
+    by_host = {n.hostname: n.name for n in plan.nodes}
+    findings = [{**f, "host": f["node"], "node": by_host.get(f["node"], f["node"])}
+                for f in result.data.get("findings", [])]
+    steps = doctor_fix.plan(result.data.get("nodes", []), view, plan.cluster_name)
+    return {"outcome": result.outcome, "exit_code": result.exit_code, "message": result.message,
+            "findings": findings, "injected": expected(faults), "missed": missed(faults, findings),
+            "nodes": [{**n, "host": n["node"], "node": by_host.get(n["node"], n["node"])}
+                      for n in result.data.get("nodes", [])],
+            "hyperpod": {by_host.get(k, k): v.__dict__ for k, v in view.items()},
+            "plan": [s.to_dict() for s in steps], "seconds": result.data.get("seconds")}

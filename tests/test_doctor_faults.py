@@ -1,0 +1,51 @@
+"""The rehearsal's fault kinds (rehearsal/faults.py) without a rehearsal: what ``--fault`` accepts, and that the
+stand-in nvidia-smi's answer, made from the real H100 capture, is healthy to node_checks for every GPU type and
+sick once a fault's edit is applied (the same edit inject() makes on the node)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+from hpq.rehearsal import faults
+from hpq.scripts import node_checks as nc
+
+
+def test_parse_and_applicability_refuse_with_one_line():
+    assert faults.parse(["worker-2:xid79", "worker-10:disk-full"]) == [("worker-2", "xid79"),
+                                                                       ("worker-10", "disk-full")]
+    for bad in ("worker-2", "controller:xid79", "worker-0:xid79", "worker-1:nope", ":xid79"):
+        with pytest.raises(UsageError):
+            faults.parse([bad])
+    with pytest.raises(UsageError):
+        faults.check_applicable([("worker-1", "efa-missing")], 2, "ml.g5.xlarge")
+    faults.check_applicable([("worker-1", "efa-missing")], 2, "ml.p5.48xlarge")
+    assert set(faults.describe().split()) >= set(faults.KINDS)
+
+
+@pytest.mark.parametrize("itype", ["ml.g5.xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.g5.48xlarge"])
+def test_the_stand_in_nvidia_smi_is_healthy_for_the_type(itype):
+    entry = catalog.lookup(itype)
+    smi = nc.parse_smi_xml(faults.smi_xml(entry.accelerator_count, entry.accelerator_model))
+    assert len({g.bus_id for g in smi.gpus}) == entry.accelerator_count
+    links = nc.GPU_MODELS[entry.accelerator_model].nvlinks
+    nvlinks = nc.parse_nvlink_status(faults.nvlink_text(entry.accelerator_count, links)) if links else None
+    assert nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, nvlinks) == []
+
+
+@pytest.mark.parametrize("kind,finding", [("ecc", "ecc_uncorrectable"), ("row-remap-failure", "row_remap_failure")])
+def test_the_xml_faults_are_seen(tmp_path, kind, finding):
+    path = tmp_path / "smi.xml"
+    path.write_text(faults.smi_xml(8, "H100"))
+
+    class Local:  # runs inject()'s shell edit on the local copy instead of the node's /etc/hpq-rehearse
+        def sh(self, script: str, *args: str) -> None:
+            subprocess.run(["sh", "-c", script.replace("/etc/hpq-rehearse/nvidia-smi-q-x.xml", str(path))],
+                           check=True)
+
+    faults.inject(Local(), kind)
+    found = nc.judge_gpus(nc.parse_smi_xml(path.read_text()), 8, "H100")
+    assert [f.kind for f in found] == [finding] and found[0].gpu == "00000000:00:06.0"
