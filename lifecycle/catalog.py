@@ -4,7 +4,7 @@ Templates (allowed values, EFA counts), quota checks, Kubernetes manifests, the
 transport decision and test verdicts all read this table. It ships to nodes with
 the lifecycle code, so it uses the standard library only (Python >= 3.8).
 
-Sources: EC2/SageMaker instance documentation and seed 004's measured table.
+Sources: EC2/SageMaker instance documentation and the measured runs ("seed 004", docs/design.md).
 Where a value could not be confirmed against a primary source, the entry says so
 in ``unconfirmed`` (field names), and ``note`` explains.
 
@@ -119,6 +119,9 @@ _ENTRIES: List[InstanceType] = [
 ]
 
 CATALOG: Dict[str, InstanceType] = {entry.name: entry for entry in _ENTRIES}
+# The Slurm controller's default type, written once: the templates' ControllerInstanceType default
+# (hpq.cfn.hyperpod), the controller quota `hpq check-quotas` counts and the help text that names it.
+DEFAULT_CONTROLLER_TYPE = "ml.m5.xlarge"
 
 
 class UnknownInstanceType(ValueError):

@@ -441,7 +441,7 @@ def render(req: RenderRequest) -> str:
     """The manifest text (multi-document YAML) for one test.
 
     Every document must parse, and a training program must read back from its ConfigMap exactly as it was
-    given: what the emitter could not carry inside the template is refused, never written (issue 21).
+    given: what the emitter could not carry inside the template is refused, never written (docs/design.md, "Bounded parsing").
     """
     import yaml
 

@@ -105,7 +105,7 @@ def _run(args, raw: List[str]) -> int:
     itype = wenv.get("instance_type")
     workers = args.workers or default_workers(itype)
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
-    # nccom-test runs OpenMPI underneath, which refuses root without these (seed 004).
+    # nccom-test runs OpenMPI underneath, which refuses root without these (docs/design.md, "The measured runs").
     env_vars["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env_vars["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     if nodes > 1:

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
+from hpq.cli.common_options import aws_options, output_option
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")

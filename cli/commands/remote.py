@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
+from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
 from hpq.validation import judges
 
@@ -142,8 +142,8 @@ def remote_nccl_test(cluster: str, nodes: int | None, gpus: int | None, region: 
     import io
     import shlex
 
-    from hpq.aws import report as aws_report
     from hpq.aws import ssh as aws_ssh
+    from hpq.cli import printing as aws_report
     from hpq.errors import UsageError
     from hpq.scripts import nccl_report
 
@@ -188,8 +188,8 @@ def _remote_sweep(target: Any, runner: str, nodes: int | None, gpus: int | None,
     import io
     import shlex
 
-    from hpq.aws import report as aws_report
     from hpq.aws import ssh as aws_ssh
+    from hpq.cli import printing as aws_report
     from hpq.scripts import sweep as node_sweep
 
     args = [runner, "--sweep"] + [str(x) for x in (nodes, gpus) if x is not None] + extra + ["--output", "json"]

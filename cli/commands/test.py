@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from hpq.aws.report import echo_json
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.cli.commands.remote import ssh_options
+from hpq.cli.common_options import aws_options, output_option
+from hpq.cli.printing import echo_json
 from hpq.scripts import outcome as oc
 from hpq.validation import pick
 from hpq.validation.backend import run_test
