@@ -14,21 +14,11 @@ from typing import Any
 
 from hpq.aws.session import client, error_code, error_message, region_of, translate
 from hpq.errors import UsageError
-from hpq.lifecycle.catalog import DEFAULT_CONTROLLER_TYPE
+from hpq.lifecycle.catalog import CLUSTER_USAGE_QUOTA_CODES, DEFAULT_CONTROLLER_TYPE
 from hpq.vocab import EKS, SLURM
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
-# "<type> for cluster usage" codes seen in public account listings; each is checked against its
-# name at run time, and any type not listed is found by name.
-CLUSTER_USAGE_CODES = {
-    "ml.p4d.24xlarge": "L-47E0BC8F",
-    "ml.p4de.24xlarge": "L-BEF3120E",
-    "ml.p5.48xlarge": "L-8762A75F",
-    "ml.p5e.48xlarge": "L-FD431820",
-    "ml.p5en.48xlarge": "L-6EF3AE05",
-    "ml.g5.16xlarge": "L-86822EDB",
-}
 CODE_TOTAL_INSTANCES = "L-3308CCC7"  # Total number of instances allowed across SageMaker HyperPod clusters
 CODE_INSTANCES_PER_CLUSTER = "L-2CE978FC"  # Maximum number instances allowed per SageMaker HyperPod cluster
 CODE_VPCS = "L-F678F1CE"  # vpc: VPCs per Region
@@ -102,11 +92,11 @@ def plan(instance_type: str, count: int, orchestrator: str = SLURM, controller_t
     nodes = count + (1 if orchestrator == SLURM else 0)
     specs = [
         QuotaSpec("instance", "sagemaker", cluster_usage_name(instance_type), count,
-                  CLUSTER_USAGE_CODES.get(instance_type), cluster_usage_name(instance_type)),
+                  CLUSTER_USAGE_QUOTA_CODES.get(instance_type), cluster_usage_name(instance_type)),
     ]
     if orchestrator == SLURM:
         specs.append(QuotaSpec("controller", "sagemaker", cluster_usage_name(controller_type), 1,
-                               CLUSTER_USAGE_CODES.get(controller_type), cluster_usage_name(controller_type)))
+                               CLUSTER_USAGE_QUOTA_CODES.get(controller_type), cluster_usage_name(controller_type)))
     specs += [
         QuotaSpec("total-instances", "sagemaker", "Total number of instances allowed across SageMaker HyperPod clusters",
                   nodes, CODE_TOTAL_INSTANCES, "Total number of instances allowed across SageMaker HyperPod clusters"),
@@ -314,7 +304,7 @@ def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orches
             more -= _int(values.get("WorkerCount"))  # reserved by the plan
         if more > 0:
             specs.append(QuotaSpec("instance:" + itype, "sagemaker", cluster_usage_name(itype), more,
-                                   CLUSTER_USAGE_CODES.get(itype), cluster_usage_name(itype)))
+                                   CLUSTER_USAGE_QUOTA_CODES.get(itype), cluster_usage_name(itype)))
     total, total_before = sum(now.values()), sum(before.values())
     if total > total_before:
         title = "Total number of instances allowed across SageMaker HyperPod clusters"
