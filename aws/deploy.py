@@ -321,7 +321,7 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
         else:
             try:
                 submit = stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
-                                                          on_changes, dry_run=dry_run, confirm=confirm)
+                                                      on_changes, dry_run=dry_run, confirm=confirm)
             finally:
                 if dry_run:
                     remove_uploaded(s3, release)

@@ -48,7 +48,7 @@ def connect(cluster: str, region: str | None, profile: str | None, group: str | 
     if print_only:
         if output == "json":
             printing.echo_json({"cluster": cl.name, "cluster_id": cl.cluster_id, "group": picked.group,
-                                  "instance_id": picked.instance_id, "target": picked.target, "command": cmd})
+                                "instance_id": picked.instance_id, "target": picked.target, "command": cmd})
         else:
             click.echo(picked.target)
             click.echo(shlex.join(cmd))

@@ -185,7 +185,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
         info = describe(cfn, dep.submit.stack_id)
     else:
         info = printing.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
-                                             dep.submit.started, rel.totals.get(variant), poll_seconds)
+                                           dep.submit.started, rel.totals.get(variant), poll_seconds)
     nxt = aws_deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
     if output == "json":
         printing.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
@@ -226,7 +226,7 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
     if output == "json":
         printing.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
-                              "templates": {v: rel.template_url(v) for v in rel.variants}})
+                            "templates": {v: rel.template_url(v) for v in rel.variants}})
         return
     up = rel.upload
     click.echo(f"published {rel.version} to s3://{bucket}/{names.s3_version_prefix(rel.version)}/ "

@@ -58,7 +58,7 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
             rows.append([r.spec.title, f"{r.spec.service}/{r.code or '?'}", _num(r.needed), _num(r.applied),
                          r.status.upper(), r.note])
         printing.table(f"Quotas for {count} x {itype} ({orchestrator}) in {report.region}",
-                         ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
+                       ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
         fails = sum(r.status == quotas.FAIL for r in report.results)
         unknown = sum(r.status == quotas.UNKNOWN for r in report.results)
         click.echo(f"{len(report.results) - fails - unknown} pass, {fails} fail, {unknown} unknown")

@@ -58,7 +58,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
     info = stacks.describe(cfn, stack)
     if follow and not stacks.is_terminal(info.status):
         printing.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
-                                      poll_seconds=poll_seconds)
+                                    poll_seconds=poll_seconds)
     overview = stack_overview(cfn, info.stack_id)
     if output == "json":
         printing.echo_json(overview)
@@ -66,7 +66,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
         click.echo(f"{overview['name']}: {overview['status']}" + (f" ({overview['reason']})" if overview["reason"] else ""))
         if overview["nested"]:
             printing.table("Nested stacks", ["Stack", "Status", "Reason"],
-                             [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
+                           [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
         printing.print_outputs(overview["outputs"])
     if stacks.is_failed(overview["status"]):
         click.echo(f"the stack is {overview['status']}: see `hpq stack-errors {overview['name']}`", err=True)
@@ -101,7 +101,7 @@ def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: b
     result = {"stack": info.name, "stack_id": info.stack_id, "emptied": emptied, "status": "DELETE_IN_PROGRESS"}
     if wait:
         final = printing.follow_and_explain(cfn, info.stack_id, info.name, "delete", started,
-                                              poll_seconds=poll_seconds)
+                                            poll_seconds=poll_seconds)
         result["status"] = final.status
     return result
 
