@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from hpq.aws import events, stacks
-from hpq.aws.follow import Follower
+from hpq.cli.follow import Follower
 from hpq.errors import OperationFailed
 from hpq.scripts.outcome import json_safe
 

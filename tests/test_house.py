@@ -53,6 +53,7 @@ HEAVY_SDKS: dict[str, tuple[tuple[str, ...], bool]] = {
     "yaml": (("hpq.manifests",), False),
     "torch": (("hpq.scripts",), False),
     "troposphere": (("hpq.cfn",), True),
+    "rich": (("hpq.cli",), False),  # the terminal: commands print, libraries return data
 }
 
 
