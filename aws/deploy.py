@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpq import __version__
+from hpq import __version__, vocab
+from hpq.aws import deploy_plan, layer, preflight, stacks, training_plan
 from hpq.aws import s3 as aws_s3
-from hpq.aws import stacks as aws_stacks
-from hpq.aws.session import client, region_of
+from hpq.aws.session import aws_errors, client, region_of
+from hpq.cfn import synth
+from hpq.cfn.synth import to_json
 from hpq.errors import UsageError
 from hpq.lifecycle import names
+from hpq.lifecycle.bundle import node_bundle_files
 
 Templates = dict[str, dict[str, Any]]
 Transform = Callable[[str, Templates], Templates]
@@ -34,29 +37,23 @@ LAUNCH_BUTTON = "https://s3.amazonaws.com/cloudformation-examples/cloudformation
 
 
 def check_variant(variant: str) -> str:
-    if variant not in names.VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(names.VARIANTS)}")
+    if variant not in vocab.VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; choose one of: {', '.join(vocab.VARIANTS)}")
     return variant
 
 
 def check_size(size: str) -> str:
-    if size not in names.SIZES:
-        raise UsageError(f"unknown size {size!r}; choose one of: {', '.join(names.SIZES)}")
+    if size not in vocab.SIZES:
+        raise UsageError(f"unknown size {size!r}; choose one of: {', '.join(vocab.SIZES)}")
     return size
 
 
 def synthesize(variant: str, size: str, params: dict[str, str] | None = None) -> Templates:
     """The real templates; ``params`` are validated by synth (one-line UsageErrors) and become Defaults."""
-    from hpq.cfn import synth
-
     return synth.synthesize(variant, size=size, params=params or None)
 
 
 def template_json(template: dict[str, Any]) -> str:
-    try:
-        from hpq.cfn.synth import to_json
-    except ImportError:  # pragma: no cover - synth always ships with the CLI
-        return json.dumps(template, indent=1, sort_keys=True)
     return to_json(template)
 
 
@@ -103,8 +100,6 @@ def is_eks(variant: str) -> bool:
 
 
 def node_bundle_objects() -> dict[str, bytes]:
-    from hpq.lifecycle.bundle import node_bundle_files
-
     return {key: Path(src).read_bytes() for key, src in sorted(node_bundle_files().items())}
 
 
@@ -132,8 +127,6 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
     layer_key = None
     if any(is_eks(v) for v in variants) and not (params or {}).get(P_KUBECTL_LAYER_ARN):
         # Content-addressed by its own digest, outside the release prefix: uploaded once, not per release.
-        from hpq.aws import layer
-
         shipped = layer.helm_layer()
         objects[shipped.key] = shipped.body
         layer_key = shipped.key
@@ -152,8 +145,6 @@ AZ_PARAMS = ("AvailabilityZoneId", "EksAvailabilityZoneId")
 
 def default_zone_ids(ec2: Any, how_many: int, exclude: tuple[str, ...] = ()) -> list[str]:
     """The region's first available AZ ids (sorted, so the choice is stable), less ``exclude``."""
-    from hpq.aws.session import aws_errors
-
     with aws_errors("ec2:DescribeAvailabilityZones"):
         zones = ec2.describe_availability_zones(
             Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}]
@@ -186,10 +177,10 @@ class Deployment:
     stack_name: str
     variant: str
     release: Release
-    submit: aws_stacks.SubmitResult
+    submit: stacks.SubmitResult
     parameters: dict[str, str]
     plan: Any = None  # deploy_plan.ParameterPlan: every parameter, old -> new, and the rule that chose it
-    existing: aws_stacks.StackInfo | None = None
+    existing: stacks.StackInfo | None = None
 
 
 def user_values(root: dict[str, Any], user: dict[str, str]) -> dict[str, str]:
@@ -203,8 +194,6 @@ def plan_parameters(session: Any, variant: str, root: dict[str, Any], name: str,
                     ) -> tuple[Any, Any]:
     """Every root parameter's value for this deploy and the rule that chose it (aws/deploy_plan.py), less
     the release locations (known once the release is built); plus the described training plan, if any."""
-    from hpq.aws import deploy_plan, preflight
-
     declared: dict[str, Any] = root.get("Parameters", {}) or {}
     unknown = sorted(set(user) - set(declared))
     if unknown:
@@ -212,17 +201,15 @@ def plan_parameters(session: Any, variant: str, root: dict[str, Any], name: str,
     current = existing.parameters if existing is not None else None
     plan = deploy_plan.parameter_plan(declared, current, user_values(root, user), size)
     if existing is None and P_CLUSTER_NAME in declared and P_CLUSTER_NAME not in user:
-        if not names.valid_cluster_name(name):  # never fall back silently to the template's default name
+        if not names.valid_hyperpod_name(name):  # never fall back silently to the template's default name
             raise UsageError(f"stack name {name!r} is also the HyperPod cluster name, which must be 1-63 "
                              "letters, digits and '-': shorten it or pass --param ClusterName=NAME")
         plan.set(P_CLUSTER_NAME, name, deploy_plan.RULE_STACK_NAME)
     values = plan.values
-    if P_CLUSTER_NAME in values and not names.valid_cluster_name(values[P_CLUSTER_NAME]):
+    if P_CLUSTER_NAME in values and not names.valid_hyperpod_name(values[P_CLUSTER_NAME]):
         raise UsageError(f"invalid cluster name {values[P_CLUSTER_NAME]!r}: letters, digits and '-', 1-63 chars")
     training = None
     if preflight.plan_arn_given(values):  # the workers' capacity is in the plan's AZ: the node subnet goes there
-        from hpq.aws import training_plan
-
         training = training_plan.describe(client(session, "sagemaker"), client(session, "ec2"),
                                           values["TrainingPlanArn"].strip(), region_of(session))
     missing = [k for k in plan.missing(declared) if k not in deploy_plan.RELEASE_PARAMETERS]
@@ -271,8 +258,6 @@ def build_planned_release(bucket: str, region: str, variant: str, size: str | No
                           existing: Any, transform: Transform | None) -> Release:
     """The release with the planned values as its templates' Defaults, so the same inputs give the same release
     (a redeploy changes nothing) and the uploaded templates show what the stack runs with."""
-    from hpq.aws import deploy_plan
-
     baked = {k: v for k, v in values.items() if k not in deploy_plan.RELEASE_PARAMETERS}
     try:
         return build_release(bucket, region, [variant], size or deploy_plan.size_of(values) or "small", transform,
@@ -296,8 +281,6 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     ``confirm(actions)`` may raise to refuse them. ``dry_run`` stops after the plan: no stack, no change set,
     and the objects this run uploaded (only an update's change set needs them) are removed again.
     """
-    from hpq.aws import deploy_plan, preflight
-
     check_variant(variant)
     if size is not None:
         check_size(size)
@@ -306,9 +289,9 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     s3 = client(session, "s3")
     cfn = client(session, "cloudformation")
     aws_s3.check_bucket(s3, bucket, region)
-    existing = aws_stacks.exists(cfn, name)
+    existing = stacks.exists(cfn, name)
     if existing is not None:
-        aws_stacks.check_updatable(existing)
+        stacks.check_updatable(existing)
     probe = synthesize(variant, size or "small", user_params)  # validates every --param (one-line errors)
     root = probe.get(names.ROOT_TEMPLATE, {})
     plan, training = plan_parameters(session, variant, root, name, existing, user_params or {}, size, on_note)
@@ -327,18 +310,18 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
         on_plan(plan, existing)
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}
     if existing is not None and unchanged(existing, params):
-        submit = aws_stacks.SubmitResult("no-changes", existing.stack_id)
+        submit = stacks.SubmitResult("no-changes", existing.stack_id)
     elif existing is None and dry_run:
-        submit = aws_stacks.SubmitResult("dry-run", "")
+        submit = stacks.SubmitResult("dry-run", "")
     else:
         upload_release(s3, release, on_progress)
         # No per-release tag: stack tags propagate to every resource, so a changing tag would touch them all.
         if existing is None:
-            submit = aws_stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
+            submit = stacks.create_stack(cfn, name, release.template_url(variant), params, tags)
         else:
             try:
-                submit = aws_stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
-                                                          on_changes, dry_run=dry_run, confirm=confirm)
+                submit = stacks.update_via_change_set(cfn, existing, release.template_url(variant), params, tags,
+                                                      on_changes, dry_run=dry_run, confirm=confirm)
             finally:
                 if dry_run:
                     remove_uploaded(s3, release)
@@ -359,12 +342,12 @@ def remove_uploaded(s3: Any, release: Release) -> None:
             pass
 
 
-def unchanged(existing: aws_stacks.StackInfo, params: dict[str, str]) -> bool:
+def unchanged(existing: stacks.StackInfo, params: dict[str, str]) -> bool:
     """Same content hash (it is part of AssetsPrefix and TemplateBaseUrl) and same parameters: nothing to do.
 
     Decided here because a change set on a stack with nested stacks always lists them as Modify.
     """
-    if aws_stacks.is_failed(existing.status) or not aws_stacks.is_terminal(existing.status):
+    if stacks.is_failed(existing.status) or not stacks.is_terminal(existing.status):
         return False
     return all(existing.parameters.get(k) == v for k, v in params.items()) and set(existing.parameters) <= set(params)
 
@@ -376,14 +359,14 @@ def publish(session: Any, bucket: str, size: str = "small", variants: list[str] 
     region = region_of(session)
     s3 = client(session, "s3")
     aws_s3.check_bucket(s3, bucket, region)
-    release = build_release(bucket, region, list(variants or names.VARIANTS), size, transform)
+    release = build_release(bucket, region, list(variants or vocab.VARIANTS), size, transform)
     return upload_release(s3, release, on_progress)
 
 
 def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str) -> list[str]:
     cluster = outputs.get(names.OUT_CLUSTER_NAME) or stack
     cmds = []
-    if variant.startswith("slurm"):
+    if vocab.orchestrator_of(variant) == vocab.SLURM:
         cmds += [f"hpq connect {cluster} --region {region}", f"hpq remote-nccl-test {cluster} 2 --region {region}"]
     else:
         eks = outputs.get(names.OUT_EKS_CLUSTER_NAME) or "<EksClusterName>"

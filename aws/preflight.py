@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from hpq.aws import quotas
+from hpq.aws.session import aws_errors, client
+from hpq.aws.training_plan import HYPERPOD_TARGET
+from hpq.cfn import offers, regions, synth
 from hpq.errors import UsageError
 
 
@@ -57,8 +61,6 @@ class InstanceTypeOfferValidator(Validator):
 
     def _validate(self, *, parameter: str, instance_type: str, region: str, training_plan: str = "",
                   plan_allowed: bool = True) -> None:
-        from hpq.cfn import offers
-
         if not instance_type or offers.has_on_demand_offer(instance_type, region):
             return
         if training_plan and plan_allowed:
@@ -78,8 +80,6 @@ class RegionValidator(Validator):
     FSx and (EKS) the cluster exist. The root template's RegionHasEveryResourceType rule says the same."""
 
     def _validate(self, *, variant: str, region: str) -> None:
-        from hpq.cfn import regions, synth
-
         where = regions.variant_regions(variant)
         if region in where:
             return
@@ -99,8 +99,6 @@ class ObservabilityRegionValidator(Validator):
     creates Managed Prometheus only (its GrafanaInRegion condition, cfn/observability.py)."""
 
     def _validate(self, *, region: str, enabled: bool) -> None:
-        from hpq.cfn import regions
-
         if not enabled or region in regions.grafana_regions() or region not in regions.hyperpod_regions():
             return
         self._add_failure(f"EnableObservability=true: Managed Grafana is not available in {region} (CloudFormation "
@@ -196,8 +194,6 @@ class TrainingPlanValidator(Validator):
     warning: HyperPod provisions the workers once it is Active."""
 
     def _validate(self, *, plan: Any, worker_type: str, zone_id: str) -> None:
-        from hpq.aws.training_plan import HYPERPOD_TARGET
-
         name = plan.name or plan.arn
         if plan.target_resources and HYPERPOD_TARGET not in plan.target_resources:
             self._add_failure(f"training plan {name} is for {', '.join(plan.target_resources)}, not HyperPod "
@@ -274,7 +270,6 @@ def endpoint_zone_checks(ec2: Any, region: str, zone_id: str) -> list[Failure]:
     """Ask EC2 which AZs offer each interface endpoint service the templates create (cfn/networking.py)."""
     from botocore.exceptions import ClientError
 
-    from hpq.aws.session import aws_errors
     from hpq.cfn.networking import INTERFACE_ENDPOINTS
 
     if not zone_id:
@@ -387,8 +382,6 @@ def check_quotas(session: Any, variant: str, values: dict[str, str], previous: d
     anything is created; a quota that cannot be read (API unreachable or refused, no such quota) is a WARNING,
     never a pass.
     """
-    from hpq.aws import quotas
-    from hpq.aws.session import client
     from hpq.cfn.variants import VARIANTS
 
     usage = quotas.Usage(client(session, "ec2"), client(session, "eks"))

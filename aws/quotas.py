@@ -12,21 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.aws.session import error_code, error_message, translate
+from hpq.aws.session import client, error_code, error_message, region_of, translate
 from hpq.errors import UsageError
+from hpq.lifecycle.catalog import CLUSTER_USAGE_QUOTA_CODES, DEFAULT_CONTROLLER_TYPE
+from hpq.vocab import EKS, SLURM
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
-# "<type> for cluster usage" codes seen in public account listings; each is checked against its
-# name at run time, and any type not listed is found by name.
-CLUSTER_USAGE_CODES = {
-    "ml.p4d.24xlarge": "L-47E0BC8F",
-    "ml.p4de.24xlarge": "L-BEF3120E",
-    "ml.p5.48xlarge": "L-8762A75F",
-    "ml.p5e.48xlarge": "L-FD431820",
-    "ml.p5en.48xlarge": "L-6EF3AE05",
-    "ml.g5.16xlarge": "L-86822EDB",
-}
 CODE_TOTAL_INSTANCES = "L-3308CCC7"  # Total number of instances allowed across SageMaker HyperPod clusters
 CODE_INSTANCES_PER_CLUSTER = "L-2CE978FC"  # Maximum number instances allowed per SageMaker HyperPod cluster
 CODE_VPCS = "L-F678F1CE"  # vpc: VPCs per Region
@@ -93,18 +85,18 @@ def cluster_usage_name(instance_type: str) -> str:
     return f"{instance_type} for cluster usage"
 
 
-def plan(instance_type: str, count: int, orchestrator: str = "slurm", controller_type: str = "ml.m5.xlarge",
+def plan(instance_type: str, count: int, orchestrator: str = SLURM, controller_type: str = DEFAULT_CONTROLLER_TYPE,
          fsx_gib: int = 1200, ebs_gib: int = 500, usage: Any = None) -> list[QuotaSpec]:
     """The quotas a deploy of ``count`` nodes of ``instance_type`` needs, in a fixed order."""
     u = usage or Usage(None, None)
-    nodes = count + (1 if orchestrator == "slurm" else 0)
+    nodes = count + (1 if orchestrator == SLURM else 0)
     specs = [
         QuotaSpec("instance", "sagemaker", cluster_usage_name(instance_type), count,
-                  CLUSTER_USAGE_CODES.get(instance_type), cluster_usage_name(instance_type)),
+                  CLUSTER_USAGE_QUOTA_CODES.get(instance_type), cluster_usage_name(instance_type)),
     ]
-    if orchestrator == "slurm":
+    if orchestrator == SLURM:
         specs.append(QuotaSpec("controller", "sagemaker", cluster_usage_name(controller_type), 1,
-                               CLUSTER_USAGE_CODES.get(controller_type), cluster_usage_name(controller_type)))
+                               CLUSTER_USAGE_QUOTA_CODES.get(controller_type), cluster_usage_name(controller_type)))
     specs += [
         QuotaSpec("total-instances", "sagemaker", "Total number of instances allowed across SageMaker HyperPod clusters",
                   nodes, CODE_TOTAL_INSTANCES, "Total number of instances allowed across SageMaker HyperPod clusters"),
@@ -122,7 +114,7 @@ def plan(instance_type: str, count: int, orchestrator: str = "slurm", controller
         QuotaSpec("fsx-lustre-storage", "fsx", "FSx for Lustre persistent SSD storage capacity (GiB)", fsx_gib,
                   None, None, ("lustre", "persistent", "storage")),
     ]
-    if orchestrator == "eks":
+    if orchestrator == EKS:
         specs.append(QuotaSpec("eks-clusters", "eks", "EKS clusters per Region", 1, CODE_EKS_CLUSTERS,
                                usage=u.eks_clusters))
     return specs
@@ -275,7 +267,7 @@ def _nodes(values: dict[str, str], orchestrator: str) -> dict[str, int]:
             out[itype] = out.get(itype, 0) + n
 
     add(values.get("WorkerInstanceType", ""), _int(values.get("WorkerCount")))
-    if orchestrator == "slurm":
+    if orchestrator == SLURM:
         add(values.get("ControllerInstanceType", ""), 1)
         if values.get("EnableLoginGroup") == "true":
             add(values.get("LoginInstanceType", ""), 1)
@@ -312,7 +304,7 @@ def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orches
             more -= _int(values.get("WorkerCount"))  # reserved by the plan
         if more > 0:
             specs.append(QuotaSpec("instance:" + itype, "sagemaker", cluster_usage_name(itype), more,
-                                   CLUSTER_USAGE_CODES.get(itype), cluster_usage_name(itype)))
+                                   CLUSTER_USAGE_QUOTA_CODES.get(itype), cluster_usage_name(itype)))
     total, total_before = sum(now.values()), sum(before.values())
     if total > total_before:
         title = "Total number of instances allowed across SageMaker HyperPod clusters"
@@ -334,7 +326,7 @@ def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orches
             QuotaSpec("interface-endpoints", "vpc", "Interface VPC endpoints per VPC", INTERFACE_ENDPOINTS,
                       CODE_INTERFACE_ENDPOINTS),
         ]
-        if orchestrator == "eks":
+        if orchestrator == EKS:
             specs.append(QuotaSpec("eks-clusters", "eks", "EKS clusters per Region", 1, CODE_EKS_CLUSTERS,
                                    usage=u.eks_clusters))
     fsx_more = _int(values.get("FsxStorageCapacityGiB")) - _int(old.get("FsxStorageCapacityGiB"))
@@ -346,8 +338,6 @@ def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orches
 
 def check_specs(session: Any, specs: list[QuotaSpec], sq: Any = None) -> list[QuotaResult]:
     """Read and judge each quota; anything that goes wrong reading one makes it unknown, never pass or a crash."""
-    from hpq.aws.session import client
-
     sq = sq or client(session, "service-quotas")
     reader = QuotaReader(sq)
     results = []
@@ -363,12 +353,10 @@ def check_specs(session: Any, specs: list[QuotaSpec], sq: Any = None) -> list[Qu
     return results
 
 
-def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str = "slurm",
-                 controller_type: str = "ml.m5.xlarge", fsx_gib: int = 1200, ebs_gib: int = 500,
+def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str = SLURM,
+                 controller_type: str = DEFAULT_CONTROLLER_TYPE, fsx_gib: int = 1200, ebs_gib: int = 500,
                  sq: Any = None) -> QuotaReport:
     """Read every quota in the plan; ``sq`` lets tests hand in a Stubber-wrapped client."""
-    from hpq.aws.session import client, region_of
-
     region = region_of(session)
     usage = Usage(client(session, "ec2"), client(session, "eks"))
     report = QuotaReport(instance_type, count, region)

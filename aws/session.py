@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
-import click
-
+from hpq.aws.settings import region_problem
 from hpq.errors import OperationFailed, UsageError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 # Error codes AWS uses for "not allowed" across services.
 _ACCESS_DENIED = {
@@ -91,10 +88,8 @@ def client(session: Any, service: str, region: str | None = None) -> Any:
     """A client with throttling retried; AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_<SERVICE> are honoured by botocore."""
     import botocore.exceptions as bex
 
-    from hpq.cli import inputs
-
     chosen = region or session.region_name
-    bad = inputs.region_problem(chosen, (service,)) if chosen else None
+    bad = region_problem(chosen, (service,)) if chosen else None
     if bad:
         raise UsageError(f"region {chosen!r} {bad}")
     try:
@@ -177,47 +172,3 @@ def aws_errors(action: str) -> Iterator[None]:
         if mapped is None:
             raise
         raise mapped from None
-
-
-def aws_options(func: F | None = None, *, services: tuple[str, ...] = ("cloudformation",)) -> Any:
-    """Add ``--region`` and ``--profile`` (received as ``region``/``profile`` keyword args).
-
-    Before the command runs, everything about reaching AWS that can be checked offline is checked
-    (hpq.cli.inputs.check_aws_inputs): AWS_ENDPOINT_URL*, the profile, and that the region is one
-    botocore knows for each of ``services``. Also translates any botocore error the command lets
-    escape (e.g. missing credentials on the first call) into a one-line HpqError, so no command can
-    end in a traceback for an AWS problem. Use as ``@aws_options`` or ``@aws_options(services=(...))``.
-    """
-    if func is None:
-        return lambda f: aws_options(f, services=services)
-    import functools
-
-    from hpq.cli import inputs
-
-    inner = func
-
-    @functools.wraps(inner)
-    def translated(*args: Any, **kwargs: Any) -> Any:
-        inputs.check_aws_inputs(kwargs.get("region"), kwargs.get("profile"), services)
-        name = getattr(inner, "__name__", "command").replace("_", "-")
-        with aws_errors(f"hpq {name}"):
-            return inner(*args, **kwargs)
-
-    func = translated  # type: ignore[assignment]
-    func = click.option(
-        "--profile", envvar=None, default=None, metavar="NAME", type=inputs.Text("profile"),
-        help="AWS profile (default: AWS_PROFILE or the default profile).",
-    )(func)
-    func = click.option(
-        "--region", default=None, metavar="REGION", type=inputs.REGION,
-        help="AWS region, e.g. us-west-2 (default: AWS_REGION / AWS_DEFAULT_REGION / profile).",
-    )(func)
-    return func
-
-
-def output_option(func: F) -> F:
-    """Add ``--output json|table`` (received as ``output``)."""
-    return click.option(
-        "--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
-        help="Output format.",
-    )(func)

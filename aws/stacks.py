@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.aws import deploy_plan
 from hpq.aws.session import NotFound, aws_errors, error_code, error_message
 from hpq.errors import OperationFailed
 
@@ -187,8 +188,6 @@ def change_set_actions(cfn: Any, stack: str, cs_id: str, timeout: float = 600,
     (API reference, ResourceChange.ChangeSetId; user guide, "Change sets for nested stacks"); a stand-in
     that does not nest (moto) simply has none.
     """
-    from hpq.aws import deploy_plan
-
     deadline = time.time() + timeout
     data = _wait_change_set(cfn, stack, cs_id, deadline)
     actions: list[Any] = []

@@ -17,9 +17,9 @@ STAGES=${STAGES:-"env nccltests nanogpt"}
 MAXB=${MAXB:-16G}
 NG_ITERS=${NG_ITERS:-200}
 NG_ARGS=${NG_ARGS:-"--compile"}
-# NVLink multicast (NVLS) stays off on the shared machine (KINDS.md); the same goes into every child.
+# NVLink multicast (NVLS) stays off on the lent GPU machines (their operators' rule); the same goes into every child.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# hpq's launches drop inherited NCCL_* the worker type does not set (issue 19): keep this one on purpose.
+# hpq's launches drop inherited NCCL_* the worker type does not set (docs/design.md): keep this one on purpose.
 export HPQ_KEEP_ENV=NCCL_NVLS_ENABLE
 export HPQ_IMDS_ENDPOINT=off PYTHONUNBUFFERED=1 HPQ_RESULTS_DIR=/tmp/hpq-results NCCL_DEBUG=WARN
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')

@@ -22,7 +22,7 @@ LAMBDA_RUNTIME = "python3.12"
 # HyperPod's own partition: it adds every node of a Slurm cluster, login nodes included, to the universal
 # partition "dev" (SageMaker HyperPod developer guide, getting started with the AWS CLI for Slurm,
 # smcluster-getting-started-slurm-cli.html: "All nodes are automatically added to the universal dev partition";
-# DESIGN 0b). A group that names "dev" itself puts its nodes in that partition twice over, with the login nodes.
+# docs/design.md, "Slurm partitions"). A group that names "dev" itself puts its nodes in that partition twice over, with the login nodes.
 HYPERPOD_UNIVERSAL_PARTITION = "dev"
 # The one Slurm partition of the worker group: HyperPod's API-driven Slurm configuration puts the workers
 # in it (ClusterSlurmConfig.PartitionNames: at most one, pattern [a-zA-Z0-9](-*[a-zA-Z0-9])*; SageMaker API
@@ -96,7 +96,7 @@ def output(t: Template, name: str, value: Any, description: str) -> None:
 
 
 # Shared parameter constraints (nested stacks repeat them so each template validates on its own).
-CLUSTER_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+CLUSTER_NAME_PATTERN = f"^{names.HYPERPOD_NAME_PATTERN}$"  # hpq.lifecycle.names: the one rule
 BUCKET_NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 ROLE_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/.+$"
 CLUSTER_NAME_HELP = "1-63 letters, digits and hyphens; starts with a letter or digit."

@@ -207,7 +207,7 @@ def build(cfg: EksConfig) -> common.Template:
     })
     # EKS writes control-plane logs to /aws/eks/<cluster>/cluster and creates that log group itself, with no
     # retention, when the stack has not (EKS user guide, control-plane-logs.html); it then outlives the stack. The
-    # stack creates it first, with a retention and deleted with the stack, as AWS's Terraform does (issue 20:
+    # stack creates it first, with a retention and deleted with the stack, as AWS's Terraform does (docs/design.md;
     # awslabs/awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/terraform-modules/hyperpod-eks-tf).
     log_group = common.encrypted_log_group(t, "ControlPlaneLogGroup", "eks", CONTROL_PLANE_LOG_DAYS,
                                       path=CONTROL_PLANE_LOG_GROUP,

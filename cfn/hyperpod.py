@@ -27,7 +27,8 @@ from troposphere import And, Condition, Equals, GetAtt, If, Not, Or, Ref
 from troposphere import sagemaker as sm
 
 from hpq.cfn import common, offers
-from hpq.lifecycle import names
+from hpq.lifecycle import catalog, names
+from hpq.vocab import SLURM
 
 CONTROLLER_EBS_GB = 100
 CONTROLLER_THREADS_PER_CORE = 2
@@ -68,13 +69,13 @@ PROVISIONING_MODES = ("Standard", "Continuous")
 
 @dataclass(frozen=True)
 class HyperPodConfig:
-    orchestrator: str  # "slurm" or "eks"
+    orchestrator: str  # SLURM or EKS
     worker_types: tuple[str, ...]
     default_worker_type: str
     default_worker_count: int
     default_ebs_gb: int
     controller_types: tuple[str, ...] = ()
-    default_controller_type: str = "ml.m5.xlarge"
+    default_controller_type: str = catalog.DEFAULT_CONTROLLER_TYPE
     worker_group: str = names.WORKER_GROUP
     controller_group: str = names.CONTROLLER_GROUP
     login_group: str = names.LOGIN_GROUP
@@ -82,7 +83,7 @@ class HyperPodConfig:
 
     @property
     def slurm(self) -> bool:
-        return self.orchestrator == "slurm"
+        return self.orchestrator == SLURM
 
 
 def _group(name: str, instance_type, count, ebs_gb, threads, role, uri, **extra) -> sm.ClusterInstanceGroup:

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpq.cfn import regions
 from hpq.errors import UsageError
+from hpq.vocab import VARIANTS
 
 ProgressFn = Callable[[int, int], None]
 
@@ -14,17 +16,12 @@ ProgressFn = Callable[[int, int], None]
 def default_regions() -> tuple[str, ...]:
     """Every HyperPod region (cfn/regions.py): the templates must be clean in each, since cfn-lint's per-region
     data (resource types E3006, on-demand instance types W1030) differs between them."""
-    from hpq.cfn import regions
-
     return regions.hyperpod_regions()
 
 
 def regions_for(path: Path) -> tuple[str, ...]:
     """The regions a rendered file is linted in: its variant's (OUT/<variant>/<file>.json, cfn/regions.py), or
     every HyperPod region for a file outside such a folder."""
-    from hpq.cfn import regions
-    from hpq.lifecycle.names import VARIANTS
-
     if path.parent.name in VARIANTS:
         return regions.variant_regions(path.parent.name)
     return default_regions()

@@ -31,6 +31,7 @@ from troposphere import ec2 as ec2
 
 from hpq.cfn import common
 from hpq.lifecycle import names
+from hpq.vocab import EKS, SLURM
 
 AZ_ID_PATTERN = r"^[a-z]{2,5}[0-9]{1,2}-az[0-9]{1,2}$"
 AZ_ID_HELP = "an Availability Zone ID such as use1-az4 or usw2-az2 (not a zone name)."
@@ -46,7 +47,7 @@ NODE_SUBNET_PREFIX = 17
 SMALL_SUBNET_PREFIX = 19
 # IP addresses a node takes in the node subnet (SageMaker HyperPod prerequisites, for p5.48xlarge, the catalog's
 # type with the most EFA interfaces, so an upper bound for every type hpq offers).
-IPS_PER_NODE = {"eks": 81, "slurm": 32}
+IPS_PER_NODE = {EKS: 81, SLURM: 32}
 # AWS keeps 5 addresses of every subnet; the rest of this is headroom for interface endpoint, FSx and EKS ENIs.
 SUBNET_RESERVED_IPS = 512
 

@@ -30,7 +30,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-from hpq.cfn import offers
+from hpq.cfn import offers, synth
 
 PROVIDERS_PACKAGE = "cfnlint.data.schemas.providers"
 CLUSTER_TYPE = "AWS::SageMaker::Cluster"
@@ -107,8 +107,6 @@ def required_types(templates: Iterable[dict[str, Any]]) -> set[str]:
 @cache
 def variant_regions(variant: str) -> tuple[str, ...]:
     """The HyperPod regions where every resource type of the variant's templates exists."""
-    from hpq.cfn import synth
-
     return regions_with(required_types(synth.synthesize(variant).values()))
 
 

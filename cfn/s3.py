@@ -33,6 +33,7 @@ from troposphere import s3 as s3
 
 from hpq.cfn import common
 from hpq.lifecycle import names
+from hpq.vocab import EKS, SLURM
 
 HANDLER = "bucket_cleanup"
 _LOGIN_PLACEHOLDER = "__hpq_login_group__"
@@ -79,7 +80,7 @@ def cluster_config(cfg: S3Config) -> Sub:
     EKS: orchestrator "eks", controller/login/partition and the FSx names null."""
     doc = {
         "schema_version": names.HPQ_CLUSTER_CONFIG_SCHEMA,
-        "orchestrator": "slurm" if cfg.slurm else "eks",
+        "orchestrator": SLURM if cfg.slurm else EKS,
         "cluster_name": "${ClusterName}",
         "controller_group": cfg.controller_group if cfg.slurm else None,
         "login_group": _LOGIN_PLACEHOLDER if cfg.slurm else None,

@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hpq.cfn import synth_out
+from hpq.cfn.synth_out import MANIFEST_FILE  # noqa: F401 - where `hpq synth` records what it wrote
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
 
@@ -122,19 +124,13 @@ def write_variant(variant: str, out_dir: str | Path, size: str = "small",
     return write_files(synthesize(variant, size, params), Path(out_dir) / variant)
 
 
-# The manifest of what synth wrote into OUT/<variant>/ (not *.json, so `hpq lint` never takes it for a template).
-MANIFEST_FILE = ".hpq-synth-files"
-
-
 def write_files(files: dict[str, dict], target: str | Path, trust_existing: bool = False) -> list[Path]:
     """Write what ``synthesize`` returned into target (OUT/<variant>); return the paths.
 
-    Through hpq.cli.synth_out: atomic, all or nothing, and only over files an earlier synth wrote
+    Through hpq.cfn.synth_out: atomic, all or nothing, and only over files an earlier synth wrote
     (``trust_existing`` for folders git tracks instead, such as the test goldens). A file a previous
     synth wrote that is no longer rendered is removed; unchanged files keep their modification times.
     """
-    from hpq.cli import synth_out
-
     target = Path(target)
     data = {name: to_json(t).encode("utf-8") for name, t in files.items()}
     return synth_out.write_trees(target.parent, {target.name: data}, trust_existing=trust_existing)

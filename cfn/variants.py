@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpq import vocab
 from hpq.cfn import (
     common,
     eks,
@@ -16,28 +17,30 @@ from hpq.cfn import (
     iam,
     networking,
     observability,
+    offers,
+    regions,
     s3,
     security,
     storage,
     validation,
 )
-from hpq.lifecycle import catalog, names
+from hpq.lifecycle import catalog
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
-    orchestrator: str  # "slurm" | "eks"
+    orchestrator: str  # vocab.SLURM | vocab.EKS
     accelerator: str  # catalog.GPU | catalog.TRAINIUM
     default_worker_type: str
 
     @property
     def eks(self) -> bool:
-        return self.orchestrator == "eks"
+        return self.orchestrator == vocab.EKS
 
     @property
     def slurm(self) -> bool:
-        return self.orchestrator == "slurm"
+        return self.orchestrator == vocab.SLURM
 
     @property
     def accelerator_label(self) -> str:
@@ -56,18 +59,19 @@ class Size:
 
 
 VARIANTS: dict[str, Variant] = {
-    # g5.16xlarge: the cheapest GPU node seed 004 validated end to end (TCP transport).
-    "slurm-gpu": Variant("slurm-gpu", "slurm", catalog.GPU, "ml.g5.16xlarge"),
-    "slurm-trn": Variant("slurm-trn", "slurm", catalog.TRAINIUM, "ml.trn1.32xlarge"),
-    "eks-gpu": Variant("eks-gpu", "eks", catalog.GPU, "ml.g5.16xlarge"),
-    "eks-trn": Variant("eks-trn", "eks", catalog.TRAINIUM, "ml.trn1.32xlarge"),
+    # g5.16xlarge: the cheapest GPU node the measured runs validated end to end (TCP transport;
+    # docs/design.md, "The measured runs").
+    "slurm-gpu": Variant("slurm-gpu", vocab.SLURM, catalog.GPU, "ml.g5.16xlarge"),
+    "slurm-trn": Variant("slurm-trn", vocab.SLURM, catalog.TRAINIUM, "ml.trn1.32xlarge"),
+    "eks-gpu": Variant("eks-gpu", vocab.EKS, catalog.GPU, "ml.g5.16xlarge"),
+    "eks-trn": Variant("eks-trn", vocab.EKS, catalog.TRAINIUM, "ml.trn1.32xlarge"),
 }
 SIZES: dict[str, Size] = {
     "small": Size("small", worker_count=2, fsx_capacity_gib=1200, ebs_gb=500),
     "medium": Size("medium", worker_count=4, fsx_capacity_gib=4800, ebs_gb=1000),
     "large": Size("large", worker_count=16, fsx_capacity_gib=19200, ebs_gb=2000),
 }
-assert tuple(VARIANTS) == names.VARIANTS and tuple(SIZES) == names.SIZES
+assert tuple(VARIANTS) == vocab.VARIANTS and tuple(SIZES) == vocab.SIZES
 
 # Stack names, in creation order; each becomes <Name>.json and root resource <Name>Stack.
 NETWORKING, SECURITY, STORAGE, S3, IAM, EKS, HELM, HYPERPOD, OBSERVABILITY, VALIDATION = (
@@ -85,8 +89,6 @@ def controller_types() -> list[str]:
     """Controller/login types with an on-demand offer in every HyperPod region (cfn/offers.py, cfn/regions.py):
     cfn-lint resolves the parameter's every allowed value in every region (W1030), and a published template
     serves them all (cfn-lint 1.58.0: ml.m5.2xlarge has no offer in ap-southeast-3)."""
-    from hpq.cfn import offers, regions
-
     return [t for t in catalog.controller_types()
             if all(offers.has_on_demand_offer(t, r) for r in regions.hyperpod_regions())]
 

@@ -17,6 +17,8 @@ import click
 
 from hpq import __version__
 from hpq.errors import EXIT_FAILED, EXIT_USAGE, HpqError
+from hpq.interrupts import hard_interrupts
+from hpq.text import show
 
 # name -> (module, attribute, one-line help). Help lives here so listing commands imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -118,8 +120,6 @@ def main(argv: list[str] | None = None, process_entry: bool = False) -> None:
     _close_unreadable_stdin()
     bad = _undecodable(args)
     if bad is not None:
-        from hpq.cli.inputs import show
-
         click.echo(f"hpq: error: argument {show(bad)} is not valid UTF-8", err=True)
         sys.exit(EXIT_USAGE)
     previous = _set_sigint(signal.default_int_handler)
@@ -165,8 +165,6 @@ def _set_sigint(handler: Any) -> Any:
 
 def _after_command(previous: Any, process_entry: bool) -> None:
     if process_entry:
-        from hpq.console import hard_interrupts
-
         hard_interrupts()
     elif previous is not None:
         _set_sigint(previous)

@@ -9,6 +9,10 @@ named as installed (``hpq.aws.deploy`` for aws/deploy.py, per pyproject's packag
 "package" here is the first two levels below hpq (``hpq.aws``), or one for top-level folders without
 sub-packages (``hpq.cfn``). An import inside a function counts like one at the top of the module, and is
 listed, since a diagram of module-level imports alone does not see it.
+
+The process entries ``hpq/__main__.py`` (``python -m hpq``) and ``hpq/console.py`` (the console script)
+live in the ground folder because Python finds them there, but they start the command line: they are
+drawn as ``hpq.entry``, the roof, above ``hpq.cli``. tests/test_house.py holds the house's rules.
 """
 
 from __future__ import annotations
@@ -39,7 +43,13 @@ def modules(root: Path = ROOT) -> Iterator[tuple[str, Path]]:
             yield ".".join([prefix, *parts]), path
 
 
+# Modules in the ground folder that start the command line (see the module docstring).
+ENTRY = {"hpq.__main__": "hpq.entry", "hpq.console": "hpq.entry"}
+
+
 def package_of(module: str) -> str:
+    if module in ENTRY:
+        return ENTRY[module]
     parts = module.split(".")
     if len(parts) >= 2 and f"hpq.{parts[1]}" not in FOLDERS:
         return "hpq"  # the ground floor: hpq/*.py (errors, console, atomic, ...)
@@ -48,16 +58,39 @@ def package_of(module: str) -> str:
     return ".".join(parts[:2])
 
 
-def imports(module: str, path: Path) -> Iterator[tuple[str, int, bool]]:
-    """(imported hpq module, line, inside a function?) for every hpq import in one file."""
-    tree = ast.parse(path.read_text(), str(path))
-    is_pkg = path.name == "__init__.py"
-    func_lines: set[int] = set()
+def _function_import_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for inner in ast.walk(node):
                 if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                    func_lines.add(inner.lineno)
+                    lines.add(inner.lineno)
+    return lines
+
+
+def other_imports(path: Path) -> Iterator[tuple[str, int, bool]]:
+    """(top-level name, line, inside a function?) for every import of something that is not hpq
+    (the standard library and third-party packages), absolute imports only."""
+    tree = ast.parse(path.read_text(), str(path))
+    func_lines = _function_import_lines(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top != "hpq":
+                yield top, node.lineno, node.lineno in func_lines
+
+
+def imports(module: str, path: Path) -> Iterator[tuple[str, int, bool]]:
+    """(imported hpq module, line, inside a function?) for every hpq import in one file."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    func_lines = _function_import_lines(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

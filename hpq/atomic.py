@@ -24,13 +24,12 @@ import tempfile
 from pathlib import Path
 
 from hpq.errors import HpqError, OperationFailed, UsageError
+from hpq.text import file_kind, show
 
 TEMP_SUFFIX = ".hpq-tmp"
 
 
 def _show(path: Path | str) -> str:
-    from hpq.cli.inputs import show
-
     return show(str(path))
 
 
@@ -85,8 +84,6 @@ def check_target(path: Path) -> os.stat_result | None:
         raise UsageError(f"{_show(path)} is a symbolic link; hpq does not write through links "
                          "(remove it or choose another folder)")
     if not stat.S_ISREG(st.st_mode):
-        from hpq.cli.inputs.files import file_kind
-
         raise UsageError(f"{_show(path)} is in the way: it exists and is {file_kind(st.st_mode)}, not a file")
     return st
 

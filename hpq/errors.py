@@ -1,4 +1,4 @@
-"""Expected failures, each with the exit code the CLI uses (see DESIGN.md section 6).
+"""Expected failures, each with the exit code the CLI uses (docs/design.md, "Exit codes and error lines").
 
 Standard library only, so node-side code may raise them too.
 """

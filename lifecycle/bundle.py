@@ -1,8 +1,8 @@
 """What ships to the nodes: the files of the node bundle and their keys.
 
 The bundle keeps the import names (``hpq/lifecycle/...``, ``hpq/scripts/...``)
-so node code imports exactly as it does when installed; ``hpq/__init__.py`` and
-``hpq/errors.py`` come along as the (standard-library-only) parent package. At its root
+so node code imports exactly as it does when installed; ``hpq/__init__.py``, ``hpq/errors.py`` and
+``hpq/vocab.py`` come along as the (standard-library-only) parent package. At its root
 sits ``on_create.sh`` (names.ON_CREATE_ENTRY, from lifecycle/oncreate_entry.sh): the file
 LifeCycleConfig.OnCreate names, which runs ``hpq/lifecycle/on_create.sh``.
 Used on the laptop by deploy/publish; standard library only like the rest.
@@ -28,16 +28,18 @@ def _hpq_dir() -> str:
 
 
 def _scripts_dir() -> str:
-    import hpq.scripts
-
-    return os.path.dirname(os.path.abspath(hpq.scripts.__file__))
+    """scripts/ is lifecycle/'s sibling wherever hpq lives: the repository (pyproject's package-dir maps
+    hpq.lifecycle and hpq.scripts to ``lifecycle/`` and ``scripts/``), an installed wheel (``hpq/lifecycle``,
+    ``hpq/scripts``) and the node bundle itself. Found by path, not by import: the bundle needs the
+    files of hpq.scripts, not its code, and hpq.scripts imports hpq.lifecycle (never the reverse)."""
+    return os.path.join(os.path.dirname(_PKG_DIR), "scripts")
 
 
 def node_bundle_files() -> Dict[str, str]:
     """Map of bundle key (posix path, e.g. ``hpq/lifecycle/on_create.sh``) to source file path."""
     files: Dict[str, str] = {names.ON_CREATE_ENTRY: os.path.join(_PKG_DIR, ENTRY_SOURCE)}
     root = _hpq_dir()
-    for name in ("__init__.py", "errors.py"):
+    for name in ("__init__.py", "errors.py", "vocab.py"):
         files["hpq/" + name] = os.path.join(root, name)
     for sub, src in (("lifecycle", _PKG_DIR), ("scripts", _scripts_dir())):
         for dirpath, dirnames, filenames in os.walk(src):

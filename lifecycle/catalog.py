@@ -4,7 +4,7 @@ Templates (allowed values, EFA counts), quota checks, Kubernetes manifests, the
 transport decision and test verdicts all read this table. It ships to nodes with
 the lifecycle code, so it uses the standard library only (Python >= 3.8).
 
-Sources: EC2/SageMaker instance documentation and seed 004's measured table.
+Sources: EC2/SageMaker instance documentation and the measured runs ("seed 004", docs/design.md).
 Where a value could not be confirmed against a primary source, the entry says so
 in ``unconfirmed`` (field names), and ``note`` explains.
 
@@ -23,6 +23,13 @@ from typing import Dict, Iterable, List, Optional, Tuple
 GPU = "gpu"
 TRAINIUM = "trainium"
 CPU = "cpu"
+
+
+# NeuronCores per Neuron device as processes see them: 2 on trn1/trn1n; trn2 has 8 physical cores, 4 logical ones
+# with the default logical-core setting LNC=2 (AWS Neuron docs, "Developer Guide for Training with PyTorch
+# NeuronX": "On Trn2, each Trainium accelerator has 8 NeuronCores (default 4 Logical NeuronCores)";
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html).
+NEURON_CORES_PER_DEVICE = {"trn1": 2, "trn1n": 2, "trn2": 4}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,13 @@ class InstanceType:
     @property
     def is_accelerated(self) -> bool:
         return self.accelerator != CPU
+
+    @property
+    def neuron_cores(self) -> int:
+        """NeuronCores a node of this type offers to processes (0 on GPU and CPU types)."""
+        if self.accelerator != TRAINIUM:
+            return 0
+        return self.accelerator_count * NEURON_CORES_PER_DEVICE.get(self.family, 2)
 
 
 def _g(name, model, count, efa, gbps, vcpus, mem, unconfirmed=(), note=""):
@@ -119,6 +133,20 @@ _ENTRIES: List[InstanceType] = [
 ]
 
 CATALOG: Dict[str, InstanceType] = {entry.name: entry for entry in _ENTRIES}
+# Service Quotas codes of SageMaker's "<type> for cluster usage" quota (HyperPod instances of a type), as seen
+# in public account listings; each is checked against its
+# name at run time by hpq.aws.quotas, and any type not listed is found by name.
+CLUSTER_USAGE_QUOTA_CODES = {
+    "ml.p4d.24xlarge": "L-47E0BC8F",
+    "ml.p4de.24xlarge": "L-BEF3120E",
+    "ml.p5.48xlarge": "L-8762A75F",
+    "ml.p5e.48xlarge": "L-FD431820",
+    "ml.p5en.48xlarge": "L-6EF3AE05",
+    "ml.g5.16xlarge": "L-86822EDB",
+}
+# The Slurm controller's default type, written once: the templates' ControllerInstanceType default
+# (hpq.cfn.hyperpod), the controller quota `hpq check-quotas` counts and the help text that names it.
+DEFAULT_CONTROLLER_TYPE = "ml.m5.xlarge"
 
 
 class UnknownInstanceType(ValueError):

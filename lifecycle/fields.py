@@ -7,8 +7,7 @@ name with a space or a newline is refused with FieldError naming the field, neve
   FSx model (``DNSName``: ``^((fs|fc)i?-[0-9a-f]{8,}\\..{4,253})$``, at most 275) leaves the tail open; a
   Lustre NID host (``<dns>@tcp``) must be a host name, so the tail is held to RFC 1123 here.
 - Lustre mount names: ``^([A-Za-z0-9_-]{1,8})$`` (botocore FSx model, ``LustreFileSystemMountName``).
-- Instance group and cluster names: HyperPod's ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`` (SageMaker API
-  reference, ClusterInstanceGroupSpecification.InstanceGroupName, CreateCluster.ClusterName).
+- Instance group and cluster names: HyperPod's rule, hpq.lifecycle.names.valid_hyperpod_name.
 - Host-like names (InstanceName, InstanceId) and Slurm partition names: one token of letters, digits and
   ``._-`` (no blank, no comma, no pattern character: they go into ssh_config/known_hosts host lists).
 - Addresses: dotted IPv4.
@@ -21,10 +20,11 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from .names import HYPERPOD_NAME_RULE, valid_hyperpod_name
+
 # fullmatch, never match with "$": "$" also matches before a trailing newline.
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 MOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
-GROUP_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 AMP_REMOTE_WRITE_URL = re.compile(r"https://aps-workspaces\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?/workspaces/"
                                   r"ws-[a-zA-Z0-9-]+/api/v1/remote_write")
@@ -53,10 +53,9 @@ def mount_name(value, what: str) -> str:
 
 
 def group_name(value, what: str) -> str:
-    if isinstance(value, str) and len(value) <= 63 and GROUP_NAME.fullmatch(value):
+    if valid_hyperpod_name(value):
         return value
-    raise FieldError("%s %s is not a HyperPod name (letters, digits and hyphens, at most 63, no leading hyphen)"
-                     % (what, _shown(value)))
+    raise FieldError("%s %s is not a HyperPod name (%s)" % (what, _shown(value), HYPERPOD_NAME_RULE))
 
 
 def token(value, what: str) -> str:

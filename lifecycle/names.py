@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import re
 
-VARIANTS = ("slurm-gpu", "slurm-trn", "eks-gpu", "eks-trn")
-SIZES = ("small", "medium", "large")
-
 # Exact-match discovery tag on the FSx filesystem (value: the HyperPod cluster name).
 CLUSTER_TAG_KEY = "hpq:cluster-name"
 MANAGED_BY_TAG_KEY = "hpq:managed-by"
@@ -74,7 +71,14 @@ OUT_EKS_CLUSTER_ARN = "EksClusterArn"
 OUT_CLUSTER_NAME = "ClusterName"
 OUT_CLUSTER_ARN = "ClusterArn"
 
-_CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+# HyperPod's name rule, one for cluster names and instance group names alike: the ClusterName and
+# ClusterInstanceGroupName shapes of botocore's sagemaker service model (botocore/data/sagemaker/*/service-2.json;
+# SageMaker API reference, CreateCluster.ClusterName and ClusterInstanceGroupSpecification.InstanceGroupName).
+# The pattern alone admits longer names ("a-b" is one repetition): the length is its own rule.
+HYPERPOD_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
+HYPERPOD_NAME_MAX = 63
+HYPERPOD_NAME_RULE = "letters, digits and hyphens, 1-63 characters, starting and ending with a letter or digit"
+_HYPERPOD_NAME = re.compile(HYPERPOD_NAME_PATTERN)
 
 
 def s3_version_prefix(version: str) -> str:
@@ -89,7 +93,8 @@ def node_bundle_prefix(version: str) -> str:
     return "%s/%s/" % (s3_version_prefix(version), NODE_BUNDLE_DIR)
 
 
-def valid_cluster_name(name: str) -> bool:
-    """HyperPod cluster names: letters, digits and hyphens, 1-63 chars, no leading hyphen."""
-    # The pattern alone admits longer names ("a-b" is one repetition): the length is its own rule.
-    return len(name) <= 63 and bool(_CLUSTER_NAME_RE.match(name))
+def valid_hyperpod_name(name: object) -> bool:
+    """A HyperPod cluster or instance group name (HYPERPOD_NAME_PATTERN, at most HYPERPOD_NAME_MAX characters).
+
+    fullmatch, never match with "$": "$" also matches before a trailing newline."""
+    return isinstance(name, str) and len(name) <= HYPERPOD_NAME_MAX and _HYPERPOD_NAME.fullmatch(name) is not None

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from hpq.vocab import EKS, SLURM
+
 from . import fields, files
 
-SLURM = "slurm"
-EKS = "eks"
 CLUSTER_TYPES = {"Slurm": SLURM, "Kubernetes": EKS}
 
 

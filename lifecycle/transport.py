@@ -158,7 +158,7 @@ def node_environment(
     if profile == "legacy":
         env.update(LEGACY_TUNING)
 
-    # NCCL only on GPUs with EFA; the measured TCP path trains with gloo (seed 004),
+    # NCCL only on GPUs with EFA; the measured TCP path trains with gloo (docs/design.md),
     # and CPU-only controllers have nothing else.
     if entry.accelerator == catalog.TRAINIUM:
         backend = "xla"  # torch-neuronx collectives

@@ -70,8 +70,6 @@ NEURON_ROOT_COMM_PORT = 62182
 
 # Hugepages the EFA libfabric provider wants per pod (same figure as AWS's nccl-tests manifests).
 EFA_HUGEPAGES_2MI = "5120Mi"
-# NeuronCores per Neuron device (trn2 with the default logical-core setting LNC=2 exposes 4 of its 8).
-NEURON_CORES_PER_DEVICE = {"trn1": 2, "trn1n": 2, "trn2": 4}
 NCCL_TESTS_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
 NEURON_BIN = transport.NEURON_BIN
 
@@ -232,7 +230,7 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
     # A memory request is mandatory next to hugepages; sized to leave most of the node to the workload.
     memory_request = f"{max(2, min(64, entry.memory_gib // 8))}Gi"
     name = _check_name(req.name or f"hpq-{req.test}")
-    ranks_per_node = gpus * NEURON_CORES_PER_DEVICE.get(entry.family, 2) if neuron else gpus
+    ranks_per_node = gpus * catalog.NEURON_CORES_PER_DEVICE.get(entry.family, 2) if neuron else gpus
     ctx.update(
         name=name,
         instance_type=entry.name,
@@ -441,7 +439,7 @@ def render(req: RenderRequest) -> str:
     """The manifest text (multi-document YAML) for one test.
 
     Every document must parse, and a training program must read back from its ConfigMap exactly as it was
-    given: what the emitter could not carry inside the template is refused, never written (issue 21).
+    given: what the emitter could not carry inside the template is refused, never written (docs/design.md, "Bounded parsing").
     """
     import yaml
 

@@ -60,7 +60,7 @@ class Preset:
 
 
 PRESETS: Dict[str, Preset] = {
-    # Seed 004's smoke-test size: 4 layers, 4 heads, 128 wide (~0.8M parameters).
+    # The measured runs' smoke-test size (docs/design.md): 4 layers, 4 heads, 128 wide (~0.8M parameters).
     "tiny": Preset(ModelConfig(4, 4, 128, 64), batch_size=16, lr=2e-3),
     "small": Preset(ModelConfig(6, 6, 384, 256), batch_size=32, lr=1e-3),
     # GPT-2 124M shape; vocabulary padded like GPT-2's (50257 -> 50304) so FLOPs match the real model.

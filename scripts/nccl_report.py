@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from hpq.errors import UsageError
+from hpq.lifecycle import catalog
 from hpq.scripts import outcome as outcome_mod
 
 # A result passes when its peak bus bandwidth reaches this fraction of the healthy figure the catalog
@@ -35,7 +36,7 @@ from hpq.scripts import outcome as outcome_mod
 PASS_FRACTION = 0.80
 PASS_FRACTION_SEVERAL_NODES = 0.70
 
-# NCCL's socket transport on these instances stays at a few GB/s (seed 004: 3.02 GB/s on 2x
+# NCCL's socket transport on these instances stays at a few GB/s (the measured runs, docs/design.md: 3.02 GB/s on 2x
 # g5.16xlarge); advice only: the transport itself is judged from the log's network line.
 TCP_SPEED_GBPS = 4.0
 
@@ -69,7 +70,7 @@ NET_EFA, NET_SOCKET, NET_OTHER, NET_MIXED = "efa", "socket", "other", "mixed"
 
 _REDOPS = {"sum", "prod", "max", "min", "avg", "none", "mulsum", "premulsum"}
 # Every pattern below is anchored on a literal and bounded, so a line is matched in linear time whatever
-# it holds (no nested or open-ended lazy quantifiers: issue 21's 100k-space "Using network" line).
+# it holds (no nested or open-ended lazy quantifiers: docs/design.md, "Bounded parsing").
 # The value may be glued to its unit (nccom-test: "43.6901GB/s") or be "-nan" (nccl-tests' %g).
 _AVG_RE = re.compile(r"Avg bus bandwidth\s{0,64}:\s{0,64}([-+]?(?:nan|inf|\d{1,40}(?:\.\d{0,40})?(?:e[-+]?\d{1,4})?))",
                      re.IGNORECASE | re.ASCII)
@@ -241,7 +242,7 @@ def _header_columns(line: str) -> Optional[List[str]]:
     """Column names when ``line`` is a table header (nccl-tests, nccom-test), else None.
 
     One lstrip of every leading '#' and blank: linear, where stripping one '#' at a time was
-    quadratic on a long line of '#' (issue 21). A header's first column is "size", never "#wrong".
+    quadratic on a long line of '#' (docs/design.md, "Bounded parsing"). A header's first column is "size", never "#wrong".
     """
     body = line.lstrip("# \t")
     if not body[:4].lower() == "size":
@@ -695,8 +696,6 @@ def _shortfall_advice(entry, peak: float, expected: float, nodes: Optional[int],
     if entry.has_efa and peak <= TCP_SPEED_GBPS and nodes != 1:
         return ("%.2f GB/s is TCP-socket speed: the traffic went over TCP sockets and EFA was not used. "
                 % peak) + _efa_checks(entry)
-    from hpq.lifecycle import catalog
-
     if nodes == 1 and entry.accelerator == catalog.GPU:
         return ("Inside one node the all-reduce runs over NVLink/NVSwitch (PCIe without NVLink): check that "
                 "every GPU took part (GPUS_PER_NODE), `nvidia-smi topo -m` shows NV links, the "
@@ -800,8 +799,6 @@ def _net_words(report: NcclReport) -> str:
 
 def _transport_check(report: NcclReport, entry, run_nodes: Optional[int]) -> Check:
     """On a type whose catalog transport is EFA, TCP sockets are a failure whatever the bandwidth."""
-    from hpq.lifecycle import catalog
-
     if entry is None:
         return Check(outcome_mod.NOT_JUDGED, "no instance type given, so no transport to expect")
     if report.producer == "nccom-test":
@@ -829,8 +826,6 @@ def _transport_check(report: NcclReport, entry, run_nodes: Optional[int]) -> Che
 
 def _values_check(report: NcclReport, entry) -> Check:
     """Bandwidths and times finite, non-negative and below what the type's links can carry."""
-    from hpq.lifecycle import catalog
-
     ceiling, why = catalog.busbw_ceiling(entry.name if entry else None)
     over = []
     for r in report.rows:
@@ -893,8 +888,6 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     an EFA type is INCONCLUSIVE: never PASS. ``stand_in_network``: the run crossed a network that stands
     in for the type's (the rehearsal's veth bridge), so the transport is not judged, and says so.
     """
-    from hpq.lifecycle import catalog  # local: keeps parse_text importable with no catalog
-
     expect = parse_expect(expect)
     entry = None
     if instance_type:

@@ -2,7 +2,7 @@
 
 Run on the Slurm controller. Builds the hostfile from the allocation (it makes one with
 ``salloc`` when not inside one), asks a worker for its transport environment (the same
-function the lifecycle uses), then runs nccl-tests through mpirun the way seed 004 does
+function the lifecycle uses), then runs nccl-tests through mpirun the way the measured runs did (docs/design.md)
 (ob1 PML, TCP btl for MPI's own control traffic, loopback/docker excluded, every transport
 variable passed with -x, 8 B to 16 GB by factor 2). Without an nccl-tests binary it runs
 hpq's built-in torch.distributed benchmark with srun, one task per GPU. The output is

@@ -37,12 +37,12 @@ EPILOG = """examples:
 
 
 def default_workers(instance_type: Optional[str]) -> int:
-    """NeuronCores per node: trn1 has 16 devices x 2 cores; trn2 16 devices x 4 logical cores."""
+    """NeuronCores per node (catalog.InstanceType.neuron_cores); 32, a trn1's, when the type is not known."""
     if instance_type:
         try:
             entry = catalog.lookup(instance_type)
-            if entry.accelerator == catalog.TRAINIUM:
-                return entry.accelerator_count * (4 if entry.family.startswith("trn2") else 2)
+            if entry.neuron_cores:
+                return entry.neuron_cores
         except catalog.UnknownInstanceType:
             pass
     return 32
@@ -105,7 +105,7 @@ def _run(args, raw: List[str]) -> int:
     itype = wenv.get("instance_type")
     workers = args.workers or default_workers(itype)
     env_vars: Dict[str, str] = dict(wenv.get("variables") or {})
-    # nccom-test runs OpenMPI underneath, which refuses root without these (seed 004).
+    # nccom-test runs OpenMPI underneath, which refuses root without these (docs/design.md, "The measured runs").
     env_vars["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env_vars["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     if nodes > 1:

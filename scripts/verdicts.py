@@ -63,7 +63,7 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
             what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
             report.wrong_total))
-    if env is not None:  # issue 19: the ranks' own transport environment (env_check), FAIL when not the worker's
+    if env is not None:  # the ranks' own transport environment (env_check), FAIL when not the worker's (docs/design.md)
         result["environment_check"] = env.to_dict()  # type: ignore[attr-defined]
         problems = list(getattr(env, "problems", []) or [])
         if problems:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from hpq import vocab
 from hpq.cfn import synth
-from hpq.lifecycle import names
 
 REPO = Path(__file__).resolve().parent.parent
 HANDLER_DIR = REPO / "cfn" / "handlers"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "cfn"
-COMBOS = [(v, s) for v in names.VARIANTS for s in names.SIZES]
+COMBOS = [(v, s) for v in vocab.VARIANTS for s in vocab.SIZES]
 UPDATE_GOLDEN = os.environ.get("HPQ_UPDATE_GOLDEN") == "1"
 
 

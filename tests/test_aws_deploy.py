@@ -19,6 +19,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from hpq import vocab
 from hpq.aws import deploy as aws_deploy
 from hpq.aws import s3 as aws_s3
 from hpq.aws import stacks as aws_stacks
@@ -297,12 +298,12 @@ def test_publish_uploads_all_variants(bucket, capsys):
     code, out, err = run_cli(["publish", bucket, "--output", "json"], capsys)
     assert code == 0, err
     data = json.loads(out)
-    assert set(data["links"]) == set(names.VARIANTS)
+    assert set(data["links"]) == set(vocab.VARIANTS)
     s3 = boto3.client("s3", region_name=REGION)
     keys = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         keys |= {o["Key"] for o in page.get("Contents", [])}
-    for variant in names.VARIANTS:
+    for variant in vocab.VARIANTS:
         root_key = names.template_key(data["version"], variant)
         assert root_key in keys
         body = json.loads(s3.get_object(Bucket=bucket, Key=root_key)["Body"].read())

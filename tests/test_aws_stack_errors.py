@@ -19,9 +19,9 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from hpq.aws import events as aws_events
-from hpq.aws import report as aws_report
 from hpq.aws import session as aws_session
 from hpq.aws import stacks as aws_stacks
+from hpq.cli import printing
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
 from hpq.tests.fixtures_aws import aws_env, moto_server  # noqa: F401
@@ -252,7 +252,7 @@ def test_failed_operation_prints_root_cause_and_exits_1(capsys):
     cfn = aws_session.client(aws_session.make_session(REGION), "cloudformation")
     inject(cfn, failing_scenario(root_id, "hpq-t-fail", ids), {root_id: "UPDATE_ROLLBACK_COMPLETE"})
     with pytest.raises(OperationFailed) as exc:
-        aws_report.follow_and_explain(cfn, root_id, "hpq-t-fail", "update", poll_seconds=0.01)
+        printing.follow_and_explain(cfn, root_id, "hpq-t-fail", "update", poll_seconds=0.01)
     assert exc.value.exit_code == 1
     assert "UPDATE_ROLLBACK_COMPLETE" in str(exc.value) and "FsxFileSystem" in str(exc.value)
     err = capsys.readouterr().err
@@ -313,7 +313,7 @@ def test_stack_tree_walks_nested():
 @pytest.mark.usefixtures("aws_env")
 def test_ctrl_c_stops_following_not_the_stack(monkeypatch, capsys):
     """Ctrl-C while following: exit 130 with how to resume; the stack is untouched."""
-    from hpq.aws import follow as aws_follow
+    from hpq.cli import follow
 
     root_id, ids = make_nested_stacks("hpq-t-int", "hpq-t-int-bucket")
     cfn = aws_session.client(aws_session.make_session(REGION), "cloudformation")
@@ -322,14 +322,14 @@ def test_ctrl_c_stops_following_not_the_stack(monkeypatch, capsys):
     def interrupt(_seconds):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(aws_follow.time, "sleep", interrupt)
-    with pytest.raises(aws_follow.Interrupted) as exc:
-        aws_report.follow_and_explain(cfn, root_id, "hpq-t-int", "create", poll_seconds=5)
+    monkeypatch.setattr(follow.time, "sleep", interrupt)
+    with pytest.raises(follow.Interrupted) as exc:
+        printing.follow_and_explain(cfn, root_id, "hpq-t-int", "create", poll_seconds=5)
     assert exc.value.exit_code == 130 and f"hpq status hpq-t-int --follow --region {REGION}" in str(exc.value)
     # Ctrl-C during the first poll (it reads every nested template) is the same clean stop
-    monkeypatch.setattr(aws_follow, "template_resource_count", lambda *_: interrupt(0))
-    with pytest.raises(aws_follow.Interrupted) as exc:
-        aws_report.follow_and_explain(cfn, root_id, "hpq-t-int", "create", poll_seconds=5)
+    monkeypatch.setattr(follow, "template_resource_count", lambda *_: interrupt(0))
+    with pytest.raises(follow.Interrupted) as exc:
+        printing.follow_and_explain(cfn, root_id, "hpq-t-int", "create", poll_seconds=5)
     assert "hpq status hpq-t-int --follow" in str(exc.value)
     assert boto3.client("cloudformation", region_name=REGION).describe_stacks(
         StackName="hpq-t-int")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"

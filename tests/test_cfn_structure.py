@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hpq import vocab
 from hpq.cfn import synth
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, names
@@ -248,7 +249,7 @@ def test_root_parameters_as_data():
 
 def test_every_root_parameter_is_documented():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "templates.md").read_text(encoding="utf-8")
-    for variant in names.VARIANTS:
+    for variant in vocab.VARIANTS:
         for p in synth.root_parameters(variant):
             assert f"`{p['Name']}`" in doc, f"docs/templates.md does not describe root parameter {p['Name']}"
 

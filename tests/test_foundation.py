@@ -60,9 +60,9 @@ class TestCatalog:
 
 class TestNames:
     def test_cluster_name_rule(self):
-        assert names.valid_cluster_name("train-2")
-        assert not names.valid_cluster_name("-train")
-        assert not names.valid_cluster_name("a" * 64)
+        assert names.valid_hyperpod_name("train-2")
+        assert not names.valid_hyperpod_name("-train")
+        assert not names.valid_hyperpod_name("a" * 64)
 
     def test_key_layout(self):
         assert names.template_key("1.0", "slurm-gpu") == "hpq/1.0/templates/slurm-gpu/root.json"

@@ -70,7 +70,7 @@ def _agree(ours: click.ParamType, pattern: str, lo: int | None, hi: int | None) 
 
 def test_hyperpod_names_follow_the_sagemaker_model():
     name = _shape("sagemaker", "ClusterName")
-    assert _agree(inputs.Pattern("n", [inputs.HYPERPOD_NAME_RE], "r", inputs.HYPERPOD_CLUSTER.max_len),
+    assert _agree(inputs.Pattern("n", [inputs.HYPERPOD_NAME_PATTERN], "r", inputs.HYPERPOD_CLUSTER.max_len),
                   name["pattern"], name["min"], name["max"]) == []
     group = _shape("sagemaker", "ClusterInstanceGroupName")
     assert _agree(inputs.INSTANCE_GROUP, group["pattern"], group["min"], group["max"]) == []
@@ -305,7 +305,7 @@ def test_synth_replaces_only_what_it_wrote(tmp_path, monkeypatch):
     a manifest without hpq's header (an older or a stranger's list of names) is refused, not trusted."""
     import hashlib
 
-    from hpq.cli import synth_out
+    from hpq.cfn import synth_out
 
     env = {**os.environ, "HPQ_STATE_DIR": str(tmp_path / "s")}
     target = tmp_path / "out" / "slurm-gpu"

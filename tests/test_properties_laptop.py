@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpq import atomic
-from hpq.cli import synth_out
+from hpq.cfn import synth_out
 from hpq.cli.commands.rehearse import _env_pairs
 from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.manifests import render as mrender

@@ -10,8 +10,10 @@ import sys
 
 import click
 
-from hpq.aws.session import aws_options, output_option
-from hpq.cli import inputs
+from hpq.aws import hyperpod
+from hpq.aws.session import client, make_session
+from hpq.cli import inputs, printing
+from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import OperationFailed
 
 
@@ -38,19 +40,15 @@ def connect(cluster: str, region: str | None, profile: str | None, group: str | 
       hpq connect my-cluster --group worker --node 3
       hpq connect my-cluster --node i-0ad12c4e86af71ce0 --print
     """
-    from hpq.aws import hyperpod as aws_hyperpod
-    from hpq.aws import report as aws_report
-    from hpq.aws.session import client, make_session
-
     session = make_session(region, profile)
     sm = client(session, "sagemaker")
-    cl = aws_hyperpod.describe_cluster(sm, cluster)
-    picked = aws_hyperpod.resolve_node(sm, cl, group, node)
-    cmd = aws_hyperpod.ssm_command(picked.target, region or session.region_name, profile)
+    cl = hyperpod.describe_cluster(sm, cluster)
+    picked = hyperpod.resolve_node(sm, cl, group, node)
+    cmd = hyperpod.ssm_command(picked.target, region or session.region_name, profile)
     if print_only:
         if output == "json":
-            aws_report.echo_json({"cluster": cl.name, "cluster_id": cl.cluster_id, "group": picked.group,
-                                  "instance_id": picked.instance_id, "target": picked.target, "command": cmd})
+            printing.echo_json({"cluster": cl.name, "cluster_id": cl.cluster_id, "group": picked.group,
+                                "instance_id": picked.instance_id, "target": picked.target, "command": cmd})
         else:
             click.echo(picked.target)
             click.echo(shlex.join(cmd))

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import click
 
-from hpq.aws.session import aws_options, output_option
-from hpq.cli import inputs
+from hpq import vocab
+from hpq.aws import deploy as aws_deploy
+from hpq.aws import deploy_plan
+from hpq.aws.s3 import validate_bucket_name
+from hpq.aws.session import client, make_session, region_of
+from hpq.aws.stacks import describe
+from hpq.cfn.synth import calendar_notes, parse_params
+from hpq.cli import inputs, printing
+from hpq.cli.common_options import aws_options, output_option
+from hpq.errors import UsageError
 from hpq.lifecycle import names
+from hpq.standins import rendition
 
 
 def _upload_progress(console):  # type: ignore[no-untyped-def]
@@ -19,8 +28,6 @@ def _upload_progress(console):  # type: ignore[no-untyped-def]
 
 
 def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: ignore[no-untyped-def]
-    from hpq.aws import deploy_plan
-
     changed = sum(r.changed for r in plan.rows)
     what = f"update stack {name}" if existing is not None else f"create stack {name}"
     err.print(f"plan: {what} ({variant}); {changed} of {len(plan.rows)} parameter(s) "
@@ -38,7 +45,7 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
 @click.option("--stack-name", default=None, type=inputs.STACK_NAME,
               help="Root stack name (default: hpq-VARIANT; also the cluster name).")
 @click.option("--size", default=None, type=inputs.SIZE,
-              help=f"Size preset ({', '.join(names.SIZES)}): sets WorkerCount, FsxStorageCapacityGiB and "
+              help=f"Size preset ({', '.join(vocab.SIZES)}): sets WorkerCount, FsxStorageCapacityGiB and "
                    "EbsVolumeSizeGB. A new stack without it is small; an update without it keeps the stack's values.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
               callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once); wins over --size.")
@@ -86,22 +93,12 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     from rich.console import Console
 
-    from hpq.aws import deploy as aws_deploy
-    from hpq.aws import deploy_plan
-    from hpq.aws import report as aws_report
-    from hpq.aws.s3 import validate_bucket_name
-    from hpq.aws.session import client, make_session, region_of
-    from hpq.errors import UsageError
-    from hpq.standins import rendition
-
     # Bad input exits 2 before any credential lookup or network call.
     aws_deploy.check_variant(variant)
     if size is not None:
         aws_deploy.check_size(size)
     validate_bucket_name(bucket)
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
-    from hpq.cfn.synth import parse_params
-
     user_params = parse_params(params)
     aws_deploy.synthesize(variant, size or "small", user_params)  # every --param value checked here, before AWS
     if emulate == "moto" and not rendition.endpoint_is_moto():
@@ -172,7 +169,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
         err.print("dry run: nothing created or changed" + (" (the change set was deleted, and the objects this run "
                   "uploaded for it were removed)" if dep.existing is not None else ""), highlight=False)
         if output == "json":
-            aws_report.echo_json(result)
+            printing.echo_json(result)
         return
     err.print(f"release {rel.version}: {len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} "
               f"unchanged, s3://{bucket}/{names.s3_version_prefix(rel.version)}/", highlight=False)
@@ -184,21 +181,19 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
         err.print(f"{dep.submit.kind} started; follow with: hpq status {dep.stack_name} --follow --region {reg}",
                   highlight=False)
         if output == "json":
-            aws_report.echo_json(result)
+            printing.echo_json(result)
         return
     if dep.submit.kind == "no-changes":
-        from hpq.aws.stacks import describe
-
         info = describe(cfn, dep.submit.stack_id)
     else:
-        info = aws_report.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
-                                             dep.submit.started, rel.totals.get(variant), poll_seconds)
+        info = printing.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
+                                           dep.submit.started, rel.totals.get(variant), poll_seconds)
     nxt = aws_deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
     if output == "json":
-        aws_report.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
+        printing.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
         return
     click.echo(f"stack {dep.stack_name}: {info.status}")
-    aws_report.print_outputs(info.outputs)
+    printing.print_outputs(info.outputs)
     click.echo("next:")
     for cmd in nxt:
         click.echo(f"  {cmd}")
@@ -207,7 +202,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 @click.command("publish")
 @click.argument("bucket", type=inputs.BUCKET)
 @aws_options(services=inputs.SERVICES_PUBLISH)
-@click.option("--size", default="small", show_default=True, type=inputs.SIZE, help=f"Size preset baked into the templates: {', '.join(names.SIZES)}.")
+@click.option("--size", default="small", show_default=True, type=inputs.SIZE, help=f"Size preset baked into the templates: {', '.join(vocab.SIZES)}.")
 @output_option
 def publish(bucket: str, region: str | None, profile: str | None, size: str, output: str) -> None:
     """Upload all four variants to BUCKET and print console Launch Stack links.
@@ -223,24 +218,17 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     """
     from rich.console import Console
 
-    from hpq.aws import deploy as aws_deploy
-    from hpq.aws import report as aws_report
-    from hpq.aws.s3 import validate_bucket_name
-    from hpq.aws.session import make_session
-
     validate_bucket_name(bucket)
     aws_deploy.check_size(size)
     session = make_session(region, profile)
     err = Console(stderr=True, soft_wrap=True)
     rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
-    from hpq.cfn.synth import calendar_notes  # published EKS templates go stale with the EKS calendar
-
     for note in calendar_notes("eks-gpu"):
         err.print(f"warning: {note}", markup=False)
     links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
     if output == "json":
-        aws_report.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
-                              "templates": {v: rel.template_url(v) for v in rel.variants}})
+        printing.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
+                            "templates": {v: rel.template_url(v) for v in rel.variants}})
         return
     up = rel.upload
     click.echo(f"published {rel.version} to s3://{bucket}/{names.s3_version_prefix(rel.version)}/ "

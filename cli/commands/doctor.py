@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
-from hpq.aws.report import echo_json, table
-from hpq.aws.session import aws_errors, aws_options, client, make_session, output_option
+from hpq.aws.session import aws_errors, client, make_session
 from hpq.cli import inputs
+from hpq.cli.common_options import aws_options, output_option
+from hpq.cli.printing import echo_json, table
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
 from hpq.scripts import outcome as oc

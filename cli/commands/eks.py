@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.cli.commands import test as test_cmd
+from hpq.cli.common_options import aws_options, output_option
 from hpq.manifests.render import RenderRequest, render
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest

@@ -9,14 +9,13 @@ import click
 from hpq.cli import inputs
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
+from hpq.manifests import yamlsafe
 
 
 def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(env.variables, indent=2, sort_keys=True) + "\n"
     if fmt == "k8s":  # through the manifests' YAML emitter, as hpq eks render writes the same env
-        from hpq.manifests import yamlsafe
-
         lines = ["env:"]
         for item in env.k8s_env():
             lines.append(f"  - name: {item['name']}")  # NAME: [A-Z0-9_] from hpq.lifecycle.transport

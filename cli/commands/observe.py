@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from hpq.aws import report as aws_report
 from hpq.aws import stacks as aws_stacks
-from hpq.aws.session import aws_options, client, make_session, output_option
-from hpq.cli import inputs
+from hpq.aws.session import client, make_session
+from hpq.cli import inputs, printing
+from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
 from hpq.observability import endpoints
 
@@ -32,9 +32,9 @@ def observe(stack: str, region: str | None, profile: str | None, output: str) ->
     except endpoints.ObservabilityOff as exc:
         raise UsageError(str(exc)) from None
     if output == "json":
-        aws_report.echo_json(view)
+        printing.echo_json(view)
         return
-    aws_report.table(f"{view['stack']}: Amazon Managed Service for Prometheus", ["", ""], [
+    printing.table(f"{view['stack']}: Amazon Managed Service for Prometheus", ["", ""], [
         ["Workspace", view["workspace_id"]], ["ARN", view["workspace_arn"]], ["Region", view["region"]],
         ["Remote write", view["remote_write_url"]], ["Query", view["query_url"]],
         ["Alert rules", view["alert_rules_namespace"]], ["Managed Grafana", view["grafana_url"]],

@@ -6,18 +6,22 @@ import sys
 
 import click
 
-from hpq.aws.session import aws_options, output_option
-from hpq.cli import inputs
+from hpq.aws import quotas
+from hpq.aws.session import aws_errors, make_session
+from hpq.cli import inputs, printing
+from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
+from hpq.lifecycle import catalog
+from hpq.vocab import ORCHESTRATORS, SLURM
 
 
 @click.command("check-quotas")
 @click.argument("instance_type", type=inputs.INSTANCE_TYPE)
 @click.argument("count", type=inputs.INSTANCE_COUNT)
 @aws_options(services=inputs.SERVICES_QUOTAS)
-@click.option("--orchestrator", type=click.Choice(["slurm", "eks"]), default="slurm", show_default=True,
+@click.option("--orchestrator", type=click.Choice(ORCHESTRATORS), default=SLURM, show_default=True,
               help="Slurm adds a controller node; EKS adds an EKS cluster.")
-@click.option("--controller-type", default="ml.m5.xlarge", show_default=True, type=inputs.CPU_TYPE,
+@click.option("--controller-type", default=catalog.DEFAULT_CONTROLLER_TYPE, show_default=True, type=inputs.CPU_TYPE,
               help="Slurm controller instance type.")
 @click.option("--fsx-gib", default=1200, show_default=True, type=inputs.FSX_GIB,
               help="FSx for Lustre capacity the deploy creates (0: none).")
@@ -36,11 +40,6 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
       hpq check-quotas ml.g5.16xlarge 2 --region us-west-2
       hpq check-quotas p5.48xlarge 16 --orchestrator eks --output json
     """
-    from hpq.aws import quotas as aws_quotas
-    from hpq.aws import report as aws_report
-    from hpq.aws.session import aws_errors, make_session
-    from hpq.lifecycle import catalog
-
     if count < 1:
         raise UsageError("COUNT must be at least 1")
     try:
@@ -50,18 +49,18 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
         raise UsageError(str(exc)) from None
     session = make_session(region, profile)
     with aws_errors("servicequotas:GetServiceQuota"):
-        report = aws_quotas.check_quotas(session, itype, count, orchestrator, ctype, fsx_gib, ebs_gib)
+        report = quotas.check_quotas(session, itype, count, orchestrator, ctype, fsx_gib, ebs_gib)
     if output == "json":
-        aws_report.echo_json(report.as_dict())
+        printing.echo_json(report.as_dict())
     else:
         rows = []
         for r in report.results:
             rows.append([r.spec.title, f"{r.spec.service}/{r.code or '?'}", _num(r.needed), _num(r.applied),
                          r.status.upper(), r.note])
-        aws_report.table(f"Quotas for {count} x {itype} ({orchestrator}) in {report.region}",
-                         ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
-        fails = sum(r.status == aws_quotas.FAIL for r in report.results)
-        unknown = sum(r.status == aws_quotas.UNKNOWN for r in report.results)
+        printing.table(f"Quotas for {count} x {itype} ({orchestrator}) in {report.region}",
+                       ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
+        fails = sum(r.status == quotas.FAIL for r in report.results)
+        unknown = sum(r.status == quotas.UNKNOWN for r in report.results)
         click.echo(f"{len(report.results) - fails - unknown} pass, {fails} fail, {unknown} unknown")
     if not report.ok:
         sys.exit(1)

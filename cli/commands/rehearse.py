@@ -10,7 +10,10 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
-from hpq.rehearsal import faults
+from hpq.errors import OperationFailed, UsageError
+from hpq.rehearsal import faults, prereqs, report, state, throttle, validate
+from hpq.scripts import run_nanogpt, run_nccl_test
+from hpq.vocab import SLURM, orchestrator_of
 
 RUN_EXAMPLES = """
 \b
@@ -54,7 +57,7 @@ def rehearse() -> None:
 
 def node_names(variant: str, workers: int, login: bool) -> list[str]:
     """The names a rehearsal gives its nodes (rehearsal/plan.add_nodes)."""
-    names_ = ["controller"] if variant.startswith("slurm") else []
+    names_ = ["controller"] if orchestrator_of(variant) == SLURM else []
     if login:
         names_.append("login-1")
     return names_ + [f"worker-{i}" for i in range(1, workers + 1)]
@@ -62,8 +65,6 @@ def node_names(variant: str, workers: int, login: bool) -> list[str]:
 
 def _env_pairs(values: tuple[str, ...], known_nodes: list[str]) -> dict[str, dict[str, str]]:
     """``[NODE:]NAME=VALUE`` -> {node or "": {NAME: VALUE}}; "" applies to every node."""
-    from hpq.errors import UsageError
-
     out: dict[str, dict[str, str]] = {}
     for v in values:
         key, sep, value = v.partition("=")
@@ -146,12 +147,10 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
       sudo hpq rehearse run eks-gpu --output json
       sudo hpq rehearse run slurm-gpu --workers 4 --sweep --throttle 2=30mbit
     """
-    from hpq.errors import UsageError
-
     ctx = click.get_current_context()
-    inputs.refuse_inapplicable(ctx, {"login": variant.startswith("slurm")}, f"to {variant}",
+    inputs.refuse_inapplicable(ctx, {"login": orchestrator_of(variant) == SLURM}, f"to {variant}",
                                "EKS clusters have no login group")
-    inputs.refuse_inapplicable(ctx, {"without_fsx": variant.startswith("slurm")}, f"to {variant}",
+    inputs.refuse_inapplicable(ctx, {"without_fsx": orchestrator_of(variant) == SLURM}, f"to {variant}",
                                "it rehearses a Slurm cluster without FSx; EKS pods reach FSx through the CSI "
                                "driver, which no rehearsal runs")
     inputs.refuse_inapplicable(ctx, {"throttles": sweep}, "without --sweep",
@@ -173,10 +172,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
         faults.check_applicable(injected, workers, instance_type or default_worker_type(variant, workers))
     env = _env_pairs(node_env, node_names(variant, workers, login))
     _check_node_arguments(workers, instance_type, nccl_args, nanogpt_args, sweep_args if sweep else None)
-    from hpq.rehearsal import prereqs
-
     prereqs.check(variant, validate=not no_validate or sweep)
-    from hpq.rehearsal import report
     from hpq.rehearsal.run import (
         DEFAULT_NANOGPT_ARGS,
         DEFAULT_NCCL_ARGS,
@@ -208,11 +204,7 @@ def _check_node_arguments(workers: int, instance_type: str | None, nccl_args: st
     import io
     import shlex
 
-    from hpq.errors import UsageError
-    from hpq.rehearsal import validate
     from hpq.rehearsal.run import DEFAULT_NANOGPT_ARGS, DEFAULT_NCCL_ARGS
-    from hpq.scripts import run_nanogpt, run_nccl_test
-
     itype = instance_type or "ml.g5.xlarge"  # only decides whether GPUS_PER_NODE 1 is added
     checks = [("--nccl-args", validate.nccl_command(workers, itype, DEFAULT_NCCL_ARGS if nccl_args is None
                                                     else nccl_args), run_nccl_test.parse_args),
@@ -238,9 +230,6 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
     """Check --sweep, --throttle, --sweep-args (and --expect in --nccl-args) before anything is created."""
     import shlex
 
-    from hpq.errors import UsageError
-    from hpq.rehearsal import throttle
-
     try:
         words = shlex.split(nccl_args or "") + shlex.split(sweep_args or "")
     except ValueError as exc:
@@ -250,7 +239,7 @@ def _sweep_options(variant: str, workers: int, sweep: bool, throttles: tuple[str
                          "passes --expect none to run-nccl-test)")
     if not sweep:  # --throttle and --sweep-args without --sweep: refused by the caller
         return {}
-    if not variant.startswith("slurm"):
+    if orchestrator_of(variant) != SLURM:
         raise UsageError(f"--sweep runs run-nccl-test --sweep through Slurm; {variant} has no Slurm")
     if workers < 2:
         raise UsageError("--sweep needs at least 2 workers (pairs of nodes)")
@@ -271,14 +260,12 @@ def shell_cmd(node: str | None, run_id: str | None) -> None:
       sudo hpq rehearse shell
       sudo hpq rehearse shell worker-2
     """
-    from hpq.rehearsal import run as run_mod
+    from hpq.rehearsal import run
 
     st = _pick_state(run_id)
     try:
-        argv = run_mod.shell_command(st, node)
+        argv = run.shell_command(st, node)
     except KeyError:
-        from hpq.errors import UsageError
-
         raise UsageError(f"no node {node!r} in rehearsal {st.run_id}; nodes: "
                          f"{', '.join(n.name for n in st.nodes)}") from None
     os.execvp(argv[0], argv)
@@ -299,25 +286,22 @@ def down_cmd(run_id: str | None) -> None:
       sudo hpq rehearse down
       sudo hpq rehearse down --run 3fa9c1
     """
-    from hpq.errors import OperationFailed, UsageError
-    from hpq.rehearsal import state as state_mod
-
     bad: list[str] = []
-    states = state_mod.all_states(bad)
+    states = state.all_states(bad)
     if run_id:
         states = [s for s in states if s.run_id == run_id]
         bad = [b for b in bad if f"/{run_id}.json" in b]
         if not states and not bad:
-            raise UsageError(f"no rehearsal {run_id!r} recorded in {state_mod.STATE_DIR}")
+            raise UsageError(f"no rehearsal {run_id!r} recorded in {state.STATE_DIR}")
     if not states and not bad:
         click.echo("no rehearsal to remove")
         return
     problems: list[str] = []
     for st in states:
-        if state_mod.owner_alive(st):
+        if state.owner_alive(st):
             click.echo(f"rehearsal {st.run_id} is still running (pid {st.pid}): stop it with Ctrl-C", err=True)
             continue
-        left = state_mod.teardown(st, keep_logs=True)
+        left = state.teardown(st, keep_logs=True)
         problems += left
         click.echo(f"rehearsal {st.run_id}: " + ("removed" if not left else "left behind: " + "; ".join(left)))
     if problems:
@@ -327,11 +311,8 @@ def down_cmd(run_id: str | None) -> None:
 
 
 def _pick_state(run_id: str | None) -> Any:
-    from hpq.errors import UsageError
-    from hpq.rehearsal import state as state_mod
-
     bad: list[str] = []
-    states = [s for s in state_mod.all_states(bad) if s.keep or not state_mod.owner_alive(s)]
+    states = [s for s in state.all_states(bad) if s.keep or not state.owner_alive(s)]
     if run_id:
         states = [s for s in states if s.run_id == run_id]
         bad = [b for b in bad if f"/{run_id}.json" in b]

@@ -8,9 +8,9 @@ import sys
 import click
 
 from hpq.aws import ssh as aws_ssh
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.cli.commands.test import finish, run
+from hpq.cli.common_options import aws_options, output_option
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
 from hpq.validation import pick

@@ -8,6 +8,15 @@ import click
 
 from hpq.cli import inputs
 from hpq.errors import UsageError
+from hpq.scripts import outcome
+from hpq.scripts.nccl_report import (
+    evaluate,
+    format_table,
+    parse_expect,
+    parse_file,
+    read_stream,
+    report_to_dict,
+)
 
 
 @click.command("nccl-report")
@@ -59,22 +68,19 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
     nccl-test.log and nccom.log stand for your saved logs (run-nccl-test keeps them
     in /fsx/hpq-results/ on the cluster).
     """
-    from hpq.scripts import nccl_report as rep
-    from hpq.scripts import outcome
-
-    wanted = rep.parse_expect(expect)  # a bad value is a usage error before the file is read
+    wanted = parse_expect(expect)  # a bad value is a usage error before the file is read
     if file == "-" and sys.stdin is None:
         raise UsageError("FILE '-' reads standard input, which is closed: pipe a log in or give a file")
     if file == "-" and sys.stdin.isatty():
         raise UsageError("FILE '-' reads standard input, which is a terminal: pipe a log in or give a file")
-    if file == "-":  # read in chunks up to rep.MAX_LOG_BYTES: /dev/zero stops at the limit, Ctrl-C is honoured
-        report = rep.read_stream(sys.stdin.buffer)
+    if file == "-":  # read in chunks up to hpq.scripts.nccl_report.MAX_LOG_BYTES: /dev/zero stops at the limit, Ctrl-C is honoured
+        report = read_stream(sys.stdin.buffer)
     else:
-        report = rep.parse_file(file)
-    verdict = rep.evaluate(report, instance_type, nodes, wanted)
+        report = parse_file(file)
+    verdict = evaluate(report, instance_type, nodes, wanted)
     if output == "json":
-        click.echo(outcome.dumps(rep.report_to_dict(report, verdict), indent=2))
+        click.echo(outcome.dumps(report_to_dict(report, verdict), indent=2))
     else:
-        click.echo(rep.format_table(report))
+        click.echo(format_table(report))
         click.echo(verdict.message)
     return verdict.exit_code

@@ -1,4 +1,4 @@
-"""``hpq status``, ``hpq destroy``, ``hpq stack-errors``: thin commands over aws_stacks/aws_events."""
+"""``hpq status``, ``hpq destroy``, ``hpq stack-errors``: thin commands over hpq.aws.stacks and hpq.aws.events."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from typing import Any
 
 import click
 
-from hpq.aws.session import aws_options, output_option
-from hpq.cli import inputs
+from hpq.aws import events, stacks
+from hpq.aws import s3 as s3_buckets
+from hpq.aws.session import NotFound, client, make_session
+from hpq.cli import inputs, printing
+from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
 
 
@@ -20,14 +23,12 @@ def _operation(status: str) -> str:
 
 def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
     """The stack, its outputs and every nested stack's status (for status and its JSON)."""
-    from hpq.aws import stacks as aws_stacks
-
-    info = aws_stacks.describe(cfn, stack)
-    tree = aws_stacks.stack_tree(cfn, info.stack_id, label=info.name)
+    info = stacks.describe(cfn, stack)
+    tree = stacks.stack_tree(cfn, info.stack_id, label=info.name)
     statuses = {}
     for node in tree:
         for res in node.resources:
-            if res.get("ResourceType") == aws_stacks.NESTED_TYPE:
+            if res.get("ResourceType") == stacks.NESTED_TYPE:
                 statuses[res.get("PhysicalResourceId")] = (res.get("ResourceStatus", ""),
                                                            res.get("ResourceStatusReason", "") or "")
     nested = []
@@ -52,36 +53,30 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
       hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
       hpq status hpq-eks-gpu --output json | jq .outputs
     """
-    from hpq.aws import report as aws_report
-    from hpq.aws import stacks as aws_stacks
-    from hpq.aws.session import client, make_session
-
     inputs.refuse_inapplicable(click.get_current_context(), {"poll_seconds": follow}, "without --follow")
     cfn = client(make_session(region, profile), "cloudformation")
-    info = aws_stacks.describe(cfn, stack)
-    if follow and not aws_stacks.is_terminal(info.status):
-        aws_report.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
-                                      poll_seconds=poll_seconds)
+    info = stacks.describe(cfn, stack)
+    if follow and not stacks.is_terminal(info.status):
+        printing.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
+                                    poll_seconds=poll_seconds)
     overview = stack_overview(cfn, info.stack_id)
     if output == "json":
-        aws_report.echo_json(overview)
+        printing.echo_json(overview)
     else:
         click.echo(f"{overview['name']}: {overview['status']}" + (f" ({overview['reason']})" if overview["reason"] else ""))
         if overview["nested"]:
-            aws_report.table("Nested stacks", ["Stack", "Status", "Reason"],
-                             [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
-        aws_report.print_outputs(overview["outputs"])
-    if aws_stacks.is_failed(overview["status"]):
+            printing.table("Nested stacks", ["Stack", "Status", "Reason"],
+                           [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
+        printing.print_outputs(overview["outputs"])
+    if stacks.is_failed(overview["status"]):
         click.echo(f"the stack is {overview['status']}: see `hpq stack-errors {overview['name']}`", err=True)
         sys.exit(1)
 
 
 def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
     """Physical names of every S3 bucket in the stack tree (for --empty-buckets)."""
-    from hpq.aws import stacks as aws_stacks
-
     out = []
-    for node in aws_stacks.stack_tree(cfn, stack_id):
+    for node in stacks.stack_tree(cfn, stack_id):
         for res in node.resources:
             if res.get("ResourceType") == "AWS::S3::Bucket" and res.get("PhysicalResourceId") \
                     and res.get("ResourceStatus") != "DELETE_COMPLETE":
@@ -92,26 +87,21 @@ def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
 def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
                   poll_seconds: float = 5.0) -> dict[str, Any]:
     """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
-    from hpq.aws import report as aws_report
-    from hpq.aws import s3 as aws_s3
-    from hpq.aws import stacks as aws_stacks
-    from hpq.aws.session import NotFound, client
-
     cfn = client(session, "cloudformation")
-    info = aws_stacks.describe(cfn, stack)
+    info = stacks.describe(cfn, stack)
     emptied: dict[str, int] = {}
     if empty_buckets:
         s3 = client(session, "s3")
         for bucket in stack_buckets(cfn, info.stack_id):
             try:
-                emptied[bucket] = aws_s3.empty_bucket(s3, bucket)
+                emptied[bucket] = s3_buckets.empty_bucket(s3, bucket)
             except NotFound:  # already deleted
                 continue
-    started = aws_stacks.delete_stack(cfn, info.stack_id)
+    started = stacks.delete_stack(cfn, info.stack_id)
     result = {"stack": info.name, "stack_id": info.stack_id, "emptied": emptied, "status": "DELETE_IN_PROGRESS"}
     if wait:
-        final = aws_report.follow_and_explain(cfn, info.stack_id, info.name, "delete", started,
-                                              poll_seconds=poll_seconds)
+        final = printing.follow_and_explain(cfn, info.stack_id, info.name, "delete", started,
+                                            poll_seconds=poll_seconds)
         result["status"] = final.status
     return result
 
@@ -134,19 +124,15 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
       hpq destroy hpq-slurm-gpu
       hpq destroy hpq-slurm-gpu --yes --empty-buckets
     """
-    from hpq.aws import report as aws_report
-    from hpq.aws import stacks as aws_stacks
-    from hpq.aws.session import client, make_session
-
     if not yes and (sys.stdin is None or not sys.stdin.isatty()):  # known before any AWS call
         raise UsageError(f"refusing to delete {stack} without confirmation: pass --yes")
     session = make_session(region, profile)
-    info = aws_stacks.describe(client(session, "cloudformation"), stack)
+    info = stacks.describe(client(session, "cloudformation"), stack)
     if not yes:
         click.confirm(f"Delete stack {info.name} ({info.status}) and everything in it?", abort=True, err=True)
     result = destroy_stack(session, stack, empty_buckets, not no_wait, poll_seconds)
     if output == "json":
-        aws_report.echo_json(result)
+        printing.echo_json(result)
     else:
         for bucket, n in result["emptied"].items():
             click.echo(f"emptied s3://{bucket} ({n} versions and delete markers)")
@@ -170,16 +156,11 @@ def stack_errors(stack: str, region: str | None, profile: str | None, all_histor
       hpq stack-errors hpq-slurm-gpu
       hpq stack-errors hpq-eks-gpu --output json
     """
-    from hpq.aws import events as aws_events
-    from hpq.aws import report as aws_report
-    from hpq.aws import stacks as aws_stacks
-    from hpq.aws.session import client, make_session
-
     cfn = client(make_session(region, profile), "cloudformation")
-    info = aws_stacks.describe(cfn, stack)
-    rc = aws_events.root_cause(cfn, info.stack_id, all_history, label=info.name)
+    info = stacks.describe(cfn, stack)
+    rc = events.root_cause(cfn, info.stack_id, all_history, label=info.name)
     if output == "json":
-        aws_report.echo_json({**rc.as_dict(), "status": info.status})
+        printing.echo_json({**rc.as_dict(), "status": info.status})
         return
     click.echo(f"{info.name}: {info.status}")
-    aws_report.print_root_cause(rc, err=False)
+    printing.print_root_cause(rc, err=False)

@@ -12,10 +12,13 @@ from pathlib import Path
 import click
 
 from hpq import atomic
-from hpq.cli import inputs, synth_out
+from hpq.cfn import lint as cfn_lint
+from hpq.cfn import synth as cfn_synth
+from hpq.cfn import synth_out
+from hpq.cli import inputs
 from hpq.cli.inputs import show
 from hpq.errors import HpqError, OperationFailed, UsageError
-from hpq.lifecycle.names import VARIANTS
+from hpq.vocab import VARIANTS
 
 DEFAULT_OUT = "out"
 STATE_MAX_BYTES = 8192  # one absolute path (PATH_MAX is 4096 on Linux)
@@ -84,8 +87,6 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
       hpq synth slurm-gpu -o out/ --size medium
       hpq synth eks-gpu -o out/ --param WorkerInstanceType=ml.p5.48xlarge --param WorkerCount=4
     """
-    from hpq.cfn import synth as cfn_synth
-
     if all_ and variant:
         raise UsageError("give a VARIANT or --all, not both")
     if not all_ and not variant:
@@ -130,8 +131,6 @@ def lint(directory: str | None, regions: tuple[str, ...]) -> None:
       hpq lint                      lint what the last hpq synth wrote
       hpq lint out/ --region us-west-2 --region us-east-1
     """
-    from hpq.cfn import lint as cfn_lint
-
     target = Path(directory) if directory else _last_dir()
     files = cfn_lint.template_files(target) if target.is_dir() else []
     if not files:

@@ -14,9 +14,9 @@ from typing import Any, NoReturn
 
 import click
 
-from hpq.aws.report import echo_json
-from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
+from hpq.cli.common_options import aws_options, output_option
+from hpq.cli.printing import echo_json
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.rehearsal import backend as rehearsal_backend
 from hpq.scripts import outcome as oc

@@ -8,8 +8,10 @@ One module per kind of value, every public name re-exported here (commands use `
 ``text`` (the base types and the error line's quoting), ``names`` (names by AWS's and Kubernetes'
 rules), ``choices`` (hpq's own lists: variants, sizes, instance types), ``numbers`` (counts and
 seconds), ``files`` (paths to read or write), ``options`` (checks across one option's values) and
-``aws`` (regions, endpoints, the AWS_* environment, profiles). Importing any of them loads click
-only: botocore is imported inside the functions that need it, so ``hpq --help`` stays fast.
+``aws`` (the ``--region`` type and the services each command needs). The checks of the AWS settings
+(endpoints, the AWS_* environment, profiles) are the AWS library's own (``hpq.aws.settings``), re-exported
+here. Importing any of them loads click only: botocore is imported inside the functions that need it,
+so ``hpq --help`` stays fast.
 
 The name rules are AWS's and Kubernetes' own, not guesses:
 - HyperPod (SageMaker API): ``ClusterName``, ``ClusterNameOrArn``, ``ClusterNodeId``,
@@ -29,15 +31,7 @@ tests/test_inputs.py compares these patterns with botocore's models so they cann
 
 from __future__ import annotations
 
-from hpq.cli.inputs.aws import (  # noqa: F401
-    REGION,
-    SERVICES_DEPLOY,
-    SERVICES_EKS,
-    SERVICES_NODES,
-    SERVICES_PUBLISH,
-    SERVICES_QUOTAS,
-    SERVICES_STACKS,
-    Region,
+from hpq.aws.settings import (  # noqa: F401
     check_aws_environment,
     check_aws_inputs,
     check_endpoint_environment,
@@ -47,6 +41,16 @@ from hpq.cli.inputs.aws import (  # noqa: F401
     region_problem,
     resolve_region,
     service_regions,
+)
+from hpq.cli.inputs.aws import (  # noqa: F401
+    REGION,
+    SERVICES_DEPLOY,
+    SERVICES_EKS,
+    SERVICES_NODES,
+    SERVICES_PUBLISH,
+    SERVICES_QUOTAS,
+    SERVICES_STACKS,
+    Region,
 )
 from hpq.cli.inputs.choices import (  # noqa: F401
     ACCELERATED_TYPE,
@@ -65,7 +69,6 @@ from hpq.cli.inputs.files import (  # noqa: F401
     InputFile,
     OutputDir,
     WritableFile,
-    file_kind,
 )
 from hpq.cli.inputs.names import (  # noqa: F401
     BUCKET,
@@ -82,7 +85,6 @@ from hpq.cli.inputs.names import (  # noqa: F401
     HOST,
     HYPERPOD_ARN_RE,
     HYPERPOD_CLUSTER,
-    HYPERPOD_NAME_RE,
     IFACE,
     IFACE_RE,
     IMAGE,
@@ -142,8 +144,7 @@ from hpq.cli.inputs.text import (  # noqa: F401
     Pattern,
     ShellWords,
     Text,
-    show,
-    unprintable,
-    unusable,
 )
 from hpq.errors import UsageError  # noqa: F401 - what the checks raise, as `inputs.UsageError` before the split
+from hpq.lifecycle.names import HYPERPOD_NAME_PATTERN  # noqa: F401 - sagemaker ClusterName, one rule
+from hpq.text import file_kind, show, unprintable, unusable  # noqa: F401

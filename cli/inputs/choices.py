@@ -7,6 +7,9 @@ from typing import Any
 import click
 
 from hpq.cli.inputs.text import Text, show
+from hpq.lifecycle import catalog
+from hpq.manifests.render import NCCL_DEBUG_LEVELS
+from hpq.vocab import SIZES, VARIANTS
 
 
 class Variant(Text):
@@ -16,8 +19,6 @@ class Variant(Text):
         super().__init__("variant")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from hpq.lifecycle.names import VARIANTS
-
         value = super().convert(value, param, ctx)
         if isinstance(value, str) and value not in VARIANTS:  # the wording every hpq command uses
             self.fail(f"unknown variant {show(value)}; choose one of: {', '.join(VARIANTS)}", param, ctx)
@@ -31,8 +32,6 @@ class Size(Text):
         super().__init__("size")
 
     def check(self, value: str) -> str | None:
-        from hpq.lifecycle.names import SIZES
-
         return None if value in SIZES else f"is unknown; choose one of: {', '.join(SIZES)}"
 
 
@@ -53,8 +52,6 @@ class InstanceType(Text):
         value = super().convert(value, param, ctx)
         if not isinstance(value, str):
             return value
-        from hpq.lifecycle import catalog
-
         try:
             entry = catalog.lookup(value)
         except catalog.UnknownInstanceType as exc:
@@ -63,7 +60,8 @@ class InstanceType(Text):
             self.fail(f"{entry.name} has no GPU or Trainium accelerator (e.g. ml.g5.16xlarge, ml.p5.48xlarge)",
                       param, ctx)
         if self.kind == "cpu" and entry.is_accelerated:
-            self.fail(f"{entry.name} is an accelerated type; a controller is a CPU type such as ml.m5.xlarge",
+            self.fail(f"{entry.name} is an accelerated type; a controller is a CPU type such as "
+                      f"{catalog.DEFAULT_CONTROLLER_TYPE}",
                       param, ctx)
         return entry.name
 
@@ -82,8 +80,6 @@ class NcclDebug(Text):
         super().__init__("NCCL_DEBUG level")
 
     def check(self, value: str) -> str | None:
-        from hpq.manifests.render import NCCL_DEBUG_LEVELS
-
         if value.lower() == "off" or value.upper() in NCCL_DEBUG_LEVELS:
             return None
         return f"is not one of {', '.join(NCCL_DEBUG_LEVELS)} or off"

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hpq.cli.inputs.text import show, unprintable, unusable
+from hpq.text import file_kind, show, unprintable, unusable
 
 
 class InputFile(click.ParamType):
@@ -50,16 +50,6 @@ class InputFile(click.ParamType):
                 self.fail(f"{show(value)} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
                           f"give a source file", param, ctx)
         return value
-
-
-def file_kind(mode: int) -> str:
-    """What a path that is not a regular file is, in words for an error line (from its ``st_mode``)."""
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a regular file"
 
 
 class OutputDir(click.ParamType):

@@ -12,12 +12,12 @@ from typing import Any
 
 import click
 
+from hpq.aws.s3 import validate_bucket_name
 from hpq.cli.inputs.numbers import MAX_INSTANCES
 from hpq.cli.inputs.text import NameOrArn, Pattern, Text, show
 from hpq.errors import UsageError
+from hpq.lifecycle.names import HYPERPOD_NAME_MAX, HYPERPOD_NAME_PATTERN, valid_hyperpod_name
 
-# sagemaker ClusterName / EntityName (also ClusterInstanceGroupName): 1-63 characters.
-HYPERPOD_NAME_RE = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 # sagemaker ClusterArn.
 HYPERPOD_ARN_RE = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:cluster/[a-z0-9]{12}"
 # sagemaker ClusterNodeId.
@@ -59,14 +59,14 @@ STACK_NAME = Pattern("stack name", [STACK_NAME_RE],
                      STACK_NAME_MAX)
 
 
-HYPERPOD_CLUSTER = NameOrArn("HyperPod cluster", HYPERPOD_NAME_RE, 63, HYPERPOD_ARN_RE,
+HYPERPOD_CLUSTER = NameOrArn("HyperPod cluster", HYPERPOD_NAME_PATTERN, HYPERPOD_NAME_MAX, HYPERPOD_ARN_RE,
                              "give a HyperPod cluster name (letters, digits and '-', 1-63 characters, starting "
                              "and ending with a letter or digit) or its ARN")
 STACK = NameOrArn("stack", STACK_NAME_RE, STACK_NAME_MAX, STACK_ARN_RE,
                   "give a CloudFormation stack name (letters, digits and '-', starting with a letter, at most 128) "
                   "or a stack ARN")
-INSTANCE_GROUP = Pattern("instance group", [HYPERPOD_NAME_RE],
-                         "HyperPod instance group names have letters, digits and '-', 1-63 characters", 63)
+INSTANCE_GROUP = Pattern("instance group", [HYPERPOD_NAME_PATTERN],
+                         "HyperPod instance group names have letters, digits and '-', 1-63 characters", HYPERPOD_NAME_MAX)
 EKS_CLUSTER = NameOrArn("cluster", EKS_NAME_RE, EKS_NAME_MAX, HYPERPOD_ARN_RE,
                         "give an EKS cluster name (letters, digits, '-' and '_', starting with a letter or digit, "
                         "1-100 characters) or a HyperPod cluster ARN")
@@ -140,8 +140,6 @@ class Bucket(Text):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         value = super().convert(value, param, ctx)
-        from hpq.aws.s3 import validate_bucket_name
-
         try:
             return validate_bucket_name(value)
         except UsageError as exc:
@@ -155,6 +153,6 @@ def check_cluster_name_for_stack(stack_name: str, params: Iterable[str]) -> None
     """``hpq deploy``: the stack name is also the HyperPod cluster name unless ClusterName is given."""
     if any(p.partition("=")[0] == "ClusterName" for p in params):
         return
-    if len(stack_name) > 63 or not re.fullmatch(HYPERPOD_NAME_RE, stack_name):
+    if not valid_hyperpod_name(stack_name):
         raise UsageError(f"--stack-name {show(stack_name)} is also the HyperPod cluster name, which must be 1-63 "
                          "letters, digits and '-': shorten it or pass --param ClusterName=NAME")

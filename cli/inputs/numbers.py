@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
-from hpq.cli.inputs.text import show
+from hpq.lifecycle import catalog
+from hpq.manifests.render import MAX_NODES
+from hpq.text import show
 
 FSX_CAPACITY_MAX = 2147483647  # fsx StorageCapacity
 MAX_INSTANCES = 6758  # sagemaker ClusterInstanceCount
@@ -17,14 +19,10 @@ EBS_GIB_MAX = 16384  # sagemaker ClusterEbsVolumeConfig.VolumeSizeInGB
 
 
 def _max_test_nodes() -> int:
-    from hpq.manifests.render import MAX_NODES
-
     return MAX_NODES
 
 
 def _max_accelerators() -> int:
-    from hpq.lifecycle import catalog
-
     return max(e.accelerator_count for e in catalog.CATALOG.values())
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-from hpq.cli.inputs.text import show, unprintable
+from hpq.errors import UsageError
+from hpq.text import show, unprintable
 
 
 def unique_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -88,8 +89,6 @@ def refuse_inapplicable(ctx: click.Context, applies: dict[str, bool], where: str
     Every command refuses an option that would be ignored the same way, whether or not the value
     equals the default: an option given is an option meant.
     """
-    from hpq.errors import UsageError
-
     unused = [option_flag(ctx, name) for name, ok in applies.items() if not ok and given(ctx, name)]
     if unused:
         raise UsageError(not_applicable(unused, where, why))

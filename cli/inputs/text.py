@@ -13,27 +13,7 @@ from typing import Any
 
 import click
 
-
-def show(value: object, limit: int = 100) -> str:
-    """``repr(value)``, cut to ``limit`` characters: an error line quotes what was given, not a megabyte of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(str(value))} characters)"
-
-
-def unprintable(value: str) -> str | None:
-    """Why ``value`` cannot be a name at all (not UTF-8, control characters), or None."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid UTF-8"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        return "contains control characters"
-    return None
-
-
-def unusable(value: str) -> str | None:
-    """Why ``value`` cannot be used at all (not printable UTF-8, or blank), or None."""
-    return unprintable(value) or (None if value.strip() else "is empty")
+from hpq.text import show, unprintable
 
 
 class Text(click.ParamType):

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.aws.events import operation_start
 from hpq.aws.stacks import NESTED_TYPE, describe, is_terminal, stack_tree, template_resource_count
 from hpq.errors import HpqError
 
@@ -76,8 +77,6 @@ class Follower:
 
     def _operation_start(self) -> dt.datetime:
         """When the operation began by AWS's clock (a laptop clock may be off); else our start minus a minute."""
-        from hpq.aws.events import operation_start
-
         try:
             page = self.cfn.describe_stack_events(StackName=self.stack).get("StackEvents", [])
             start = operation_start(sorted(page, key=lambda e: e["Timestamp"]))

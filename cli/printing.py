@@ -1,4 +1,8 @@
-"""Printing shared by deploy/status/destroy/stack-errors: tables or JSON, and the follow-then-explain step."""
+"""Printing shared by the commands: tables or JSON, a stack's outputs and root cause, and the
+follow-then-explain step of deploy/destroy/status.
+
+The AWS library (hpq.aws) returns data and raises HpqError; what reaches the terminal is decided here.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,14 @@ from typing import Any
 
 import click
 
-from hpq.aws import events as aws_events
-from hpq.aws import stacks as aws_stacks
-from hpq.aws.follow import Follower
+from hpq.aws import events, stacks
+from hpq.cli.follow import Follower
 from hpq.errors import OperationFailed
+from hpq.scripts.outcome import json_safe
 
 
 def echo_json(data: Any) -> None:
     """Strict JSON (no NaN/Infinity tokens: non-finite numbers become null), whatever the data holds."""
-    from hpq.scripts.outcome import json_safe
-
     click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False))
 
 
@@ -38,7 +40,7 @@ def print_outputs(outputs: dict[str, str]) -> None:
         table("Outputs", ["Output", "Value"], [[k, v] for k, v in sorted(outputs.items())])
 
 
-def print_root_cause(rc: aws_events.RootCause, err: bool = True) -> None:
+def print_root_cause(rc: events.RootCause, err: bool = True) -> None:
     if not rc.failures:
         click.echo(f"no failure events found for {rc.stack} (since {rc.since or 'the beginning'})", err=err)
         return
@@ -51,12 +53,12 @@ def print_root_cause(rc: aws_events.RootCause, err: bool = True) -> None:
 
 
 def follow_and_explain(cfn: Any, stack_id: str, name: str, operation: str, started: float | None = None,
-                       expected_total: int | None = None, poll_seconds: float = 5.0) -> aws_stacks.StackInfo:
+                       expected_total: int | None = None, poll_seconds: float = 5.0) -> stacks.StackInfo:
     """Follow to the end; on failure print the root cause and raise OperationFailed (exit 1)."""
     Follower(cfn, stack_id, operation, poll_seconds, started, expected_total, name=name).run()
-    info = aws_stacks.describe(cfn, stack_id)
-    if aws_stacks.is_failed(info.status):
-        rc = aws_events.root_cause(cfn, stack_id, label=name)
+    info = stacks.describe(cfn, stack_id)
+    if stacks.is_failed(info.status):
+        rc = events.root_cause(cfn, stack_id, label=name)
         print_root_cause(rc)
         detail = f": {rc.root.logical_id}: {rc.root.reason}" if rc.root else ""
         raise OperationFailed(f"stack {name} ended {info.status}{detail}")

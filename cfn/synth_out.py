@@ -20,7 +20,9 @@ from pathlib import Path
 
 from hpq import atomic
 from hpq.errors import UsageError
+from hpq.text import show
 
+# Not *.json, so `hpq lint` never takes it for a template.
 MANIFEST_FILE = ".hpq-synth-files"
 MANIFEST_HEADER = "# hpq synth: files hpq wrote in this folder (sha256 and name); only these are replaced or removed"
 MANIFEST_MAX_BYTES = 1 << 20
@@ -33,8 +35,6 @@ def _sha(data: bytes) -> str:
 
 
 def _show(path: Path) -> str:
-    from hpq.cli.inputs import show
-
     return show(str(path))
 
 
