@@ -24,10 +24,10 @@ from typing import Any
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.rehearsal.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.rehearsal.plan import REGION
 from hpq.scripts.node_checks import GPU_MODELS, GpuModelFacts
 from hpq.standins.fsx import MOUNTS_FILE
+from hpq.standins.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.validation import doctor_fix
 from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.request import DOCTOR, TestRequest

@@ -1,4 +1,4 @@
-"""``hpq doctor --fix`` against the emulated HyperPod node API (rehearsal/hyperpod_api.py).
+"""``hpq doctor --fix`` against the emulated HyperPod node API (standins/hyperpod_api.py).
 
 The emulation validates each request against botocore's own SageMaker model and the API reference's extra
 constraints, so these tests first prove it refuses what the real API refuses (with the documented error codes),
@@ -16,8 +16,8 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from hpq.rehearsal.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.scripts import outcome as oc
+from hpq.standins.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.tests.test_doctor_judge import XID_79, _report
 from hpq.validation import doctor_fix
 from hpq.validation.backend import ClusterFacts

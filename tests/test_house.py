@@ -47,7 +47,8 @@ HEAVY_SDKS: dict[str, tuple[tuple[str, ...], bool]] = {
     # the AWS library; the Lambda handlers and the node's FSx lookup run where boto3 is the runtime's own;
     # the rehearsal's embedded AWS (moto) until it moves to the stand-ins' package
     "boto3": (("hpq.aws.session", "hpq.cfn.handlers", "hpq.lifecycle.fsx", "hpq.rehearsal.aws"), False),
-    "botocore": (("hpq.aws", "hpq.lifecycle.fsx"), False),
+    # the stand-ins check requests against botocore's own service models (standins/hyperpod_api.py)
+    "botocore": (("hpq.aws", "hpq.lifecycle.fsx", "hpq.standins"), False),
     "paramiko": (("hpq.aws.ssh",), False),
     "jinja2": (("hpq.manifests",), False),
     "yaml": (("hpq.manifests",), False),

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpq.cli.commands import test as test_command
+from hpq.cli.main import COMMANDS
 from hpq.errors import UsageError
 from hpq.scripts import outcome as oc
 from hpq.scripts import sweep as node_sweep
@@ -24,7 +25,8 @@ G5 = "ml.g5.16xlarge"
 
 
 def test_every_test_has_a_command_and_a_slurm_program_or_a_clear_refusal():
-    assert set(test_command.test.commands) == set(TESTS)
+    # `hpq test TEST` for each, and the doctor as its own command (`hpq doctor CLUSTER`, with --fix)
+    assert set(test_command.test.commands) | {"doctor"} == set(TESTS) and "doctor" in COMMANDS
     for name in TESTS:
         req = TestRequest(name, nodes=2) if name != SWEEP else TestRequest(name)
         if name in slurm.PROGRAM:
