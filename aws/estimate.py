@@ -16,6 +16,7 @@ from typing import Any
 
 from hpq.aws import pricing
 from hpq.cfn.hyperpod import CONTROLLER_EBS_GB
+from hpq.cfn.variants import VARIANTS
 
 HOURS = Decimal(pricing.HOURS_PER_MONTH)
 
@@ -128,8 +129,6 @@ def hyperpod_groups(variant_slurm: bool, values: dict[str, str]) -> list[tuple[s
 def estimate(variant: str, region: str, values: dict[str, str], templates: dict[str, dict[str, Any]],
              prices: pricing.Prices) -> Estimate:
     """The deploy's hourly and monthly cost, line by line, from its parameters and templates."""
-    from hpq.cfn.variants import VARIANTS
-
     slurm = VARIANTS[variant].slurm
     est = Estimate(region)
     planned = bool(str(values.get("TrainingPlanArn", "")).strip())

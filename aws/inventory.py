@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from hpq.aws import hyperpod, pricing
-from hpq.aws.session import NotFound, aws_errors, error_code
+from hpq.aws.session import NotFound, aws_errors, client, error_code
 from hpq.lifecycle import catalog, names
 
 VARIANT_TAG_KEY = "hpq:variant"
@@ -143,8 +143,6 @@ def price_row(row: ClusterRow, prices: pricing.Prices) -> None:
 
 def list_region(session: Any, region: str, include_all: bool, prices: pricing.Prices) -> list[ClusterRow]:
     """hpq's clusters in one region (every cluster with ``include_all``), with their stacks' state."""
-    from hpq.aws.session import client
-
     sm = client(session, "sagemaker", region)
     stacks = hpq_stacks(client(session, "cloudformation", region))
     rows: list[ClusterRow] = []
@@ -190,8 +188,6 @@ def age(seconds: int | None) -> str:
 def cluster_detail(session: Any, cluster_name: str, region: str, outputs: dict[str, str]) -> dict[str, Any]:
     """The HyperPod cluster a stack made: groups, every node with its status, the Slurm controller or the EKS
     cluster, the FSx file system, and where validation results are."""
-    from hpq.aws.session import client
-
     sm = client(session, "sagemaker", region)
     out: dict[str, Any] = {"name": cluster_name, "validation": RESULTS_NOTE}
     try:
@@ -228,8 +224,6 @@ def cluster_detail(session: Any, cluster_name: str, region: str, outputs: dict[s
 def eks_detail(session: Any, region: str, name: str, arn: str = "") -> dict[str, Any]:
     import botocore.exceptions as bex
 
-    from hpq.aws.session import client
-
     if not name:
         return {"name": None, "status": "unknown"}
     try:
@@ -246,8 +240,6 @@ def eks_detail(session: Any, region: str, name: str, arn: str = "") -> dict[str,
 def fsx_detail(session: Any, region: str, fsx_id: str) -> dict[str, Any]:
     """FSx DescribeFileSystems (https://docs.aws.amazon.com/fsx/latest/APIReference/API_DescribeFileSystems.html)."""
     import botocore.exceptions as bex
-
-    from hpq.aws.session import client
 
     try:
         found = client(session, "fsx", region).describe_file_systems(FileSystemIds=[fsx_id]).get("FileSystems", [])

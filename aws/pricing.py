@@ -29,7 +29,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hpq.errors import UsageError
+from hpq.aws.session import error_code
+from hpq.errors import OperationFailed, UsageError
+from hpq.standins import rendition
 
 HOURS_PER_MONTH = 730  # the AWS Pricing Calculator's month (24 x 365 / 12)
 PRICE_FILE = "prices.json"
@@ -193,8 +195,6 @@ class Prices:
             records = get_products(self.client, item, region)
         except Exception as exc:  # noqa: BLE001 - any failure of the API means: use the file, and say why
             if self.strict:
-                from hpq.errors import OperationFailed
-
                 raise OperationFailed(f"the AWS Price List API did not answer ({_why(exc)}); "
                                       "--prices auto or file uses the shipped price file") from None
             self.why_not_live = _why(exc)
@@ -213,8 +213,6 @@ class Prices:
 
 
 def _why(exc: BaseException) -> str:
-    from hpq.aws.session import error_code
-
     code = error_code(exc)
     return code or " ".join(str(exc).split())[:160] or type(exc).__name__
 
@@ -252,8 +250,6 @@ def prices(session: Any = None, source: str = "auto", path: str | Path | None = 
     file = PriceFile(path)
     if source == "file" or session is None:
         return Prices(file, why_not_live="--prices file" if source == "file" else "no AWS session")
-    from hpq.standins import rendition
-
     if rendition.endpoint_is_moto():
         return Prices(file, why_not_live="the endpoint is an emulator")
     try:

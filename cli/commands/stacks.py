@@ -7,9 +7,12 @@ from typing import Any
 
 import click
 
+from hpq.aws import inventory
+from hpq.aws import report as aws_report
 from hpq.aws.session import aws_options, output_option
 from hpq.cli import inputs
 from hpq.errors import UsageError
+from hpq.lifecycle import names
 
 
 def _operation(status: str) -> str:
@@ -38,16 +41,12 @@ def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
 
 
 def _cluster_name(overview: dict[str, Any]) -> str:
-    from hpq.lifecycle import names
-
     return (overview["outputs"].get(names.OUT_CLUSTER_NAME) or overview["parameters"].get("ClusterName")
             or overview["name"])
 
 
 def print_cluster(cluster: dict[str, Any]) -> None:
     """The HyperPod cluster beside its stack: groups, every node, the controller or EKS cluster, FSx, results."""
-    from hpq.aws import report as aws_report
-
     line = f"HyperPod cluster {cluster['name']}: {cluster['status']}"
     if cluster.get("orchestrator"):
         line += f" ({cluster['orchestrator']})"
@@ -97,7 +96,6 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
       hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
       hpq status hpq-eks-gpu --output json | jq .cluster.nodes
     """
-    from hpq.aws import inventory
     from hpq.aws import report as aws_report
     from hpq.aws import stacks as aws_stacks
     from hpq.aws.session import client, make_session, region_of
