@@ -68,9 +68,12 @@ def price_records() -> list[dict]:
             attrs = {"servicecode": "AmazonFSx", "regionCode": region, "fileSystemType": "Lustre",
                      "deploymentOption": "Persistent_2", "storageType": "SSD", "throughputCapacity": str(tier)}
             out.append(_record(f"{region}-fsx-{tier}", attrs, "GB-Mo", usd * scale))
-    # Decoys: a Studio lookalike of the worker type and a second tier above a first one.
-    out.append(_record("decoy-studio", {"servicecode": "AmazonSageMaker", "regionCode": "us-east-1",
-                                        "usagetype": "USE1-Studio:ml.g5.16xlarge"}, "Hrs", Decimal("999")))
+    # Decoys that must never price a HyperPod worker: Studio and reserved-capacity lookalikes of its usage type
+    # (listed first, so a loose match would take them).
+    for sku, usage in (("decoy-studio", "USE1-Studio:ml.g5.16xlarge"),
+                       ("decoy-reserved", "USE1-ReservedCluster:ml.g5.16xlarge")):
+        out.insert(0, _record(sku, {"servicecode": "AmazonSageMaker", "regionCode": "us-east-1", "usagetype": usage},
+                              "Hrs", Decimal("999")))
     return out
 
 

@@ -61,7 +61,8 @@ def make_cluster(region: str, name: str, groups: list[dict], tags: list[dict]) -
 
 TEMPLATE = json.dumps({"Parameters": {"ClusterName": {"Type": "String"}, "FsxId": {"Type": "String", "Default": ""}},
                        "Resources": {"P": {"Type": "AWS::SSM::Parameter",
-                                           "Properties": {"Type": "String", "Value": {"Ref": "ClusterName"}}}},
+                                           "Properties": {"Type": "String", "Value": {"Ref": "ClusterName"},
+                                                          "Name": {"Fn::Sub": "/glance/${AWS::StackName}"}}}},
                        "Outputs": {"ClusterName": {"Value": {"Ref": "ClusterName"}},
                                    "FsxFileSystemId": {"Value": {"Ref": "FsxId"}}}})
 

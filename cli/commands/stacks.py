@@ -69,8 +69,10 @@ def print_cluster(cluster: dict[str, Any]) -> None:
     fsx = cluster.get("fsx")
     if fsx:
         extra = (f", {fsx['capacity_gib']} GiB {fsx.get('deployment_type') or ''} at {fsx['throughput_per_tib']} "
-                 f"MB/s/TiB, {fsx.get('dns_name')}@tcp:/{fsx.get('mount_name')}" if fsx.get("capacity_gib") else "")
-        click.echo(f"FSx for Lustre {fsx['id']}: {fsx['status']}{extra}")
+                 "MB/s/TiB" if fsx.get("capacity_gib") else "")
+        if fsx.get("dns_name") and fsx.get("mount_name"):
+            extra += f", mount {fsx['dns_name']}@tcp:/{fsx['mount_name']}"
+        click.echo(f"FSx for Lustre {fsx['id']}: {fsx['status'] or 'unknown'}{extra}")
     click.echo(f"validation results: {cluster['validation']}")
 
 
