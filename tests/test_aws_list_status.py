@@ -13,6 +13,7 @@ propagates); the stacks are created in moto's CloudFormation with the stack tags
 from __future__ import annotations
 
 import json
+import urllib.request
 from decimal import Decimal
 
 import boto3
@@ -79,7 +80,10 @@ def make_stack(region: str, stack: str, cluster: str, variant: str, fsx_id: str 
 
 @pytest.fixture
 def account(aws_env, price_file) -> dict:  # noqa: F811
-    """Several clusters in two regions: hpq's (with and without a stack), someone else's, a look-alike."""
+    """Several clusters in two regions: hpq's (with and without a stack), someone else's, a look-alike.
+
+    The moto server is shared by the session: it is reset first so that the account holds exactly these."""
+    urllib.request.urlopen(urllib.request.Request(aws_env + "/moto-api/reset", method="POST"), timeout=10).close()
     ctl, wrk = _group("controller", "ml.m5.xlarge", 1), _group("worker", "ml.g5.8xlarge", 2)
     make_cluster("us-east-1", "glance-slurm", [ctl, wrk],
                  HPQ_TAGS + [{"Key": "hpq:variant", "Value": "slurm-gpu"},
@@ -128,7 +132,8 @@ def test_list_all_adds_the_clusters_hpq_did_not_deploy(account, capsys):
     assert by_name["someone-else"]["deployed_by_hpq"] is False and by_name["glance-slurm"]["deployed_by_hpq"]
 
 
-def test_list_all_regions_and_the_table(account, capsys):
+def test_list_all_regions_and_the_table(account, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that rich does not fold a cell
     code, rows, err = _list(capsys, "--all-regions")
     assert code == 0, err
     west = [r for r in rows if r["region"] == "us-west-2"]
