@@ -208,7 +208,7 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
     """Create (follow nested stacks, print outputs + next commands), no-op redeploy, change-set update, destroy."""
     stack = "hpq-t-deploy"
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--poll-seconds", "0.05",
-                              *EMULATE], capsys)
+                              "--yes", *EMULATE], capsys)
     assert code == 0, err
     assert RENDITION_NOTE in err  # the emulated rendition is announced, never silent
     assert f"stack {stack}: CREATE_COMPLETE" in out
@@ -282,7 +282,7 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
 @pytest.mark.usefixtures("aws_env")
 def test_eks_variant_deploys(bucket, capsys):
     code, out, err = run_cli(["deploy", "eks-gpu", bucket, "--stack-name", "hpq-t-eks", "--poll-seconds", "0.05",
-                              "--param", "AvailabilityZoneId=use1-az4", *EMULATE], capsys)
+                              "--param", "AvailabilityZoneId=use1-az4", "--yes", *EMULATE], capsys)
     assert code == 0, err
     notes = [line for line in err.splitlines() if "not given" in line]
     assert len(notes) == 1 and notes[0].startswith("EksAvailabilityZoneId not given"), err

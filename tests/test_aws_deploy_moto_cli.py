@@ -36,7 +36,7 @@ def test_moto_endpoint_detection(aws_env):  # noqa: F811
 def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # noqa: F811
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-deploy")
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-deploy", "--stack-name", "cli-moto-demo", "--poll-seconds", "0.5",
-              "--emulate", "moto", "--no-quota-check")
+              "--emulate", "moto", "--no-quota-check", "--yes")
     assert res.returncode == 0, res.stderr[-3000:]
     assert rendition.RENDITION_NOTE in res.stderr
     assert "stack cli-moto-demo: CREATE_COMPLETE" in res.stdout
@@ -54,7 +54,7 @@ def test_plain_deploy_against_moto_never_switches_to_the_rendition(aws_env):  # 
     """Without --emulate the real templates go up (the old silent switch is gone); the note says why moto may fail."""
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-plain")
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-plain", "--stack-name", "cli-moto-plain", "--no-wait",
-              "--output", "json")
+              "--output", "json", "--yes")
     assert rendition.RENDITION_NOTE not in res.stderr
     assert "--emulate moto" in res.stderr and "answers as a moto server" in res.stderr
     version = json.loads(res.stdout)["version"] if res.returncode == 0 else None

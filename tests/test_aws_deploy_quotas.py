@@ -142,7 +142,7 @@ def test_an_update_checks_only_what_it_adds(stubbed_quotas, capsys):
     bucket = "hpq-quota-update"
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
     stack = ["--stack-name", "hpq-quota-upd", "--emulate", "moto", "--poll-seconds", "0.05"]
-    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, *stack, "--no-quota-check"], capsys)
+    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, *stack, "--no-quota-check", "--yes"], capsys)
     assert code == 0, err
 
     def answers(workers: float) -> None:

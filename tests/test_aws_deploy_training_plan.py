@@ -150,7 +150,7 @@ def test_deploy_puts_the_node_subnet_in_the_plans_az(aws_env, stubbed_sagemaker,
     stubbed_sagemaker.append(plan_answer(status="Scheduled"))
     with pytest.raises(SystemExit) as exc:
         main(["deploy", "slurm-gpu", bucket, "--stack-name", "hpq-plan", "--no-wait", "--emulate", "moto",
-              "--no-quota-check",
+              "--no-quota-check", "--yes",
               "--param", "WorkerInstanceType=ml.p5.48xlarge", "--param", f"TrainingPlanArn={PLAN}"])
     err = capsys.readouterr().err
     assert exc.value.code == 0, err

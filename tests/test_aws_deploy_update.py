@@ -279,7 +279,7 @@ def test_size_large_on_an_existing_stack_plans_first_and_changes_what_it_says(bu
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     stack = "hpq-t-upd-size"
     code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=5",
-                            "--param", "OnStartDeepHealthChecks=InstanceConnectivity", *EMULATE], capsys)
+                            "--param", "OnStartDeepHealthChecks=InstanceConnectivity", "--yes", *EMULATE], capsys)
     assert code == 0, err
     assert "plan: create stack hpq-t-upd-size (slurm-gpu)" in err
     before, keys = stack_params(stack), object_keys(bucket)
@@ -350,7 +350,7 @@ def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
     stack = "hpq-t-upd-yes"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no prompt
     code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param",
-                            "AvailabilityZoneId=use1-az4", *EMULATE], capsys)
+                            "AvailabilityZoneId=use1-az4", "--yes", *EMULATE], capsys)
     assert code == 0, err
     before = stack_params(stack)
     real = aws_deploy.client

@@ -82,7 +82,7 @@ def test_no_wait_returns_then_status_follow_follows(capsys, monkeypatch):
     s3.create_bucket(Bucket="hpq-t-nowait")
     stack = "hpq-t-nowait"
     code, out, err = run_cli(["deploy", "slurm-gpu", "hpq-t-nowait", "--stack-name", stack, "--no-wait", "--emulate",
-                              "moto", "--no-quota-check", "--output", "json"], capsys)
+                              "moto", "--no-quota-check", "--output", "json", "--yes"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "create" and data["stack"] == stack

@@ -6,7 +6,7 @@ import click
 
 from hpq import vocab
 from hpq.aws import deploy as aws_deploy
-from hpq.aws import deploy_plan
+from hpq.aws import deploy_plan, estimate, pricing
 from hpq.aws.s3 import validate_bucket_name
 from hpq.aws.session import client, make_session, region_of
 from hpq.aws.stacks import describe
@@ -53,8 +53,14 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
               help="Print the plan (every parameter old -> new, and for an update the change set's resource "
                    "actions) and stop: no stack, no change set and no uploaded object is left behind.")
 @click.option("--yes", "assume_yes", is_flag=True,
-              help="Allow an update that replaces or removes the FSx file system, the HyperPod cluster or the "
-                   "EKS cluster (without it: asked on a terminal, refused otherwise).")
+              help="Do not ask: create the stack at the estimated cost, and allow an update that replaces or removes "
+                   "the FSx file system, the HyperPod cluster or the EKS cluster. Without it both are asked on a "
+                   "terminal and refused otherwise (exit 2).")
+@click.option("--prices", "price_source", type=click.Choice(["auto", "api", "file"]), default="auto",
+              show_default=True,
+              help="Where the cost estimate's prices come from: the AWS Price List API (pricing:GetProducts), the "
+                   "price file shipped with hpq, or the API with the file for what it cannot answer (auto). "
+                   "See docs/cost.md.")
 @click.option("--no-quota-check", is_flag=True,
               help="Skip the service-quota step of the pre-flight (what `hpq check-quotas` reads); the other checks "
                    "still run.")
@@ -66,8 +72,8 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
                    "For a moto server at AWS_ENDPOINT_URL; never for real AWS.")
 @output_option
 def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None,
-           size: str | None, params: tuple[str, ...], dry_run: bool, assume_yes: bool, no_quota_check: bool,
-           no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
+           size: str | None, params: tuple[str, ...], dry_run: bool, assume_yes: bool, price_source: str,
+           no_quota_check: bool, no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
     """Package VARIANT into BUCKET, create or update its stack, follow it to the end.
 
     VARIANT is one of slurm-gpu, slurm-trn, eks-gpu, eks-trn. BUCKET must exist in the
@@ -78,13 +84,17 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     default). An existing stack is updated by executing exactly the change set shown, whose
     resource actions (replacements called out) are printed first; replacing FSx, the
     HyperPod cluster or the EKS cluster needs --yes. See docs/updates.md.
+    Beside the plan comes the cost estimate (per hour and per month, each line with its price,
+    its source and date; docs/cost.md); creating a stack asks first (--yes for scripts; without
+    a terminal and without --yes it refuses, exit 2).
     Ctrl-C stops following, not the stack. --emulate moto sends a moto server the rendition
     it can create (standins/rendition.py); the real templates (`hpq synth`) never change.
 
     \b
     Examples:
       hpq deploy slurm-gpu my-artifacts --region us-west-2
-      hpq deploy slurm-gpu my-artifacts --size large --dry-run
+      hpq deploy slurm-gpu my-artifacts --size large --dry-run     # plan and cost only
+      hpq deploy slurm-gpu my-artifacts --yes                      # no question (scripts, CI)
       hpq deploy eks-gpu my-artifacts --size medium --param WorkerInstanceType=ml.p5.48xlarge
       hpq deploy slurm-gpu my-artifacts --stack-name team-a --no-wait
       AWS_ENDPOINT_URL=http://127.0.0.1:5000 hpq deploy slurm-gpu my-artifacts --emulate moto
@@ -100,7 +110,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     validate_bucket_name(bucket)
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     user_params = parse_params(params)
-    aws_deploy.synthesize(variant, size or "small", user_params)  # every --param value checked here, before AWS
+    templates = aws_deploy.synthesize(variant, size or "small", user_params)  # every --param checked here, before AWS
     if emulate == "moto" and not rendition.endpoint_is_moto():
         raise UsageError("--emulate moto needs AWS_ENDPOINT_URL pointing at a running moto server "
                          "(it deploys stand-ins that only make sense there)")
@@ -112,6 +122,25 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     def show_plan(plan, existing):  # type: ignore[no-untyped-def]
         seen["plan"] = plan
         _print_plan(err, plan, existing, name, variant)
+        est = estimate.estimate(variant, region_of(session), plan.values, templates,
+                                pricing.prices(session, price_source))
+        seen["cost"] = est
+        for line in estimate.format_lines(est):
+            err.print(line, highlight=False, markup=False)
+        if existing is None and not dry_run:
+            confirm_create(est)
+
+    def confirm_create(est):  # type: ignore[no-untyped-def]
+        if assume_yes:
+            return
+        least = "at least " if est.unpriced else ""
+        cost = f"{least}{estimate.per_hour(est.hourly)}/h, {least}{estimate.money(est.monthly)}/month"
+        if sys.stdin is not None and sys.stdin.isatty():
+            if click.confirm(f"Create stack {name} ({cost})?", default=False, err=True):
+                return
+            raise UsageError(f"not created: stack {name} (nothing was uploaded or created)")
+        raise UsageError(f"refusing to create stack {name} ({cost}) without confirmation: standard input is not a "
+                         "terminal; pass --yes to create it (--dry-run shows the plan and the cost only)")
 
     def show_changes(actions):  # type: ignore[no-untyped-def]
         seen["actions"] = actions
@@ -161,7 +190,8 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     plan_json = {"parameters": [r.as_dict() for r in dep.plan.rows] if dep.plan else [],
                  "changes": [a.as_dict() for a in dep.submit.changes]}
     result = {"stack": dep.stack_name, "stack_id": dep.submit.stack_id, "action": dep.submit.kind,
-              "version": rel.version, "template_url": rel.template_url(variant), "plan": plan_json}
+              "version": rel.version, "template_url": rel.template_url(variant), "plan": plan_json,
+              "cost": seen["cost"].as_dict() if "cost" in seen else None}
     if dep.submit.kind == "dry-run":
         if dep.existing is None:
             err.print(f"resources: would create {rel.totals.get(variant, 0)} resources in "

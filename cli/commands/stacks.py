@@ -7,12 +7,13 @@ from typing import Any
 
 import click
 
-from hpq.aws import events, stacks
+from hpq.aws import events, inventory, stacks
 from hpq.aws import s3 as s3_buckets
-from hpq.aws.session import NotFound, client, make_session
+from hpq.aws.session import NotFound, client, make_session, region_of
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
+from hpq.lifecycle import names
 
 
 def _operation(status: str) -> str:
@@ -38,28 +39,76 @@ def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
     return {**info.as_dict(), "nested": nested}
 
 
+def _cluster_name(overview: dict[str, Any]) -> str:
+    return (overview["outputs"].get(names.OUT_CLUSTER_NAME) or overview["parameters"].get("ClusterName")
+            or overview["name"])
+
+
+def print_cluster(cluster: dict[str, Any]) -> None:
+    """The HyperPod cluster beside its stack: groups, every node, the controller or EKS cluster, FSx, results."""
+    line = f"HyperPod cluster {cluster['name']}: {cluster['status']}"
+    if cluster.get("orchestrator"):
+        line += f" ({cluster['orchestrator']})"
+    click.echo(line + (f": {cluster['failure']}" if cluster.get("failure") else ""))
+    if cluster.get("groups"):
+        printing.table("Instance groups", ["Group", "Type", "Count", "Target"],
+                         [[g["name"], g["instance_type"], g["count"], g["target"]] for g in cluster["groups"]])
+    if cluster.get("nodes"):
+        printing.table("Nodes", ["Instance", "Group", "Type", "Status", "Launched"],
+                         [[n["instance_id"], n["group"], n["instance_type"], n["status"]
+                           + (f" ({n['message']})" if n.get("message") and n["status"] != "Running" else ""),
+                           n["launched"] or ""] for n in cluster["nodes"]])
+    ctl = cluster.get("slurm_controller")
+    if ctl:
+        click.echo(f"Slurm controller: group {ctl['group']}, node(s) {', '.join(ctl['nodes']) or 'none yet'}")
+    eks = cluster.get("eks")
+    if eks:
+        click.echo(f"EKS cluster {eks.get('name') or '?'}: {eks.get('status')}"
+                   + (f" (Kubernetes {eks['version']})" if eks.get("version") else ""))
+    fsx = cluster.get("fsx")
+    if fsx:
+        extra = (f", {fsx['capacity_gib']} GiB {fsx.get('deployment_type') or ''} at {fsx['throughput_per_tib']} "
+                 "MB/s/TiB" if fsx.get("capacity_gib") else "")
+        if fsx.get("dns_name") and fsx.get("mount_name"):
+            extra += f", mount {fsx['dns_name']}@tcp:/{fsx['mount_name']}"
+        click.echo(f"FSx for Lustre {fsx['id']}: {fsx['status'] or 'unknown'}{extra}")
+    click.echo(f"validation results: {cluster['validation']}")
+
+
 @click.command("status")
 @click.argument("stack", type=inputs.STACK)
-@aws_options
+@aws_options(services=("cloudformation", "sagemaker"))
 @click.option("--follow", is_flag=True, help="If an operation is in progress, follow it to the end.")
 @click.option("--poll-seconds", default=5.0, show_default=True, hidden=True, type=inputs.POLL_SECONDS)
+@click.option("--no-cluster", is_flag=True, help="Only the stack: skip the HyperPod cluster, EKS and FSx calls.")
 @output_option
-def status(stack: str, region: str | None, profile: str | None, follow: bool, poll_seconds: float, output: str) -> None:
-    """Show STACK's state, nested stacks and outputs; --follow waits for a running operation.
+def status(stack: str, region: str | None, profile: str | None, follow: bool, poll_seconds: float, no_cluster: bool,
+           output: str) -> None:
+    """Show STACK's state, nested stacks and outputs, and its HyperPod cluster beside it.
+
+    The cluster part: every instance group (type, current and target count), every node
+    (instance id, group, type, status: Running, Pending, Failure, ...), the Slurm controller
+    or the EKS cluster, the FSx file system, and where validation results are.
+    --follow waits for a running operation first. Exit 1 when the stack or the cluster failed.
 
     \b
     Examples:
       hpq status hpq-slurm-gpu
       hpq status hpq-slurm-gpu --follow          # resume following after Ctrl-C
-      hpq status hpq-eks-gpu --output json | jq .outputs
+      hpq status hpq-eks-gpu --output json | jq .cluster.nodes
     """
     inputs.refuse_inapplicable(click.get_current_context(), {"poll_seconds": follow}, "without --follow")
-    cfn = client(make_session(region, profile), "cloudformation")
+    session = make_session(region, profile)
+    cfn = client(session, "cloudformation")
     info = stacks.describe(cfn, stack)
     if follow and not stacks.is_terminal(info.status):
         printing.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
                                     poll_seconds=poll_seconds)
     overview = stack_overview(cfn, info.stack_id)
+    cluster = None
+    if not no_cluster and overview["status"] != "DELETE_COMPLETE":
+        cluster = inventory.cluster_detail(session, _cluster_name(overview), region_of(session), overview["outputs"])
+        overview["cluster"] = cluster
     if output == "json":
         printing.echo_json(overview)
     else:
@@ -68,8 +117,14 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
             printing.table("Nested stacks", ["Stack", "Status", "Reason"],
                            [[n["path"], n["status"], n["reason"]] for n in overview["nested"]])
         printing.print_outputs(overview["outputs"])
+        if cluster is not None:
+            print_cluster(cluster)
     if stacks.is_failed(overview["status"]):
         click.echo(f"the stack is {overview['status']}: see `hpq stack-errors {overview['name']}`", err=True)
+        sys.exit(1)
+    if cluster is not None and cluster.get("status") == "Failed":
+        click.echo(f"the HyperPod cluster {cluster['name']} is Failed" + (f": {cluster['failure']}"
+                   if cluster.get("failure") else ""), err=True)
         sys.exit(1)
 
 
