@@ -48,7 +48,7 @@ REPLACING = ("True", "Conditional")
 
 # What a changed root parameter replaces, derived from the CloudFormation resource reference: a property marked
 # "Update requires: Replacement" is a createOnlyProperty in the type's registry schema (checked against cfn-lint's
-# copy of the schemas in tests/test_aws_deploy_update.py). (resource type, property path the parameter feeds).
+# copy of the schemas in tests/aws/test_aws_deploy_update.py). (resource type, property path the parameter feeds).
 # docs/updates.md explains each chain; the change set remains the authority and the --yes guard reads it.
 REPLACED_BY: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "ClusterName": ("the HyperPod cluster (and on EKS the EKS cluster)", [

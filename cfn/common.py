@@ -180,7 +180,7 @@ def encrypted_log_group(t: Template, logical: str, suffix: str, retention_days: 
 def checkov_skips(**reasons: str) -> dict[str, Any]:
     """Resource Metadata that tells checkov (``checkov --framework cloudformation``) why a check does not apply.
 
-    Every skip carries its reason; tests/test_cfn_checkov.py fails on a skip without one."""
+    Every skip carries its reason; tests/cfn/test_cfn_checkov.py fails on a skip without one."""
     return {"checkov": {"skip": [{"id": check, "comment": reason} for check, reason in sorted(reasons.items())]}}
 
 

@@ -20,7 +20,7 @@ Slurm variants: the nodes remote-write with the HyperPod execution role (the Ext
 execution role gets aps:RemoteWrite on the workspace ARN"). The IAM stack creates that grant with
 :func:`add_remote_write_grant`, from this stack's ``PrometheusWorkspaceArn`` output, and the S3 stack writes
 ``PrometheusRemoteWriteUrl`` into hpq-cluster.json for the lifecycle's installer (lifecycle/observability.py).
-Every ``aps:`` action any role here gets names this workspace's ARN (tests/test_observability_cfn.py).
+Every ``aps:`` action any role here gets names this workspace's ARN (tests/observability/test_observability_cfn.py).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ _LOGIN_PLACEHOLDER = "__hpq_login_group__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
 FSX_DNS_PATTERN = r"^(fs|fc)i?-[0-9a-f]{8,}(\.[A-Za-z0-9](-*[A-Za-z0-9])*)+$"
 FSX_MOUNT_PATTERN = r"^[A-Za-z0-9_-]{1,8}$"
-# Why checkov's access-logging and VPC checks do not apply here (tests/test_cfn_checkov.py runs checkov).
+# Why checkov's access-logging and VPC checks do not apply here (tests/cfn/test_cfn_checkov.py runs checkov).
 ACCESS_LOGGING_REASON = (
     "Server access logs need a second bucket (itself a candidate for the same finding) for a bucket that holds only "
     "hpq's node bundle and hpq-cluster.json (no secrets), written by this stack's own function and read by the "

@@ -12,7 +12,7 @@ listed, since a diagram of module-level imports alone does not see it.
 
 The process entries ``hpq/__main__.py`` (``python -m hpq``) and ``hpq/console.py`` (the console script)
 live in the ground folder because Python finds them there, but they start the command line: they are
-drawn as ``hpq.entry``, the roof, above ``hpq.cli``. tests/test_house.py holds the house's rules.
+drawn as ``hpq.entry``, the roof, above ``hpq.cli``. tests/cli/test_house.py holds the house's rules.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpq.tests import report_samples
+from tests import report_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1100, 3250  # the verdict lines, the bandwidth chart, the sweep's heat map, nanoGPT's charts

@@ -7,9 +7,9 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Real daemons the tests start by hand: Slurm + MUNGE (lifecycle/configless), OpenSSH (hpq remote, MPIJob
 # workers); Open MPI runs the rendered MPIJob launcher command against them; promtool (prometheus) checks and
-# unit-tests the alert rules (tests/test_observability_assets.py); node_exporter feeds the real Prometheus of
-# tests/test_observability_prometheus.py (named, not left to apt's Recommends); chromium renders `hpq report`'s
-# page headless (tests/test_views_browser.py).
+# unit-tests the alert rules (tests/observability/test_observability_assets.py); node_exporter feeds the real Prometheus of
+# tests/observability/test_observability_prometheus.py (named, not left to apt's Recommends); chromium renders `hpq report`'s
+# page headless (tests/views/test_views_browser.py).
 bash dev/system-packages.sh slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2 \
     openmpi-bin prometheus prometheus-node-exporter chromium
 
@@ -21,7 +21,7 @@ $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0" -e ".[test]"
 
 echo "== checkov (its own virtualenv: it pins boto3 exactly, the project's environment must not get that)"
 HPQ_CHECKOV=$(bash dev/checkov-venv.sh "$PY")
-export HPQ_CHECKOV  # tests/test_cfn_checkov.py runs it; it fails (never skips) without it
+export HPQ_CHECKOV  # tests/cfn/test_cfn_checkov.py runs it; it fails (never skips) without it
 
 echo "== ruff"
 $PY -m ruff check .

@@ -45,7 +45,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import catalog, context, fields, files, identity, roles
 
-# scripts/result_metrics.py TEXTFILE_DIR (tests/test_observability_lifecycle.py holds them equal).
+# scripts/result_metrics.py TEXTFILE_DIR (tests/observability/test_observability_lifecycle.py holds them equal).
 TEXTFILE_DIR = "/var/lib/node_exporter/hpq"
 INSTALL_DIR = "/opt/hpq/observability"
 CONFIG_DIR = "/etc/hpq/observability"

@@ -40,7 +40,7 @@ finish() {
 
 py="${HPQ_PYTHON:-python3}"
 # Python 3.7 is enough: Amazon Linux 2's python3 is 3.7, and HyperPod's EKS AMIs were AL2 up to Kubernetes 1.32
-# (tests/test_lifecycle_python37.py keeps every lifecycle module to 3.7). Older or none: one line naming the AMIs.
+# (tests/lifecycle/test_lifecycle_python37.py keeps every lifecycle module to 3.7). Older or none: one line naming the AMIs.
 if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 7))' >/dev/null 2>&1; then
     have="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
     os="$( (. "${root%/}/etc/os-release" && echo "${PRETTY_NAME:-$ID $VERSION_ID}") 2>/dev/null || echo 'unknown OS')"

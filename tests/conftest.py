@@ -29,6 +29,15 @@ from pathlib import Path
 
 import pytest
 
+# The fixtures every folder's tests use, registered once here instead of imported by hand in each file.
+pytest_plugins = [f"tests.{name}" for name in ("fixtures_aws", "fixtures_cfn", "fixtures_eks", "fixtures_imds",
+                                               "fixtures_mpi", "fixtures_slurm", "fixtures_sshd")]
+
+# The tests are not installed with hpq: they import as ``tests`` from the checkout (pyproject's pytest
+# ``pythonpath``); the few processes that run a test module (the SSH relay, the leak probe) are given the
+# checkout on PYTHONPATH themselves (tests/support.CHECKOUT), never every process: a node's python3 must
+# find only its own bundle's hpq.
+
 _scripts = sysconfig.get_path("scripts")
 if _scripts and _scripts not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _scripts + os.pathsep + os.environ.get("PATH", "")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hpq.tests.support import free_port, stop_process, wait_until_ready
+from tests.support import free_port, stop_process, wait_until_ready
 
 
 def _moto_answers(url: str) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from hpq.tests.fixtures_aws import moto_server, set_aws_env  # noqa: F401 - moto_server is a fixture
+from tests.fixtures_aws import set_aws_env
 
 
 def _serve(handler_cls: type, ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.tests.support import free_port, stop_process, wait_until_ready
+from tests.support import free_port, stop_process, wait_until_ready
 
 WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
 

@@ -61,8 +61,8 @@ from hpq.lifecycle import names
 from hpq.lifecycle.services import pid_alive
 from hpq.standins import hyperpod
 from hpq.standins import imds as imds_standin
-from hpq.tests import fixtures_node
-from hpq.tests.support import free_ports
+from tests import fixtures_node
+from tests.support import free_ports
 
 CLUSTER = "hpq-test"
 CONTROLLER_GROUP = "controller-machine"

@@ -4,14 +4,13 @@
 temporary AuthorizedKeysFile holding a temporary user key; it is stopped by PID. The SSM
 ProxyCommand (``aws ssm start-session ... AWS-StartSSHSession``) cannot run here, so the
 stand-in is this module's byte relay, which does the same job: stdin/stdout <-> TCP to sshd.
-Run as ``python -m hpq.tests.fixtures_sshd HOST PORT``.
+Run as ``python -m tests.fixtures_sshd HOST PORT``.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.tests.support import free_port, stop_process, wait_until_ready
+from tests.support import free_port, module_command, stop_process, wait_until_ready
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 
@@ -76,7 +75,7 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
                             start_new_session=True)
     try:
         wait_until_ready(lambda: _banner(port), proc, "sshd", timeout=15.0, poll=0.05)
-        relay = f"{shlex.quote(sys.executable)} -m hpq.tests.fixtures_sshd %h %p"
+        relay = module_command("fixtures_sshd", "%h", "%p")
         yield Sshd("127.0.0.1", port, user, str(d / "user_key"), str(d / "known_hosts"), relay)
     finally:
         stop_process(proc)

@@ -1,6 +1,6 @@
 """Test-only: a rehearsal whose controller leaks its environment into jobs (the broken twin of issue 19's check).
 
-Run as ``python -m hpq.tests.rehearse_leak INSTANCE_TYPE`` (root, like ``hpq rehearse``); prints the
+Run as ``python -m tests.rehearse_leak INSTANCE_TYPE`` (root, like ``hpq rehearse``); prints the
 rehearsal's JSON and exits with its code. Just before the NCCL stage it lays a profile file on the
 controller, as an earlier hpq (or an admin) did: ``NCCL_NET_PLUGIN=none`` for every login shell, and
 tests/faults on PYTHONPATH with ``HPQ_TEST_FAULT_INHERIT_ENV=1``, which makes run-nccl-test's launcher

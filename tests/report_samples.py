@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpq.tests import fake_fabric
-from hpq.tests.nccl_logs import efa_info
 from hpq.validation import judges
 from hpq.validation.request import NANOGPT, NCCL, SWEEP, TestRequest
 from hpq.validation.result import RawOutcome
+from tests import fake_fabric
+from tests.nccl_logs import efa_info
 
 DATA = Path(__file__).parent / "data"
 NANOGPT_RESULT = DATA / "report" / "h200x1_run-nanogpt_gpt2-124m.json"

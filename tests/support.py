@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def free_ports(n: int) -> list[int]:
@@ -64,3 +65,17 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
         main(args)
     out, err = capsys.readouterr()
     return int(exc.value.code or 0), out, err
+
+
+# The checkout, for a process that runs one of the test modules (``python -m tests.X``): the tests are not
+# installed with hpq, so such a process gets ``PYTHONPATH=CHECKOUT`` (and nothing else does).
+CHECKOUT = str(Path(__file__).resolve().parent.parent)
+
+
+def module_command(module: str, *args: str) -> str:
+    """A shell-free command line (ProxyCommand style) running ``python -m tests.MODULE ARGS``."""
+    import shlex
+    import sys
+
+    return " ".join(["env", shlex.quote(f"PYTHONPATH={CHECKOUT}"), shlex.quote(sys.executable), "-m",
+                     f"tests.{module}", *args])

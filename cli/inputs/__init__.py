@@ -26,7 +26,7 @@ The name rules are AWS's and Kubernetes' own, not guesses:
   (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/);
 - container image references: the grammar of github.com/distribution/reference (regexp.go);
 - regions: botocore's own endpoint data (``endpoints.json``), read locally.
-tests/test_inputs.py compares these patterns with botocore's models so they cannot drift.
+tests/cli/test_inputs.py compares these patterns with botocore's models so they cannot drift.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Names by their services' own rules: HyperPod, CloudFormation, EKS, FSx, Kubernetes, images, S3.
 
 The patterns are AWS's and Kubernetes' own (the package docstring lists the sources);
-tests/test_inputs.py compares them with botocore's models so they cannot drift.
+tests/cli/test_inputs.py compares them with botocore's models so they cannot drift.
 """
 
 from __future__ import annotations

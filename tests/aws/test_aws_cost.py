@@ -1,0 +1,297 @@
+"""Cost before you spend: the estimate against the price data it came from, the price sources, the confirmation.
+
+The price data here is a price file the test writes itself, in the Price List's record shape (GetProducts items:
+``product.attributes`` with servicecode, regionCode, usagetype; ``terms.OnDemand.*.priceDimensions.*`` with unit,
+beginRange and pricePerUnit.USD; https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/
+API_pricing_GetProducts.html), with prices that differ per region, so a figure taken from the wrong region, item
+or unit shows. The expected totals are computed here from the deploy's facts as the design states them
+(DESIGN.md section 3: one NAT gateway with its Elastic IP, seven interface endpoints in the one node subnet; the
+controller's 100 GB volume, cfn/hyperpod.py), not by calling the estimate's own helpers.
+The CLI tests run `hpq deploy` against a moto server (slow): moto has no Price List API, so `--prices auto`
+uses the file there, as it says.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from hpq.aws import estimate, pricing
+from hpq.cfn import synth
+from hpq.errors import OperationFailed
+from tests.support import run_cli
+
+HOURS = Decimal(730)
+PREFIX = {"us-east-1": "USE1", "us-west-2": "USW2", "eu-west-1": "EU"}
+# Per region a different scale, so that a price read from another region is caught.
+SCALE = {"us-east-1": Decimal("1"), "us-west-2": Decimal("1.1"), "eu-west-1": Decimal("1.25")}
+BASE = {
+    "Cluster:ml.m5.xlarge": ("AmazonSageMaker", "Hrs", Decimal("0.23")),
+    "Cluster:ml.c5.4xlarge": ("AmazonSageMaker", "Hrs", Decimal("0.816")),
+    "Cluster:ml.g5.16xlarge": ("AmazonSageMaker", "Hrs", Decimal("5.12")),
+    "Cluster:ml.p5.48xlarge": ("AmazonSageMaker", "Hrs", Decimal("55.04")),
+    "Cluster:ml.trn1.32xlarge": ("AmazonSageMaker", "Hrs", Decimal("24.72")),
+    "Cluster:VolumeUsage.gp2": ("AmazonSageMaker", "GB-Mo", Decimal("0.154")),
+    "NatGateway-Hours": ("AmazonEC2", "Hrs", Decimal("0.045")),
+    "PublicIPv4:InUseAddress": ("AmazonVPC", "Hrs", Decimal("0.005")),
+    "VpcEndpoint-Hours": ("AmazonVPC", "Hrs", Decimal("0.01")),
+    "AmazonEKS-Hours:perCluster": ("AmazonEKS", "Hrs", Decimal("0.10")),
+    "AmazonEKS-Hours:extendedSupport": ("AmazonEKS", "Hrs", Decimal("0.60")),
+}
+FSX = {125: Decimal("0.145"), 250: Decimal("0.21"), 500: Decimal("0.29"), 1000: Decimal("0.42")}
+
+
+def _record(sku: str, attrs: dict, unit: str, usd: Decimal, extra_dims: dict | None = None) -> dict:
+    dims = {f"{sku}.T.D": {"unit": unit, "beginRange": "0", "endRange": "Inf", "description": sku,
+                           "pricePerUnit": {"USD": str(usd)}, "appliesTo": []}}
+    dims.update(extra_dims or {})
+    return {"product": {"sku": sku, "productFamily": "x", "attributes": attrs}, "serviceCode": attrs["servicecode"],
+            "terms": {"OnDemand": {f"{sku}.T": {"sku": sku, "effectiveDate": "2026-11-01T00:00:00Z",
+                                                "priceDimensions": dims}}}}
+
+
+def price_records() -> list[dict]:
+    out = []
+    for region, scale in SCALE.items():
+        for usage, (service, unit, usd) in BASE.items():
+            # us-east-1's EC2 usage types have no region prefix; the others do.
+            usagetype = usage if (region == "us-east-1" and service == "AmazonEC2") else f"{PREFIX[region]}-{usage}"
+            attrs = {"servicecode": service, "regionCode": region, "usagetype": usagetype}
+            out.append(_record(f"{region}-{usage}", attrs, unit, usd * scale))
+        for tier, usd in FSX.items():
+            attrs = {"servicecode": "AmazonFSx", "regionCode": region, "fileSystemType": "Lustre",
+                     "deploymentOption": "Persistent_2", "storageType": "SSD", "throughputCapacity": str(tier)}
+            out.append(_record(f"{region}-fsx-{tier}", attrs, "GB-Mo", usd * scale))
+    # Decoys that must never price a HyperPod worker: Studio and reserved-capacity lookalikes of its usage type
+    # (listed first, so a loose match would take them).
+    for sku, usage in (("decoy-studio", "USE1-Studio:ml.g5.16xlarge"),
+                       ("decoy-reserved", "USE1-ReservedCluster:ml.g5.16xlarge")):
+        out.insert(0, _record(sku, {"servicecode": "AmazonSageMaker", "regionCode": "us-east-1", "usagetype": usage},
+                              "Hrs", Decimal("999")))
+    return out
+
+
+def price(region: str, usage: str) -> Decimal:
+    return BASE[usage][2] * SCALE[region]
+
+
+@pytest.fixture
+def price_file(tmp_path, monkeypatch) -> str:
+    provenance = {r["product"]["sku"]: {"source": "test data", "retrieved": "2026-11-01", "confirmed": True}
+                  for r in price_records()}
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(pricing.offer_files(price_records(), provenance, "2026-11-01", "test")))
+    monkeypatch.setenv(pricing.PRICE_FILE_ENV, str(path))
+    return str(path)
+
+
+def values_of(variant: str, size: str, **params: str) -> tuple[dict[str, str], dict]:
+    templates = synth.synthesize(variant, size=size, params=params or None)
+    declared = templates["root.json"]["Parameters"]
+    return {k: str(v.get("Default", "")) for k, v in declared.items()}, templates
+
+
+def expected_hourly(region: str, variant: str, values: dict[str, str]) -> Decimal:
+    """The deploy's hourly cost from the design's facts and the price table above."""
+    workers = int(values["WorkerCount"])
+    total = price(region, f"Cluster:{values['WorkerInstanceType']}") * workers
+    volume_gb = workers * int(values["EbsVolumeSizeGB"])
+    if variant.startswith("slurm"):
+        total += price(region, f"Cluster:{values['ControllerInstanceType']}")
+        volume_gb += 100
+        if values.get("EnableLoginGroup") == "true":
+            total += price(region, f"Cluster:{values['LoginInstanceType']}")
+            volume_gb += 100
+    else:
+        total += price(region, "AmazonEKS-Hours:perCluster")
+    total += volume_gb * price(region, "Cluster:VolumeUsage.gp2") / HOURS
+    total += int(values["FsxStorageCapacityGiB"]) * FSX[int(values["FsxThroughputPerUnit"])] * SCALE[region] / HOURS
+    total += price(region, "NatGateway-Hours") + price(region, "PublicIPv4:InUseAddress")
+    total += 7 * price(region, "VpcEndpoint-Hours")
+    return total
+
+
+CONFIGS = [
+    ("slurm-gpu", "small", "us-east-1", {}),
+    ("slurm-gpu", "medium", "us-west-2", {"WorkerInstanceType": "ml.p5.48xlarge", "EnableLoginGroup": "true",
+                                          "LoginInstanceType": "ml.c5.4xlarge"}),
+    ("eks-gpu", "large", "eu-west-1", {"FsxThroughputPerUnit": "1000"}),
+    ("slurm-trn", "small", "us-west-2", {"FsxThroughputPerUnit": "125", "ControllerInstanceType": "ml.c5.4xlarge"}),
+    ("eks-trn", "medium", "us-east-1", {"EbsVolumeSizeGB": "300"}),
+]
+
+
+@pytest.mark.parametrize(("variant", "size", "region", "params"), CONFIGS,
+                         ids=[f"{v}-{s}-{r}" for v, s, r, _ in CONFIGS])
+def test_estimate_agrees_with_the_price_data(price_file, variant, size, region, params):
+    values, templates = values_of(variant, size, **params)
+    est = estimate.estimate(variant, region, values, templates, pricing.prices(None, "file"))
+    assert not est.unpriced, est.as_dict()["unpriced"]
+    want = expected_hourly(region, variant, values)
+    assert abs(est.hourly - want) < Decimal("0.000001"), (est.hourly, want)
+    assert abs(est.monthly - want * HOURS) < Decimal("0.001")
+    data = est.as_dict()
+    assert Decimal(data["monthly_usd"]) == (want * HOURS).quantize(Decimal("0.01"))
+    assert all(line["rate"]["region"] == region and line["rate"]["source"].startswith(price_file)
+               for line in data["lines"] if line["rate"])
+    text = "\n".join(estimate.format_lines(est))
+    assert f"${(want * HOURS).quantize(Decimal('0.01')):,}/month" in text and "2026-11-01" in text
+
+
+def test_a_missing_price_is_said_and_the_total_is_a_lower_bound(price_file):
+    """Broken twin of the above: a worker type the data lacks is named, never priced from a lookalike."""
+    values, templates = values_of("slurm-gpu", "small", WorkerInstanceType="ml.g5.48xlarge")
+    est = estimate.estimate("slurm-gpu", "us-east-1", values, templates, pricing.prices(None, "file"))
+    assert [ln.item for ln in est.unpriced] == ["hyperpod:ml.g5.48xlarge"]
+    text = "\n".join(estimate.format_lines(est))
+    assert "at least" in text and "not priced: hyperpod:ml.g5.48xlarge" in text
+    without_workers = expected_hourly("us-east-1", "slurm-gpu", {**values, "WorkerInstanceType": "ml.g5.16xlarge"})
+    without_workers -= 2 * price("us-east-1", "Cluster:ml.g5.16xlarge")
+    assert abs(est.hourly - without_workers) < Decimal("0.000001")
+
+
+def test_training_plan_workers_are_not_priced_on_demand(price_file):
+    values, templates = values_of("slurm-gpu", "small")
+    values["TrainingPlanArn"] = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"
+    est = estimate.estimate("slurm-gpu", "us-east-1", values, templates, pricing.prices(None, "file"))
+    assert not est.unpriced
+    want = expected_hourly("us-east-1", "slurm-gpu", values) - 2 * price("us-east-1", "Cluster:ml.g5.16xlarge")
+    assert abs(est.hourly - want) < Decimal("0.000001")
+
+
+def test_the_shipped_file_is_the_price_list_shape_and_every_figure_says_where_it_came_from(monkeypatch):
+    monkeypatch.delenv(pricing.PRICE_FILE_ENV, raising=False)
+    book = pricing.PriceFile()
+    assert set(book.offers) >= {"AmazonEC2", "AmazonVPC", "AmazonEKS", "AmazonSageMaker", "AmazonFSx"}
+    skus = [sku for offer in book.offers.values() for sku in offer["products"]]
+    assert skus and all(book.provenance[s]["source"] and book.provenance[s]["retrieved"] for s in skus)
+    for offer in book.offers.values():
+        assert {"formatVersion", "offerCode", "publicationDate", "products", "terms"} <= set(offer)
+        assert set(offer["terms"]["OnDemand"]) == set(offer["products"])
+    nat = book.rate(pricing.NAT_GATEWAY, "us-east-1")
+    assert nat is not None and not nat.confirmed  # nothing was confirmed against the API when it was built
+
+
+def _api_answer(records: list[dict]) -> dict:
+    return {"FormatVersion": "aws_v1", "PriceList": [json.dumps(r) for r in records]}
+
+
+def test_the_price_list_api_comes_first_and_its_failure_falls_back_to_the_file(price_file):
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    live = [r for r in price_records() if r["product"]["attributes"].get("usagetype") == "NatGateway-Hours"]
+    live[0]["terms"]["OnDemand"]["us-east-1-NatGateway-Hours.T"]["priceDimensions"][
+        "us-east-1-NatGateway-Hours.T.D"]["pricePerUnit"]["USD"] = "0.05"
+    with Stubber(client) as stub:
+        stub.add_response("get_products", _api_answer(live), {
+            "ServiceCode": "AmazonEC2", "FormatVersion": "aws_v1", "MaxResults": 100,
+            "Filters": [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": "us-east-1"},
+                        {"Type": "CONTAINS", "Field": "usagetype", "Value": "NatGateway-Hours"}]})
+        stub.add_client_error("get_products", "AccessDeniedException", "not allowed")
+        book = pricing.Prices(pricing.PriceFile(), client)
+        nat = book.rate(pricing.NAT_GATEWAY, "us-east-1")
+        assert nat.usd == Decimal("0.05") and nat.source == pricing.API_SOURCE and nat.confirmed
+        ipv4 = book.rate(pricing.PUBLIC_IPV4, "us-east-1")  # the API refuses: the file answers, and it is said
+        assert ipv4.usd == price("us-east-1", "PublicIPv4:InUseAddress") and ipv4.source.startswith(price_file)
+        assert "AccessDeniedException" in book.sources
+
+
+def test_prices_api_is_strict(price_file):
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_client_error("get_products", "AccessDeniedException", "not allowed")
+        book = pricing.Prices(pricing.PriceFile(), client, strict=True)
+        with pytest.raises(OperationFailed, match="Price List API did not answer"):
+            book.rate(pricing.NAT_GATEWAY, "us-east-1")
+
+
+def test_refresh_writes_the_api_records_and_names_the_misses():
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    nat = [r for r in price_records() if r["product"]["attributes"].get("usagetype") == "USW2-NatGateway-Hours"]
+    with Stubber(client) as stub:
+        stub.add_response("get_products", _api_answer(nat))
+        stub.add_response("get_products", _api_answer([]))
+        data, missing = pricing.refresh(client, ["us-west-2"], [pricing.NAT_GATEWAY, pricing.EKS_STANDARD],
+                                        "2026-11-26")
+    assert missing == ["eks-standard in us-west-2"]
+    book_path_data = data["offers"]["AmazonEC2"]
+    assert list(book_path_data["products"]) == ["us-west-2-NatGateway-Hours"]
+    assert data["provenance"]["us-west-2-NatGateway-Hours"] == {"source": pricing.API_SOURCE,
+                                                                "retrieved": "2026-11-26", "confirmed": True}
+
+
+# --- hpq deploy against moto ---------------------------------------------------------------------------
+
+
+EMULATE = ["--emulate", "moto", "--no-quota-check", "--poll-seconds", "0.05"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def bucket(request) -> str:
+    request.getfixturevalue("aws_env")
+    name = "hpq-cost-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+def _objects(bucket: str) -> list[str]:
+    return [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+
+def _stacks() -> list[str]:
+    return [s["StackName"] for s in boto3.client("cloudformation").describe_stacks()["Stacks"]]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_deploy_shows_the_cost_and_refuses_to_create_without_yes(bucket, price_file, capsys, monkeypatch):
+    stack = "hpq-cost-refused"
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, *EMULATE], capsys)
+    values, _ = values_of("slurm-gpu", "small")
+    monthly = (expected_hourly("us-east-1", "slurm-gpu", values) * HOURS).quantize(Decimal("0.01"))
+    assert code == 2, err
+    assert err.index("plan: create stack") < err.index("cost estimate (us-east-1")  # beside the plan
+    assert "total" in err and f"${monthly:,}/month" in err
+    assert "API not used (the endpoint is an emulator)" in err and price_file in err
+    assert err.strip().splitlines()[-1].startswith(f"hpq: error: refusing to create stack {stack} (")
+    assert "pass --yes" in err
+    assert stack not in _stacks() and _objects(bucket) == []  # nothing uploaded, nothing created
+
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))  # on a terminal it asks; "n" creates nothing
+    code, _, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, *EMULATE], capsys)
+    assert code == 2 and f"Create stack {stack} (" in err and "not created" in err, err
+    assert stack not in _stacks() and _objects(bucket) == []
+
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))  # "y" creates it
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--no-wait", "--output", "json",
+                              *EMULATE], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["action"] == "create" and Decimal(data["cost"]["monthly_usd"]) == monthly
+    assert stack in _stacks()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("aws_env")
+def test_dry_run_and_yes_do_not_ask(bucket, price_file, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    args = ["deploy", "eks-gpu", bucket, "--stack-name", "hpq-cost-yes", "--size", "medium", "--output", "json",
+            "--param", "AvailabilityZoneId=use1-az4", *EMULATE]
+    code, out, err = run_cli([*args, "--dry-run"], capsys)
+    assert code == 0, err
+    values, _ = values_of("eks-gpu", "medium")
+    want = expected_hourly("us-east-1", "eks-gpu", values)
+    assert json.loads(out)["cost"]["hourly_usd"] == str(want.quantize(Decimal("0.0001")))
+    code, out, err = run_cli([*args, "--yes", "--no-wait"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["action"] == "create" and "hpq-cost-yes" in _stacks()

@@ -1,0 +1,236 @@
+"""The lifecycle's observability step (lifecycle/observability.py) on the real entry path.
+
+The bundle runs as shipped (fixtures_node.build_bundle, the root on_create.sh, ``--steps identify,observability``)
+with hpq-cluster.json naming an AMP remote-write URL as the S3 stack writes it. The artifacts come from a local
+HTTP server standing in for the GitHub release downloads (HPQ_OBSERVABILITY_MIRROR, as AWS's ParallelCluster script
+takes NODE_EXPORTER_DOWNLOAD_URL: awslabs/awsome-distributed-ai 1.architectures/2.aws-parallelcluster/
+post-install-scripts/install-node-exporter.sh), laid out as the releases are (``<name>-<v>.linux-<arch>/<name>``
+inside ``<name>-<v>.linux-<arch>.tar.gz``). The fake binaries are small scripts that record their arguments and
+stay up, started by the lifecycle's own direct service manager from the unit files the step writes.
+
+Cases: a good checksum installs and starts (and the agent's configuration passes Debian's promtool); the real
+pins refuse the fake tarballs (sha256 mismatch: nothing unpacked, boot exit 0); a dead mirror leaves the boot going;
+no URL in hpq-cluster.json means nothing is installed. The TODO pins (Prometheus 3.2.1, the two ECR images)
+refuse with one line each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from hpq.cfn import s3 as cfn_s3
+from hpq.lifecycle import fields, names
+from hpq.lifecycle import observability as obs
+from hpq.scripts import result_metrics
+from tests import fixtures_node as fn
+
+WORKER = "worker-group-1-1"
+WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
+URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
+ARCH = obs.machine_arch()
+FAKE_BINARY = '#!/bin/sh\necho "$0 $*" > "$(dirname "$0")/argv"\nexec sleep 120\n'
+
+
+def fake_tarball(art: obs.Artifact, body: str = FAKE_BINARY) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = body.encode()
+        info = tarfile.TarInfo(art.member(ARCH))
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+        readme = b"release notes\n"
+        info = tarfile.TarInfo(f"{art.binary}-{art.version}.linux-{ARCH}/LICENSE")
+        info.size = len(readme)
+        tar.addfile(info, io.BytesIO(readme))
+    return buf.getvalue()
+
+
+class Mirror:
+    """A release mirror: path (as under https://github.com) -> bytes; every request is recorded."""
+
+    def __init__(self, blobs: dict[str, bytes]):
+        self.blobs, self.requests = blobs, []
+        mirror = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                mirror.requests.append(self.path)
+                data = mirror.blobs.get(self.path)
+                self.send_response(200 if data is not None else 404)
+                self.send_header("Content-Length", str(len(data or b"")))
+                self.end_headers()
+                self.wfile.write(data or b"")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def release_path(art: obs.Artifact) -> str:
+    return art.url_for(ARCH)[len(obs.GITHUB):]
+
+
+@pytest.fixture
+def mirror():
+    blobs = {release_path(a): fake_tarball(a) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS)}
+    m = Mirror(blobs)
+    yield m
+    m.close()
+
+
+def worker_node(tmp_path: Path, url: str | None = URL):
+    root = tmp_path / "node"
+    fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
+    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    config = fn.hpq_cluster_config()
+    if url is not None:
+        config["prometheus_remote_write_url"] = url
+    fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, config)
+    return root, entry
+
+
+def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    return fn.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
+
+
+def stop_services(root: Path) -> None:
+    for pid_file in (root / "run/hpq/services").glob("*.pid"):
+        try:
+            os.killpg(int(pid_file.read_text().strip()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):  # noqa: F811
+    root, entry = worker_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
+    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+    try:
+        res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out
+        assert "observability: node_exporter started" in out and "observability: prometheus-agent started" in out
+        # p5 is a GPU type with EFA: both images are TODO pins, refused with one line each, the step Degraded
+        assert re.search(r"dcgm-exporter refused: no pinned digest for \S+hyperpod/dcgm_exporter", out)
+        assert re.search(r"efa-exporter refused: no pinned digest for \S+hyperpod/efa_exporter", out)
+        assert "step observability: done" in out and "with a warning" in out
+        ne = root / "opt/hpq/observability/node_exporter-1.9.1"
+        argv = (ne / "argv").read_text()
+        assert f"--collector.textfile.directory={root / result_metrics.TEXTFILE_DIR.lstrip('/')}" in argv
+        assert (root / result_metrics.TEXTFILE_DIR.lstrip("/")).is_dir()
+        agent_argv = (root / "opt/hpq/observability/prometheus-3.2.1/argv").read_text()
+        assert "--agent" in agent_argv
+        config = json.loads((root / "etc/hpq/observability/prometheus-agent.yml").read_text())
+        assert config["remote_write"][0]["url"] == URL
+        assert config["remote_write"][0]["sigv4"] == {"region": "us-west-2"}
+        assert config["global"]["external_labels"] == {"cluster": fn.CLUSTER}
+        jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+        assert set(jobs) == {"node_exporter"}  # only what runs is scraped
+        assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(".", "-")
+        assert sorted(r.split("/")[-1] for r in mirror.requests) == sorted(
+            os.path.basename(release_path(a)) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+        # a second boot finds the verified copies: nothing downloaded again, nothing restarted
+        mirror.requests.clear()
+        again = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
+        assert again.returncode == 0 and mirror.requests == [], again.stdout
+        assert "node_exporter already running" in again.stdout
+    finally:
+        stop_services(root)
+
+
+def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):  # noqa: F811
+    """The broken twin of the test above: the same tarballs against hpq's own pins (the release's checksums)."""
+    root, entry = worker_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    try:
+        res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
+    finally:
+        stop_services(root)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    got = sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])
+    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(obs.NODE_EXPORTER)}: got {got}, "
+            f"pinned {obs.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
+    assert not (root / "opt/hpq/observability/node_exporter-1.9.1/node_exporter").exists()
+    assert not list((root / "opt/hpq/observability/node_exporter-1.9.1").glob("hpq-obs-*"))  # download removed
+    assert "prometheus-agent not installed: no exporter runs to scrape" in out
+    assert "lifecycle done" in out
+
+
+def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F811
+    root, entry = worker_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
+               HPQ_OBSERVABILITY_SHA256="node_exporter=" + "0" * 64)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert re.search(r"node_exporter refused: download of http://127\.0\.0\.1:9/\S+ failed 3 times", out)
+    assert "lifecycle done" in out
+
+
+def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  # noqa: F811
+    root, entry = worker_node(tmp_path, url=None)
+    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "observability off" in res.stdout
+    assert mirror.requests == [] and not (root / "opt/hpq").exists()
+
+
+def test_todo_pin_refuses_before_any_download(tmp_path):
+    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 3\.2\.1 .*HPQ_OBSERVABILITY_SHA256"):
+        obs.fetch_verified(obs.PROMETHEUS, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
+                                  "node_exporter=" + "G" * 64])
+def test_bad_pin_setting_is_refused(text):
+    with pytest.raises(ValueError, match="HPQ_OBSERVABILITY_SHA256"):
+        obs.parse_pins(text)
+
+
+def test_agent_config_passes_promtool(tmp_path):
+    """Prometheus's own checker (Debian's promtool) takes the agent configuration as written (JSON is YAML)."""
+    path = tmp_path / "agent.yml"
+    path.write_text(obs.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
+    res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    broken = json.loads(path.read_text())
+    broken["remote_write"][0]["sigv4"]["regionn"] = "x"  # the broken twin: an unknown field
+    path.write_text(json.dumps(broken))
+    res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
+    assert res.returncode != 0
+
+
+def test_one_textfile_directory_and_one_url_shape():
+    assert obs.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
+    samples = [URL, URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), "",
+               URL.replace("https", "http"), URL + "/", URL.replace("ws-", "xx-"), URL + "\n"]
+    for s in samples:
+        node_ok = bool(fields.AMP_REMOTE_WRITE_URL.fullmatch(s))
+        template_ok = bool(re.fullmatch(cfn_s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
+        assert node_ok == template_ok, s

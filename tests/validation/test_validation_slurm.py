@@ -1,0 +1,101 @@
+"""`hpq test` on a Slurm cluster: the command, the Slurm backend and the judges over a real OpenSSH sshd.
+
+The controller is the sshd of tests/fixtures_sshd.py (reached with --proxy-command, the stand-in for the
+SSM hop); the node programs are small scripts that print what run-nccl-test / run-nanogpt print (the
+nccl-tests table of tests/data/nccl's seed-004 excerpt, run-nanogpt's `# result: PATH` line and its JSON
+written on the "node" and read back over SSH). What is real: SSH, the remote exit status, coreutils
+`timeout` on the controller, the judges.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import textwrap
+import time
+
+import pytest
+
+from hpq.cli.main import main
+from hpq.validation import slurm
+from tests.aws.test_aws_remote import NCCL_OK, cli_args
+from tests.fixtures_sshd import Sshd
+
+pytestmark = pytest.mark.slow
+
+
+def _program(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def _run(capfd, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capfd.readouterr()
+    return int(exc.value.code), out, err
+
+
+def test_hpq_test_nccl_is_remote_nccl_test(sshd: Sshd, tmp_path, capfd, monkeypatch):
+    """The unified command and the old spelling reach the same verdict from the same node output."""
+    for rate, code in (("3.02", 0), ("0.52", 1)):
+        prog = _program(tmp_path, f"nccl-{rate}", NCCL_OK.replace("3.02", rate).replace("3.01", rate) +
+                        'echo "args: $*" >&2\n')
+        monkeypatch.setitem(slurm.PROGRAM, "nccl", [prog])
+        new = _run(capfd, "test", "nccl", "c", "2", "1", *cli_args(sshd), "-t", "ml.g5.16xlarge", "--output", "json")
+        old = _run(capfd, "remote-nccl-test", "c", "2", "1", *cli_args(sshd), "--runner", prog, "--instance-type",
+                   "ml.g5.16xlarge", "--output", "json")
+        assert new[0] == old[0] == code, (new, old)
+        doc_new, doc_old = json.loads(new[1]), json.loads(old[1])
+        assert doc_new["outcome"] == doc_old["outcome"] == ("PASS" if code == 0 else "FAIL")
+        assert doc_new["verdict"]["message"] == doc_old["verdict"]["message"]
+        assert doc_new["backend"] == "slurm" and doc_new["test"] == "nccl" and doc_new["nodes"] == 2
+        assert "args: 2 1" in new[2]  # the node program's stderr reaches the user's stderr
+
+
+def test_hpq_test_nanogpt_reads_the_nodes_result_back(sshd: Sshd, tmp_path, capfd, monkeypatch):
+    """run-nanogpt's own verdict, in the JSON it wrote on the node, is the evidence; a PASS in a JSON from a run
+    that exited non-zero is no PASS, and no JSON from a run that exited 0 is INCONCLUSIVE."""
+    result = tmp_path / "run.json"
+
+    def prog(doc: dict | None, rc: int) -> str:
+        write = f"cat > {result} <<'EOF'\n{json.dumps(doc)}\nEOF\n" if doc is not None else f"rm -f {result}\n"
+        return _program(tmp_path, f"nanogpt-{rc}-{doc is not None}",
+                        write + f"echo 'iter 10: loss 3.1'\necho '# result: {result}'\nexit {rc}\n")
+
+    passing = {"outcome": "PASS", "message": "PASS: loss 3.3 -> 2.8 vs a falling loss on 2 rank(s): fell"}
+    cases = [(passing, 0, 0, "PASS: loss 3.3 -> 2.8"), (passing, 1, 1, None), (None, 0, 3, "INCONCLUSIVE"),
+             ({"outcome": "FAIL", "message": "FAIL: loss nan"}, 1, 1, "FAIL: loss nan")]
+    for doc, rc, code, head in cases:
+        monkeypatch.setitem(slurm.PROGRAM, "nanogpt", [prog(doc, rc)])
+        got, out, err = _run(capfd, "test", "nanogpt", "c", "2", *cli_args(sshd))
+        assert got == code, (doc, rc, out, err)
+        verdict = [ln for ln in out.splitlines() if ln.startswith(("PASS", "FAIL", "INCONCLUSIVE"))][0]
+        assert "iter 10: loss 3.1" in out  # the node's log streamed live
+        if head:
+            assert verdict.startswith(head), verdict
+        if code:
+            assert not verdict.startswith("PASS")  # the verdict's first line never says PASS for a failed run
+
+
+def test_hpq_test_stops_a_test_past_its_timeout(sshd: Sshd, tmp_path, capfd, monkeypatch):
+    """--timeout is enforced on the controller (coreutils timeout): a stuck node program is a FAIL, not a hang."""
+    monkeypatch.setitem(slurm.PROGRAM, "nccl", [_program(tmp_path, "stuck", "sleep 60\n")])
+    started = time.monotonic()
+    code, out, err = _run(capfd, "test", "nccl", "c", "2", *cli_args(sshd), "--timeout", "2")
+    assert code == 1 and time.monotonic() - started < 30
+    assert out.startswith("FAIL: stopped vs within 2s"), out
+
+
+def test_hpq_test_refuses_bad_requests_before_connecting(capfd):
+    """Checked once, by the request: one line, exit 2, no SSH attempted (the proxy would fail loudly)."""
+    base = ["--proxy-command", "false", "--host", "h"]
+    for argv, words in ((["test", "sweep", "c", "1", *base], "NODES must be at least 2"),
+                        (["test", "nccl", "c", "2", "--expect", "soon", *base], "--expect"),
+                        (["test", "nccl", "c", "2", "9", "-t", "ml.g5.16xlarge", *base], "GPUS 9")):
+        code, out, err = _run(capfd, *argv)
+        assert code == 2 and out == "", (argv, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (argv, lines)
