@@ -131,6 +131,15 @@ def finish(result: TestResult, output: str) -> NoReturn:
     sys.exit(result.exit_code)
 
 
+def _cluster_nodes_gpus(func: Any) -> Any:
+    """CLUSTER [NODES] [GPUS], in that order, as every bandwidth and training test takes them."""
+    for arg in reversed([click.argument("cluster", type=inputs.HYPERPOD_CLUSTER),
+                         click.argument("nodes", required=False, type=inputs.TEST_NODES),
+                         click.argument("gpus", required=False, type=inputs.GPUS)]):
+        func = arg(func)
+    return func
+
+
 @click.group("test", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.pass_context
 def test(ctx: click.Context) -> None:
@@ -155,9 +164,7 @@ def test(ctx: click.Context) -> None:
 
 
 @test.command("nccl")
-@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
-@click.argument("nodes", required=False, type=inputs.TEST_NODES)
-@click.argument("gpus", required=False, type=inputs.GPUS)
+@_cluster_nodes_gpus
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
               help="Judge the bandwidth against the catalog (default), not at all (none), or your figure in GB/s.")
 @_test_options
@@ -181,9 +188,7 @@ def nccl(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 
 
 @test.command("nccom")
-@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
-@click.argument("nodes", required=False, type=inputs.TEST_NODES)
-@click.argument("gpus", required=False, type=inputs.GPUS)
+@_cluster_nodes_gpus
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
               help="Judge the bandwidth against the catalog (default), not at all (none), or your figure in GB/s.")
 @_test_options
@@ -201,9 +206,7 @@ def nccom(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
 
 
 @test.command("nanogpt")
-@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
-@click.argument("nodes", required=False, type=inputs.TEST_NODES)
-@click.argument("gpus", required=False, type=inputs.GPUS)
+@_cluster_nodes_gpus
 @_test_options
 @_eks_options(program_option, program_args_option)
 def nanogpt(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
@@ -221,9 +224,7 @@ def nanogpt(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> Non
 
 
 @test.command("sweep")
-@click.argument("cluster", type=inputs.HYPERPOD_CLUSTER)
-@click.argument("nodes", required=False, type=inputs.TEST_NODES)
-@click.argument("gpus", required=False, type=inputs.GPUS)
+@_cluster_nodes_gpus
 @_test_options
 def sweep(cluster: str, nodes: int | None, gpus: int | None, **kw: Any) -> None:
     """Pairwise NCCL sweep: two nodes at a time, name the slow node (NODES default: every idle node).
