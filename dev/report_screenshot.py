@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests are not installed: their samples import from the checkout
 
 from tests import report_samples  # noqa: E402
+
 WIDTH, HEIGHT = 1100, 3250  # the verdict lines, the bandwidth chart, the sweep's heat map, nanoGPT's charts
 
 
