@@ -79,3 +79,23 @@ def module_command(module: str, *args: str) -> str:
 
     return " ".join(["env", shlex.quote(f"PYTHONPATH={CHECKOUT}"), shlex.quote(sys.executable), "-m",
                      f"tests.{module}", *args])
+
+
+def patch_aws_client(monkeypatch, replacement) -> None:  # type: ignore[no-untyped-def]
+    """Replace ``hpq.aws.session.client`` everywhere it is used: in the session module and in every hpq module that
+    imported the function by name (``from hpq.aws.session import client``), whenever it was imported, so a test's
+    answer does not depend on which modules earlier tests happened to load."""
+    import importlib
+    import sys
+
+    session = importlib.import_module("hpq.aws.session")
+    original = session.client
+    # Every command module (and the libraries they import) is loaded now, before the patch: one first loaded
+    # while a patch is in place would keep that test's function after the test (monkeypatch restores only what
+    # it set), and the next test's patch would miss it.
+    commands = importlib.import_module("hpq.cli.main").COMMANDS
+    for module_name, _, _ in commands.values():
+        importlib.import_module(module_name)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("hpq") and getattr(module, "client", None) is original:
+            monkeypatch.setattr(module, "client", replacement)

@@ -17,7 +17,7 @@ from hpq.aws import quotas as aws_quotas
 from hpq.aws import session as aws_session
 from hpq.errors import UsageError
 from tests.aws.test_aws_quotas import GOOD, plan_responses, quota, sq_client
-from tests.support import run_cli
+from tests.support import patch_aws_client, run_cli
 
 REGION = "us-east-1"
 G5, M5 = "ml.g5.16xlarge", "ml.m5.xlarge"
@@ -105,7 +105,7 @@ def stubbed_quotas(monkeypatch):
     sq = sq_client()
     stub = Stubber(sq)
     real = aws_session.client
-    monkeypatch.setattr(aws_session, "client", lambda s, svc, region=None: sq if svc == "service-quotas"
+    patch_aws_client(monkeypatch, lambda s, svc, region=None: sq if svc == "service-quotas"
                         else real(s, svc, region))
     return stub
 

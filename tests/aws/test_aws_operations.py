@@ -25,7 +25,7 @@ from hpq.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
 from hpq.lifecycle import names
-from tests.support import module_command, run_cli
+from tests.support import module_command, patch_aws_client, run_cli
 
 REGION = "us-east-1"
 
@@ -105,7 +105,7 @@ def test_no_wait_returns_then_status_follow_follows(capsys, monkeypatch):
             c.describe_stacks = describe_stacks
         return c
 
-    monkeypatch.setattr(aws_session, "client", client)
+    patch_aws_client(monkeypatch, client)
     code, out, err = run_cli(["status", stack, "--follow", "--poll-seconds", "0.05"], capsys)
     assert code == 0, err
     assert out.splitlines()[0] == f"{stack}: CREATE_COMPLETE"

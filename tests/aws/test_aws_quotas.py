@@ -16,6 +16,7 @@ from botocore.stub import Stubber
 from hpq.aws import quotas as aws_quotas
 from hpq.aws import session as aws_session
 from hpq.cli.main import main
+from tests.support import patch_aws_client
 
 REGION = "us-east-1"
 M5_CODE = "L-M5XLARGE"  # any code: the command must take whatever the listing says
@@ -111,7 +112,7 @@ def test_cli_json_and_exit_code(monkeypatch, capsys):
     plan_responses(stub, dict(GOOD, total=2))
     stub.activate()
     real = aws_session.client
-    monkeypatch.setattr(aws_session, "client", lambda s, svc, region=None: sq if svc == "service-quotas"
+    patch_aws_client(monkeypatch, lambda s, svc, region=None: sq if svc == "service-quotas"
                         else real(s, svc, region))
     with pytest.raises(SystemExit) as exc:
         main(["check-quotas", "g5.16xlarge", "2", "--output", "json"])
@@ -163,7 +164,7 @@ def test_cli_table_says_pass_fail_unknown(monkeypatch, capsys):
     plan_responses(stub, dict(GOOD, instance=1), deny={"nat"})
     stub.activate()
     real = aws_session.client
-    monkeypatch.setattr(aws_session, "client", lambda s, svc, region=None: sq if svc == "service-quotas"
+    patch_aws_client(monkeypatch, lambda s, svc, region=None: sq if svc == "service-quotas"
                         else real(s, svc, region))
     with pytest.raises(SystemExit) as exc:
         main(["check-quotas", "g5.16xlarge", "2"])

@@ -24,6 +24,7 @@ from hpq.aws import stacks as aws_stacks
 from hpq.cli import printing
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
+from tests.support import patch_aws_client
 
 REGION = "us-east-1"
 T0 = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -224,7 +225,7 @@ def test_stack_errors_finds_nested_root_cause(monkeypatch, capsys):
             inject(c, scenario)
         return c
 
-    monkeypatch.setattr(aws_session, "client", client)
+    patch_aws_client(monkeypatch, client)
     with pytest.raises(SystemExit) as exc:
         main(["stack-errors", "hpq-t-err", "--output", "json"])
     assert exc.value.code in (0, None)

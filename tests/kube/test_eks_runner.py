@@ -33,6 +33,7 @@ from tests.fixtures_eks import (
     self_signed_cert,
 )
 from tests.nccl_logs import allreduce_log, efa_info, socket_info
+from tests.support import patch_aws_client
 
 TESTS = {"nccl-test": NCCL, "nanogpt": NANOGPT, "validate": VALIDATE}
 
@@ -380,7 +381,7 @@ def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch
             stubs.append(stub)
         return c
 
-    monkeypatch.setattr(aws_session, "client", client)
+    patch_aws_client(monkeypatch, client)
     session = aws_session.make_session("us-west-2")
     access = cluster_access(session, "my-hp")
     assert access.name == "hp-eks-cluster" and access.server == described["endpoint"]
