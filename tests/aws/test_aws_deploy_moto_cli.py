@@ -52,8 +52,10 @@ def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # n
 def test_plain_deploy_against_moto_never_switches_to_the_rendition(aws_env):  # noqa: F811
     """Without --emulate the real templates go up (the old silent switch is gone); the note says why moto may fail."""
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-plain")
+    # --no-quota-check: this test is about which templates go up; the shared moto account holds the VPCs of the
+    # tests before it, and the VPC quota's pre-flight would stop the deploy before the note (order-dependent).
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-plain", "--stack-name", "cli-moto-plain", "--no-wait",
-              "--output", "json", "--yes")
+              "--output", "json", "--yes", "--no-quota-check")
     assert rendition.RENDITION_NOTE not in res.stderr
     assert "--emulate moto" in res.stderr and "answers as a moto server" in res.stderr
     version = json.loads(res.stdout)["version"] if res.returncode == 0 else None
