@@ -65,11 +65,3 @@ class TestResult:
             doc.setdefault(key, value)
         return oc.json_safe(doc)
 
-
-def verdict_result(outcome: str, number: str, expectation: str, reason: str,
-                   data: dict[str, Any] | None = None) -> tuple[str, int, str, dict[str, Any]]:
-    """(outcome, exit code, message, data) for a judge whose evidence fits one headline."""
-    message = oc.headline(outcome, number, expectation, reason)
-    data = dict(data or {})
-    data["outcome"] = outcome
-    return outcome, oc.exit_code(outcome), message, data

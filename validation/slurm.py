@@ -37,14 +37,10 @@ class _LineTap(io.BytesIO):
 
     def __init__(self, on_line: Callable[[str], None]):
         super().__init__()
-        self._on_line = on_line
-        self._partial = b""
+        self._feed = _lines(on_line)
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
-        lines = (self._partial + bytes(data)).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            self._on_line(line.decode("utf-8", "replace"))
+        self._feed(bytes(data))
         return super().write(data)
 
 
