@@ -23,12 +23,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from . import fields, names
+from . import fields, names, services
 
 DEFAULT_SLURMCTLD_PORT = 6817
 # The longest wait any setting may ask for: a day (a bigger number is a typo, and time.sleep overflows on 1e300).
 MAX_WAIT_S = 86400.0
-SERVICE_MANAGERS = ("systemd", "direct")
 NCCL_PROFILES = ("default", "legacy")  # transport.PROFILES
 
 
@@ -107,7 +106,7 @@ class Settings:
     slurm_conf_dir: str = ""  # node path; default <slurm_prefix>/etc
     slurmctld_port: int = DEFAULT_SLURMCTLD_PORT
     slurm_node_root: str = "/"  # each Slurm node's root as jobs see it; %n = the job's Slurm node name
-    service_manager: str = ""  # systemd | direct; default: systemd when it is PID 1
+    systemctl_cmd: List[str] = field(default_factory=lambda: ["systemctl"])  # services.SystemdManager
     mount_cmd: List[str] = field(default_factory=lambda: ["mount"])
     modprobe_cmd: List[str] = field(default_factory=lambda: ["modprobe"])
     default_user: str = "ubuntu"
@@ -161,8 +160,7 @@ class Settings:
         s.slurm_conf_dir = _env(env, "HPQ_SLURM_CONF_DIR", os.path.join(s.slurm_prefix, "etc"))
         s.slurmctld_port = _number(env, "HPQ_SLURMCTLD_PORT", DEFAULT_SLURMCTLD_PORT, int, 1, 65535)
         s.slurm_node_root = _env(env, "HPQ_SLURM_NODE_ROOT", s.slurm_node_root)
-        s.service_manager = _choice(env, "HPQ_SERVICE_MANAGER",
-                                    "systemd" if os.path.isdir("/run/systemd/system") else "direct", SERVICE_MANAGERS)
+        s.systemctl_cmd = command("HPQ_SYSTEMCTL_CMD", "systemctl")
         s.mount_cmd = command("HPQ_MOUNT_CMD", "mount")
         s.modprobe_cmd = command("HPQ_MODPROBE_CMD", "modprobe")
         s.default_user = fields.token(_env(env, "HPQ_DEFAULT_USER", s.default_user), "HPQ_DEFAULT_USER")
@@ -225,9 +223,7 @@ class Context:
     @property
     def services(self):
         if self._services is None:
-            from . import services
-
-            self._services = services.manager(self)
+            self._services = services.SystemdManager(self)
         return self._services
 
     @property

@@ -148,8 +148,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     log = setup_logging(settings.path(settings.log_file))
     ctx = context.Context(settings, log)
-    log.info("lifecycle start: root=%s service manager=%s slurm prefix=%s",
-             settings.root, settings.service_manager, settings.slurm_prefix)
+    log.info("lifecycle start: root=%s systemctl=%s slurm prefix=%s",
+             settings.root, " ".join(settings.systemctl_cmd), settings.slurm_prefix)
     try:
         run_steps(ctx, settings.steps)
     except StepFailed as exc:

@@ -231,7 +231,7 @@ def _install_binary(ctx, art: Artifact, arch: str, mirror: str, pins: Dict[str, 
 
 def _start(ctx, unit: str, description: str, argv: List[str], changed: bool) -> str:
     unit_changed = files.write_file(ctx.path("%s/%s" % (UNIT_DIR, unit)), unit_text(description, argv))
-    if unit_changed and ctx.s.service_manager == "systemd":
+    if unit_changed:  # systemctl(1) daemon-reload: a running unit keeps its old definition until then
         ctx.services.reload()
     return ctx.services.ensure_running(unit, restart=changed or unit_changed)
 

@@ -40,6 +40,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from hpq.standins import systemctl as systemctl_standin
+
 CLUSTER = "ml-cluster"
 REGION = "us-west-2"
 CLUSTER_ARN = f"arn:aws:sagemaker:{REGION}:123456789012:cluster/2hd31rmi9mde"
@@ -341,3 +343,9 @@ def run_on_create(entry: Path, env: dict, *args: str, cwd: Path | None = None,
     run_env = dict(clean_env(), **{"HPQ_FAIL_LOG_WAIT_S": "0", **env})
     return subprocess.run(argv, cwd=str(cwd or entry.parent), env=run_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def systemctl_standin_for(root: Path) -> str:
+    """The systemctl stand-in's shim for the node at ``root`` (hpq.standins.systemctl: no systemd on this host),
+    next to the root; what the lifecycle's HPQ_SYSTEMCTL_CMD names, or what goes first on the node's PATH."""
+    return systemctl_standin.install(str(root.parent / f"{root.name}-bin"), str(root))

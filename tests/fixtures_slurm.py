@@ -58,9 +58,9 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import names
-from hpq.lifecycle.services import pid_alive
 from hpq.standins import hyperpod
 from hpq.standins import imds as imds_standin
+from hpq.standins.systemctl import pid_alive
 from tests import fixtures_node
 from tests.support import free_ports
 
@@ -320,7 +320,8 @@ def slurm_cluster(tmp_path_factory):
         lifecycle_env[name] = dict(
             env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name),
             HPQ_SLURM_PREFIX="/usr", HPQ_SLURM_CONF_DIR="/opt/slurm/etc", HPQ_SLURMCTLD_PORT=str(ctl_port),
-            HPQ_SERVICE_MANAGER="direct", HPQ_MOUNT_CMD=str(fake_mount), HPQ_MODPROBE_CMD=str(modprobe),
+            PATH=os.path.dirname(fixtures_node.systemctl_standin_for(root)) + os.pathsep + env.get("PATH", ""),
+            HPQ_MOUNT_CMD=str(fake_mount), HPQ_MODPROBE_CMD=str(modprobe),
             HPQ_FAIL_LOG_WAIT_S="0",  # no CloudWatch agent here: a failing run need not wait for one
             HPQ_SLURM_NODE_ROOT=f"{base}/%n", HPQ_DEFAULT_USER="root",
             HPQ_MUNGE_USER="root", HPQ_SERVICE_WAIT_S="60", HPQ_SHARED_WAIT_S="30", HPQ_SLURM_CONF_WAIT_S="30",
@@ -377,5 +378,6 @@ def make_context(root: Path, **env: str):
 
     from hpq.lifecycle import context
 
-    settings = context.Settings.from_env({"HPQ_ROOT": str(root), "HPQ_SERVICE_MANAGER": "direct", **env})
+    settings = context.Settings.from_env(
+        {"HPQ_ROOT": str(root), "HPQ_SYSTEMCTL_CMD": fixtures_node.systemctl_standin_for(root), **env})
     return context.Context(settings, logging.getLogger("hpq-test.lifecycle"))

@@ -217,7 +217,7 @@ BAD_SETTINGS = [
     ([], {"HPQ_SLURMCTLD_PORT": "65536"}, "HPQ_SLURMCTLD_PORT must be an integer from 1 to 65535"),
     ([], {"HPQ_SLURMCTLD_PORT": "6817.5"}, "HPQ_SLURMCTLD_PORT must be an integer"),
     ([], {"HPQ_FSX_MOUNT_ATTEMPTS": "0"}, "HPQ_FSX_MOUNT_ATTEMPTS must be an integer from 1 to 100"),
-    ([], {"HPQ_SERVICE_MANAGER": "upstart"}, "HPQ_SERVICE_MANAGER must be one of systemd, direct"),
+    ([], {"HPQ_SYSTEMCTL_CMD": "systemctl 'unclosed"}, "HPQ_SYSTEMCTL_CMD"),
     ([], {"HPQ_NCCL_PROFILE": "fast"}, "HPQ_NCCL_PROFILE must be one of default, legacy"),
     ([], {"HPQ_NODE_IP": "10.0.0.1,10.0.0.x"}, "HPQ_NODE_IP address '10.0.0.x' is not an IPv4 address"),
     ([], {"HPQ_DEFAULT_USER": "ubuntu\nroot"}, "HPQ_DEFAULT_USER 'ubuntu\\nroot' is not one name"),
@@ -249,8 +249,9 @@ def test_good_settings_are_taken(tmp_path):
     from hpq.lifecycle import context
 
     s = context.Settings.from_env(dict(HPQ_ROOT=str(tmp_path), HPQ_STEPS=" identify , fsx ", HPQ_FSX_POLL_S="0.5",
-                                       HPQ_DNS_WAIT_S="0", HPQ_SLURMCTLD_PORT="65535", HPQ_SERVICE_MANAGER="direct",
+                                       HPQ_DNS_WAIT_S="0", HPQ_SLURMCTLD_PORT="65535", HPQ_SYSTEMCTL_CMD="/usr/local/bin/systemctl --no-pager",
                                        HPQ_NODE_IP="10.0.0.1, 10.0.0.2", HPQ_FSX_API_ATTEMPTS="3"))
     assert s.steps == ["identify", "fsx"] and s.fsx_poll_s == 0.5 and s.slurmctld_port == 65535
     assert s.node_ips == ["10.0.0.1", "10.0.0.2"] and s.fsx_api_attempts == 3
+    assert s.systemctl_cmd == ["/usr/local/bin/systemctl", "--no-pager"]
     assert context.Settings.from_env(dict(HPQ_ROOT=str(tmp_path))).steps is None  # unset: every step

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import eks_storage, identity, names, services
+from hpq.lifecycle import eks_storage, identity, names
+from hpq.standins import systemctl as systemctl_standin
 from tests import fixtures_node as fn
 from tests.fixtures_slurm import make_context
 
@@ -60,7 +61,7 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
     steps = "identify,nccl-env,eks-storage,install,munge,slurm,host-certs,ssh-keys"
     res = fn.run_on_create(entry, env, "--steps", steps)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -73,7 +74,8 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     # containerd: the AMI's ExecStart plus --root on the volume; the AMI's data came along.
     data_root = root / "opt/sagemaker/containerd/data-root"
     ctx = make_context(root)
-    argv, _, _ = services.DirectManager(ctx).command("containerd.service")
+    argv, _ = systemctl_standin.Systemd(str(root)).command("containerd.service",
+                                                           ctx.services.unit_sections("containerd.service"))
     assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
     assert (data_root / "io.containerd.content.v1.content/blobs/sha256/0f5ac6b1").read_bytes() == b"pause image layer"
     dropin = (root / "etc/systemd/system/containerd.service.d/hpq-data-root.conf").read_text()
@@ -83,7 +85,7 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     kubelet = root / "var/lib/kubelet"
     assert kubelet.is_symlink() and os.readlink(kubelet) == str(root / "opt/sagemaker/kubelet")
     assert (kubelet / "kubeconfig").read_text().startswith("apiVersion: v1")
-    sections = services.DirectManager(ctx).unit_sections("kubelet.service")
+    sections = ctx.services.unit_sections("kubelet.service")
     assert sections["Unit"]["RequiresMountsFor"] == [f"{root}/opt/sagemaker"]
     assert sections["Service"]["ExecStart"] == ["/usr/bin/kubelet $NODEADM_KUBELET_ARGS"]  # unchanged
     before = snapshot(root)
@@ -99,15 +101,16 @@ def test_running_daemons_are_stopped_around_the_move_and_started_again(tmp_path)
     mgr = ctx.services
     mgr.ensure_running("containerd.service")
     mgr.ensure_running("kubelet.service")
-    old = {u: mgr.pid(u) for u in ("containerd.service", "kubelet.service")}
+    standin = systemctl_standin.Systemd(str(root))
+    old = {u: standin.main_pid(u) for u in ("containerd.service", "kubelet.service")}
     try:
         result = eks_storage.run(ctx)
         assert "restarted containerd.service, kubelet.service" in result
-        new = {u: mgr.pid(u) for u in old}
+        new = {u: standin.main_pid(u) for u in old}
         assert all(new[u] and new[u] != old[u] for u in old)
         cmdline = Path(f"/proc/{new['containerd.service']}/cmdline").read_bytes().split(b"\0")
         assert b"--root" in cmdline  # the restarted daemon runs with the drop-in
-        assert "already on" in eks_storage.run(ctx) and mgr.pid("containerd.service") == new["containerd.service"]
+        assert "already on" in eks_storage.run(ctx) and standin.main_pid("containerd.service") == new["containerd.service"]
     finally:
         for unit in old:
             mgr.stop(unit)
@@ -191,10 +194,11 @@ def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
         assert (kubelet / "kubeconfig").read_text().endswith("# new image\n")
     else:
         assert sorted(os.listdir(kubelet)) == []
-    argv, _, _ = services.DirectManager(ctx).command("containerd.service")
+    argv, _ = systemctl_standin.Systemd(str(root)).command("containerd.service",
+                                                           ctx.services.unit_sections("containerd.service"))
     assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
     if image == "al2":  # the AMI's own drop-in next to ours still applies
-        sections = services.DirectManager(ctx).unit_sections("containerd.service")
+        sections = ctx.services.unit_sections("containerd.service")
         assert "/bin/ln -sf /run/containerd/containerd.sock /run/dockershim.sock" in sections["Service"]["ExecStartPre"]
     assert not list(disk.glob("*.hpq-partial")) and not list((root / "var/lib").glob("*.hpq-moved"))
     # A plain re-run on this root keeps everything (the new node's data is not cleared again).
@@ -209,7 +213,7 @@ def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):  #
     entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
     assert fn.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
     fresh_root(root, "al2", b"al2 pause", "apiVersion: v1\nkind: Config\n# al2\n")
     res = fn.run_on_create(entry, env, "--steps", "identify,eks-storage")

@@ -156,7 +156,7 @@ def test_the_lifecycle_fails_the_step_when_etc_environment_leaves_its_folder(tmp
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc/environment").symlink_to(victim)
     srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct"),
+    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root)),
                            "--steps", "identify,nccl-env")
     assert res.returncode == 1
     assert f"step nccl-env failed: {root}/etc/environment is a symlink to {victim}, outside its folder" in res.stdout

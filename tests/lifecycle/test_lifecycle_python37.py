@@ -204,7 +204,7 @@ def test_eks_path_runs_on_python37(tmp_path, imds_factory):  # noqa: F811
     fn.write_recorder(tmp_path / "modprobe")
     iid = list(fn.EKS_NODES)[0]
     srv = imds_factory({"": fn.imds_answers(iid, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct", HPQ_PYTHON=py,
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root), HPQ_PYTHON=py,
                HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"))
     res = fn.run_on_create(entry, env, "--steps", "identify,nccl-env,fsx,eks-storage")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -228,7 +228,7 @@ def test_slurm_worker_identity_runs_on_python37(tmp_path, imds_factory):  # noqa
     fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, fn.hpq_cluster_config())
     iid = fn.SLURM_NODES[fn.WORKER_GROUP + "-1"][0]
     srv = imds_factory({"": fn.imds_answers(iid, "p5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct", HPQ_PYTHON=py)
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root), HPQ_PYTHON=py)
     res = fn.run_on_create(entry, env, "--steps", "identify,nccl-env")
     assert res.returncode == 0, res.stdout + res.stderr
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())

@@ -8,10 +8,9 @@ in the same repo; tests/fixtures_node.AMI_SLURMD_UNIT), so a slurmd started on t
 the slurm.conf the controller serves. The slurm step stops, disables and masks the other daemon (systemd.unit(5):
 a unit linked to /dev/null is masked and never started), idempotently.
 
-systemd itself is not PID 1 here. The systemd manager runs ``systemctl`` from PATH; the stand-in below does what
-systemctl does to unit files under a root directory and refuses what it refuses: ``mask`` of a unit whose file is
-in /etc/systemd/system fails as systemctl's does ("File ... already exists"). The direct manager (tests, the
-rehearsal) reads the same files and refuses to start a masked unit.
+systemd itself is not PID 1 here. The lifecycle's one service manager runs ``systemctl``; here that is hpq's
+systemctl stand-in (standins/systemctl.py) for the node root, which refuses what systemctl refuses: ``mask`` of a
+unit whose file is in /etc/systemd/system fails ("File ... already exists"), start of a masked unit fails.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import identity, services, slurm
+from hpq.standins import systemctl as systemctl_standin
 from tests.fixtures_slurm import make_context
 
 KEEPER = f"{sys.executable} -c 'import time; time.sleep(300)'"
@@ -53,12 +53,13 @@ def test_the_other_daemon_is_stopped_disabled_and_masked(tmp_path, role, unit):
     ctx = with_role(make_context(root), role)
     mgr = ctx.services
     mgr.ensure_running(unit)  # the AMI started it at boot
-    pid = mgr.pid(unit)
+    standin = systemctl_standin.Systemd(str(root))
+    pid = standin.main_pid(unit)
     assert pid
     try:
         result = slurm.keep_other_daemon_off(ctx, ctx.node)
         assert unit in result and "masked" in result
-        assert mgr.pid(unit) is None and not services.pid_alive(pid)
+        assert standin.main_pid(unit) is None and not systemctl_standin.pid_alive(pid)
         etc = root / "etc/systemd/system"
         assert os.readlink(etc / unit) == "/dev/null"
         aside = etc / unit.replace(".service", "_DO_NOT_START_ON_CONTROLLER.service")
@@ -129,10 +130,9 @@ def test_systemd_manager_sets_the_unit_file_aside_before_systemctl_mask(tmp_path
     (bindir / "systemctl").write_text(SYSTEMCTL)
     (bindir / "systemctl").chmod(0o755)
     log = tmp_path / "systemctl.log"
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("HPQ_TEST_SYSTEMD_ROOT", str(root))
     monkeypatch.setenv("HPQ_TEST_SYSTEMCTL_LOG", str(log))
-    ctx = with_role(make_context(root, HPQ_SERVICE_MANAGER="systemd"), identity.CONTROLLER)
+    ctx = with_role(make_context(root, HPQ_SYSTEMCTL_CMD=str(bindir / "systemctl")), identity.CONTROLLER)
     assert isinstance(ctx.services, services.SystemdManager)
     assert "masked" in slurm.keep_other_daemon_off(ctx, ctx.node)
     assert log.read_text().splitlines() == ["stop slurmd.service", "disable slurmd.service", "mask slurmd.service",

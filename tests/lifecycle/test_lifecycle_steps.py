@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from hpq.lifecycle import files, identity, install, munge, node_env, services, slurm, ssh_keys
+from hpq.standins import systemctl as systemctl_standin
 from tests import fixtures_node
 from tests.fixtures_slurm import (
     INSTANCE_IDS,
@@ -76,14 +78,17 @@ def test_conf_server_dropin_configures_slurmd_without_touching_the_vendor_unit(t
     (root / "etc/default").mkdir(parents=True)
     (root / "etc/default/slurmd").write_text('SLURMD_OPTIONS="-v"\n')
     ctx = make_context(root)
-    mgr = services.DirectManager(ctx)
-    with pytest.raises(services.ServiceError, match="ConditionPathExists"):
-        mgr.command("slurmd.service")  # a configless node has no slurm.conf: the vendor unit alone won't start
+    mgr = ctx.services
+    standin = systemctl_standin.Systemd(str(root))
+    # A configless node has no slurm.conf: the vendor unit alone is skipped (systemd.unit(5): a failed condition
+    # is no error, the unit stays inactive).
+    assert not standin.conditions_met(mgr.unit_sections("slurmd.service"))
     node = identity.NodeInfo("c", "i-1", "n", WORKER_GROUP, "worker", "10.0.0.2", "ml.g5.16xlarge",
                              controller_ips=["10.0.0.1", "10.0.0.3"])
     vendor = services.exec_start("slurmd.service", mgr.unit_sections("slurmd.service", with_dropins=False))
     assert mgr.write_dropin("slurmd.service", slurm.DROPIN, slurm.dropin_text(vendor, slurm.conf_server(node, 6817)))
-    argv, env, kind = mgr.command("slurmd.service")
+    assert standin.conditions_met(mgr.unit_sections("slurmd.service"))  # the drop-in's ConditionPathExists= reset
+    argv, env = standin.command("slurmd.service", mgr.unit_sections("slurmd.service"))
     assert argv == ["/usr/sbin/slurmd", "-D", "-s", "-v", "--conf-server", "10.0.0.1:6817,10.0.0.3:6817"]
     assert (root / "lib/systemd/system/slurmd.service").read_text() == DEBIAN_SLURMD
     # Same content again: no change (so no restart).
@@ -97,27 +102,37 @@ def test_unit_parser_environment_precedence_and_resets(tmp_path):
                                   "ExecStart=/bin/echo $A ${B} $MISSING\n")
     (root / "etc").mkdir()
     (root / "etc/x").write_text("A=from-file\n")
-    argv, env, _ = services.DirectManager(make_context(root)).command("x.service")
+    argv, env = systemctl_standin.Systemd(str(root)).command("x.service", make_context(root).services.unit_sections(
+        "x.service"))
     assert argv == ["/bin/echo", "from-file", "two words"]  # EnvironmentFile wins, ${B} stays one word
 
 
-def test_direct_manager_starts_stops_and_reports(tmp_path):
+def test_the_manager_starts_stops_and_reports_through_systemctl(tmp_path):
+    """SystemdManager through the systemctl stand-in: start, already running, restart (a new main PID), stop; a
+    simple service that dies at once started fine (systemd.service(5): start returns once it is forked) and then
+    reads as not active, so the caller's wait sees it."""
     root = tmp_path / "n"
     write_unit(root, "sleeper.service", "[Service]\nExecStart=/bin/sleep 30\n")
-    mgr = services.DirectManager(make_context(root))
+    mgr = make_context(root).services
+    standin = systemctl_standin.Systemd(str(root))
     assert not mgr.is_active("sleeper.service")
     assert mgr.ensure_running("sleeper.service") == "started"
-    pid = mgr.pid("sleeper.service")
+    pid = standin.main_pid("sleeper.service")
     try:
-        assert mgr.ensure_running("sleeper.service") == "already running" and mgr.pid("sleeper.service") == pid
+        assert pid and mgr.ensure_running("sleeper.service") == "already running"
+        assert standin.main_pid("sleeper.service") == pid
         assert mgr.ensure_running("sleeper.service", restart=True) == "restarted"
-        assert mgr.pid("sleeper.service") != pid
+        assert standin.main_pid("sleeper.service") not in (None, pid)
     finally:
         mgr.stop("sleeper.service")
-    assert not mgr.is_active("sleeper.service")
+    assert not mgr.is_active("sleeper.service") and not systemctl_standin.pid_alive(pid)
     write_unit(root, "dies.service", "[Service]\nExecStart=/bin/sh -c 'echo boom; exit 3'\n")
-    with pytest.raises(services.ServiceError, match="exited 3 right after start.*boom"):
-        mgr.ensure_running("dies.service")
+    assert mgr.ensure_running("dies.service") == "started"
+    time.sleep(0.3)
+    assert not mgr.is_active("dies.service") and standin.active_state("dies.service") == "failed"
+    assert "boom" in (root / "var/log/hpq/dies.service.log").read_text()
+    with pytest.raises(services.ServiceError, match="Unit nothere.service not found"):
+        mgr.ensure_running("nothere.service")
 
 
 def test_controller_waits_boundedly_for_the_agents_slurm_conf(tmp_path):
@@ -214,7 +229,7 @@ def test_systemd_manager_reloads_after_dropin_and_restarts_on_change(tmp_path, m
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     root = tmp_path / "n"
     write_unit(root, "slurmd.service", DEBIAN_SLURMD)
-    mgr = services.SystemdManager(make_context(root, HPQ_SERVICE_MANAGER="systemd"))
+    mgr = services.SystemdManager(make_context(root, HPQ_SYSTEMCTL_CMD=str(bin_dir / "systemctl")))
     assert mgr.write_dropin("slurmd.service", "hpq-x", "[Service]\nExecStart=\nExecStart=/bin/true\n")
     assert mgr.ensure_running("slurmd.service") == "started"
     assert not mgr.write_dropin("slurmd.service", "hpq-x", "[Service]\nExecStart=\nExecStart=/bin/true\n")

@@ -109,7 +109,7 @@ def worker_node(tmp_path: Path, url: str | None = URL):
 
 
 def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
     return fn.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
 
 
