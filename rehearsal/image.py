@@ -2,13 +2,16 @@
 
 Stand-in for the AMI (and for systemd's boot-time work, since there is no systemd here):
 
+- ``systemctl`` first on the node's PATH (``/usr/local/sbin``): hpq's systemctl stand-in
+  (standins/systemctl.py), which the lifecycle's service manager calls as it calls systemd's on a node;
+
 - Slurm where HyperPod keeps it: ``/opt/slurm/{bin,sbin,etc}`` (links to Debian's 22.05 binaries;
   ``/etc/slurm`` points at ``/opt/slurm/etc`` so Debian's binaries read HyperPod's config path);
 - the runtime directories systemd would create (``RuntimeDirectory=``: /run/munge, /run/sshd,
   /run/slurm) and Slurm's spool and log directories;
 - the default user ``ubuntu`` with the rehearsal's public key (what a user adds to reach the
   controller), a per-node SSH host key, and sshd running: the AMI's ssh.service, started at boot by
-  the node's service manager (the lifecycle's direct manager, standing in for systemd), so a later
+  ``systemctl start ssh.service`` (the stand-in, as systemd starts the enabled unit at boot), so a later
   reload of it (the host-certs step) reaches the running sshd;
 - one MUNGE key, the same on every node (HyperPod gives every node of a cluster the same key);
 - a PyTorch environment at /opt/conda/envs/pytorch (the DLAMI path ``run-nccl-test`` looks in),
@@ -26,12 +29,14 @@ import shlex
 import sys
 
 from hpq.rehearsal.node import Node, host_aws_cli
+from hpq.standins import systemctl as systemctl_standin
 
 SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sstat", "sattach",
                  "sbcast", "sprio", "sshare", "sdiag")
 SLURM_DAEMONS = ("slurmd", "slurmctld", "slurmstepd")
 TORCH_ENV = "/opt/conda/envs/pytorch"
 DEFAULT_USER = "ubuntu"
+SYSTEMCTL = "/usr/local/sbin/systemctl"  # first on node.NODE_PATH, before Debian's /usr/bin/systemctl
 
 BOOT = r"""set -eu
 rm -rf /etc/slurm
@@ -88,9 +93,7 @@ def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public
         node.sh(f"ln -sfn python3 {TORCH_ENV}/bin/python")
     node.write("/usr/sbin/mount.lustre", mount_lustre, 0o755)
     node.sh(seed_mounts)
-    # systemd would start ssh.service at boot; here the lifecycle's direct service manager does, from
-    # hpq's own installed copy (the node's copy arrives only with OnCreate).
-    code = ("from hpq.lifecycle import context, services\n"
-            "ctx = context.Context(context.Settings.from_env({'HPQ_SERVICE_MANAGER': 'direct'}))\n"
-            "print(services.manager(ctx).ensure_running('ssh.service'))")
-    node.run([sys.executable, "-c", code], timeout=60)
+    # No systemd here: the systemctl stand-in, first on the node's PATH (node.NODE_PATH), answers the lifecycle's
+    # systemctl calls; it starts ssh.service as systemd starts the AMI's enabled unit at boot.
+    node.write(SYSTEMCTL, systemctl_standin.shim_text("/", sys.executable), 0o755)
+    node.run(["systemctl", "start", "ssh.service"], timeout=60)

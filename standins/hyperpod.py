@@ -297,9 +297,6 @@ def oncreate_env(node_endpoint: str, extra: dict[str, str]) -> dict[str, str]:
         "SAGEMAKER_RESOURCE_CONFIG_PATH": RESOURCE_CONFIG,
         # The emulated AWS endpoint (a real node reaches AWS through the VPC's endpoints).
         "AWS_ENDPOINT_URL": node_endpoint,
-        # No systemd on this host: the lifecycle's documented direct service manager starts the units
-        # (lifecycle/services.py), as the lifecycle would pick by itself without /run/systemd/system.
-        "HPQ_SERVICE_MANAGER": "direct",
         # The FSx stand-in's mount table, where /fsx shows as a Lustre mount (standins/fsx.py).
         "HPQ_PROC_MOUNTS": MOUNTS_FILE,
         # A failed OnCreate waits for HyperPod's agent to ship its log to CloudWatch (60 s by default); the

@@ -12,8 +12,8 @@ the node root (the vendor unit from the first of the unit directories that has i
 - ``start``, ``stop``, ``restart``, ``reload``, ``is-active``, ``enable``, ``disable``, ``mask``,
   ``daemon-reload``, ``show -p LoadState,ActiveState,SubState,MainPID``;
 - systemd.service(5) (https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html):
-  ``ExecStart=`` (an empty assignment resets the list; the last one runs), ``Type=`` simple / exec /
-  notify / forking (with ``PIDFile=``); a simple service's start succeeds once it is forked (its death shows in
+  ``ExecStart=`` (an empty assignment resets the list; more than one is refused unless Type=oneshot), ``Type=``
+  simple / exec / notify / forking (with ``PIDFile=``; other types are refused as not implemented); a simple service's start succeeds once it is forked (its death shows in
   is-active as ``failed``), a forking one's when its parent exits 0; notify is taken as ready when it still runs
   half a second later (there is no NOTIFY_SOCKET here);
 - systemd.exec(5) (https://www.freedesktop.org/software/systemd/man/latest/systemd.exec.html):
@@ -182,6 +182,10 @@ class Systemd:
     def command(self, unit: str, sections: Sections) -> tuple[list[str], dict[str, str]]:
         """(argv, the unit's environment) for the unit's ExecStart, the way systemd expands it."""
         service = sections.get("Service", {})
+        if len(service.get("ExecStart", [])) > 1 and (service.get("Type") or ["simple"])[-1] != "oneshot":
+            # systemd.service(5): several ExecStart= only for Type=oneshot; the unit does not load ("bad-setting")
+            raise Refused(f"Failed to start {unit}: Unit {unit} has a bad unit file setting. ({unit} has more than "
+                          "one ExecStart= setting, which is only allowed for Type=oneshot services. Refusing.)")
         env = self.environment(unit, service)
         try:
             line = services.exec_start(unit, sections).lstrip("-@+!:")
@@ -256,6 +260,8 @@ class Systemd:
         service = sections.get("Service", {})
         argv, env = self.command(unit, sections)
         kind = (service.get("Type") or ["simple"])[-1]
+        if kind not in ("simple", "exec", "notify", "forking"):
+            raise Refused(f"{unit}: Type={kind} is not implemented by the systemctl stand-in")
         creds = self.credentials(unit, service)
         self.runtime_directories(service, creds)
         full_env = dict(os.environ)
