@@ -597,9 +597,15 @@ def test_find_refuses_a_rehearsal_that_cannot_run_tests_in_one_line(tmp_path, mo
 # ---------------------------------------------------------------------------- the stand-ins stay off the nodes
 
 
+# A service manager that starts the units' processes itself instead of asking systemd (the DirectManager that
+# lifecycle/services.py once held), or a systemctl command: what only a node without systemd needs.
+SERVICE_MANAGER_STANDIN = re.compile(rb"^\s*class \w*Direct\w*\b|\bhpq\.standins\b", re.M)
+
+
 def stand_ins_in(files: dict[str, str]) -> list[str]:
     """The bundle entries that are stand-ins or need them: a module of hpq.standins (by place or by content),
-    or a file that imports the stand-ins, the rehearsal or the tests."""
+    a file that imports or runs the stand-ins, the rehearsal or the tests, a ``systemctl`` of our own (the
+    stand-in's shim), or a service manager that starts daemons itself."""
     from pathlib import Path
 
     import hpq.standins
@@ -609,7 +615,8 @@ def stand_ins_in(files: dict[str, str]) -> list[str]:
     for key, src in files.items():
         data = Path(src).read_bytes()
         if key.startswith(("hpq/standins/", "hpq/rehearsal/", "hpq/tests/")) or data in ours or re.search(
-                rb"^\s*(from|import) hpq\.(standins|rehearsal|tests)\b", data, re.M):
+                rb"^\s*(from|import) hpq\.(standins|rehearsal|tests)\b", data, re.M) or \
+                key.rsplit("/", 1)[-1] == "systemctl" or SERVICE_MANAGER_STANDIN.search(data):
             found.append(key)
     return found
 
@@ -617,10 +624,11 @@ def stand_ins_in(files: dict[str, str]) -> list[str]:
 def test_no_stand_in_ships_in_the_node_bundle(tmp_path):
     """What deploy uploads for the nodes (lifecycle/bundle.node_bundle_files, the list every test that boots a
     node uses too): the entry, hpq's two ground-floor files, lifecycle/ and scripts/, and no stand-in (IMDS,
-    moto, FSx, HyperPod: hpq.standins). Broken twin: the same list with the IMDS stand-in copied into
-    lifecycle/ (as rehearsal/imds.py once sat next to the lifecycle's IMDS client) is caught.
-    Not yet covered: lifecycle/services.DirectManager, the service manager used where systemd is not PID 1
-    (tests, the rehearsal's nodes), still ships in lifecycle/ (issue 22 item 5)."""
+    moto, FSx, HyperPod, systemctl: hpq.standins), and no service manager but the real one (systemctl).
+    Broken twins: the same list with the IMDS stand-in copied into lifecycle/ (as rehearsal/imds.py once sat next to
+    the lifecycle's IMDS client), with a module importing the stand-ins, with the systemctl stand-in copied into
+    lifecycle/, with its shim in scripts/bin, and with a DirectManager (a manager that starts the units' processes
+    itself, as lifecycle/services.py once held) in lifecycle/services.py are each caught."""
     from hpq.lifecycle import bundle, names
     from hpq.standins import imds as imds_mod
 
@@ -633,3 +641,17 @@ def test_no_stand_in_ships_in_the_node_bundle(tmp_path):
     importer = tmp_path / "probe.py"
     importer.write_text("import os\nfrom hpq.standins import moto\n")
     assert stand_ins_in(dict(files, **{"hpq/scripts/probe.py": str(importer)})) == ["hpq/scripts/probe.py"]
+    from hpq.standins import systemctl as systemctl_mod
+
+    twin = dict(files, **{"hpq/lifecycle/systemctl.py": systemctl_mod.__file__})
+    assert stand_ins_in(twin) == ["hpq/lifecycle/systemctl.py"]
+    shim = tmp_path / "shim"
+    shim.write_text(systemctl_mod.shim_text("/", "/usr/bin/python3"))
+    assert stand_ins_in(dict(files, **{"hpq/scripts/bin/systemctl": str(shim)})) == ["hpq/scripts/bin/systemctl"]
+    renamed = tmp_path / "svc"  # the same shim under another name: it runs hpq.standins
+    renamed.write_text(systemctl_mod.shim_text("/", "/usr/bin/python3"))
+    assert stand_ins_in(dict(files, **{"hpq/scripts/bin/svc": str(renamed)})) == ["hpq/scripts/bin/svc"]
+    direct = tmp_path / "services.py"
+    direct.write_text(open(files["hpq/lifecycle/services.py"]).read()
+                      + "\n\nclass DirectManager(UnitFiles):\n    \"\"\"Start the unit's ExecStart itself.\"\"\"\n")
+    assert stand_ins_in(dict(files, **{"hpq/lifecycle/services.py": str(direct)})) == ["hpq/lifecycle/services.py"]
