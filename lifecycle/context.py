@@ -6,7 +6,7 @@ Two kinds of paths:
 - *paths you give* (``HPQ_RESOURCE_CONFIG``, ``HPQ_PROVISIONING_PARAMETERS``, ``HPQ_CLUSTER_CONFIG``,
   ``HPQ_PROC_MOUNTS``) are used exactly as given: they point at the input you want read.
 Every external address (IMDS, AWS endpoint) and every host-specific command (mount, modprobe,
-service manager) can be swapped. On a HyperPod node nothing needs setting. docs/lifecycle.md lists
+systemctl) can be swapped. On a HyperPod node nothing needs setting. docs/lifecycle.md lists
 them all.
 
 One meaning per setting: an unset or empty variable means its default, except where the default would be

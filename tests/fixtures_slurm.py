@@ -10,7 +10,7 @@ writes it) and the documented provisioning_parameters.json (FSx names) in /opt/m
 What is a stand-in: the HyperPod agent (this fixture writes what it would: the controller's
 slurm.conf with NodeName lines, resource_config.json in HyperPod's format
 (tests/fixtures_node.py), the vendor unit files in the AMI's form with $SLURMD_OPTIONS),
-IMDS (hpq.standins.imds), systemd (the lifecycle's ``direct`` service manager starts the
+IMDS (hpq.standins.imds), systemd (hpq's systemctl stand-in, first on each node's PATH, starts the
 units' ExecStart), and FSx (``HPQ_MOUNT_CMD`` is tests/fixtures_node.py's mount.lustre
 stand-in: it resolves the FSx name, links the shared directory and records the mount with
 an IP NID in ``<root>/proc/mounts``, as the kernel shows it).
@@ -145,7 +145,7 @@ def write_units(root: Path, node: str, ctl_conf: str) -> None:
     else:
         # The AMI's form (tests/fixtures_node.AMI_SLURMD_UNIT: /etc/systemd/system, $SLURMD_OPTIONS in ExecStart)
         # with Debian's binary and, for one host, -N; without the ExecStartPre that deletes a local slurm.conf
-        # (the direct manager runs ExecStart only, and that path is the host's).
+        # (the systemctl stand-in runs ExecStart only, and that path is the host's).
         unit = fixtures_node.AMI_SLURMD_UNIT.replace("ExecStartPre=-/usr/bin/rm -f /opt/slurm/etc/slurm.conf\n", "")
         unit = unit.replace("/opt/slurm/sbin/slurmd -D $SLURMD_OPTIONS", f"/usr/sbin/slurmd -D -s -N {node} $SLURMD_OPTIONS")
         assert f"-N {node} $SLURMD_OPTIONS" in unit
@@ -178,8 +178,8 @@ class SlurmCluster:
 
     def start_lifecycle(self, node: str) -> subprocess.Popen:
         """The bundle's root on_create.sh, started from the bundle directory as HyperPod does, in its own
-        process group, so ``kill_group`` stops all of it (not the daemons it started: the direct service
-        manager gives each its own session; they are stopped by PID file)."""
+        process group, so ``kill_group`` stops all of it (not the daemons it started: the systemctl
+        stand-in gives each its own session; they are stopped by PID file)."""
         return subprocess.Popen([str(self.node_ns), str(self.roots[node]), "bash", self.on_create.name],
                                 cwd=str(self.on_create.parent), env=self.lifecycle_env[node],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

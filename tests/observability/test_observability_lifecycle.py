@@ -6,7 +6,7 @@ HTTP server standing in for the GitHub release downloads (HPQ_OBSERVABILITY_MIRR
 takes NODE_EXPORTER_DOWNLOAD_URL: awslabs/awsome-distributed-ai 1.architectures/2.aws-parallelcluster/
 post-install-scripts/install-node-exporter.sh), laid out as the releases are (``<name>-<v>.linux-<arch>/<name>``
 inside ``<name>-<v>.linux-<arch>.tar.gz``). The fake binaries are small scripts that record their arguments and
-stay up, started by the lifecycle's own direct service manager from the unit files the step writes.
+stay up, started through the systemctl stand-in (standins/systemctl.py) from the unit files the step writes.
 
 Cases: a good checksum installs and starts (and the agent's configuration passes Debian's promtool); the real
 pins refuse the fake tarballs (sha256 mismatch: nothing unpacked, boot exit 0); a dead mirror leaves the boot going;
