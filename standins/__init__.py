@@ -9,7 +9,8 @@ which reference its shapes come from:
   ``hpq deploy --emulate moto`` and the rehearsal);
 - ``fsx``: FSx for Lustre on a node (a shared directory and a ``mount.lustre``);
 - ``hyperpod``: what the HyperPod service and its agents do to a node (resource_config.json, the
-  controller's slurm.conf, the lifecycle prefix staged and OnCreate run).
+  controller's slurm.conf, the lifecycle prefix staged and OnCreate run);
+- ``systemctl``: systemd's ``systemctl`` on a node where systemd is not PID 1 (units, drop-ins, masking).
 
 None of it ships in the node bundle (lifecycle/bundle.py): a real node has the real things.
 """
