@@ -100,11 +100,15 @@ def _first_version(patterns, regex: str) -> Optional[str]:
     return None
 
 
-def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str) -> Dict[str, str]:
-    """The software this node runs, for drift across nodes: absent pieces are left out, not guessed."""
+def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str, gpu_node: bool = False) -> Dict[str, str]:
+    """The software this node runs, for drift across nodes: absent pieces are left out, not guessed; on a GPU
+    node whose nvidia-smi did not answer the driver and CUDA are ``nc.UNKNOWN`` (not read, so not drift: the
+    gpu_count finding already names that node)."""
     fp = {"kernel": os.uname().release}
     if smi is not None:
         fp["nvidia_driver"], fp["cuda"] = smi.driver_version, smi.cuda_version
+    elif gpu_node:
+        fp["nvidia_driver"] = fp["cuda"] = nc.UNKNOWN
     try:
         with open(EFA_PACKAGES) as fh:
             match = re.search(r"EFA installer version:\s*(\S+)", fh.read(4096))
@@ -215,7 +219,7 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
     # The node as Slurm names it when srun started us (its NodeName), else the host name.
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     return {"node": node, "instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
-            "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version),
+            "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version, entry.accelerator == catalog.GPU),
             "seconds": round(time.monotonic() - started, 2)}
 
 
