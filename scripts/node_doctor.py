@@ -25,6 +25,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from hpq.lifecycle import catalog, names
+from hpq.scripts import neuron_checks as neuron
 from hpq.scripts import node_checks as nc
 from hpq.scripts import nodeinfo
 
@@ -146,6 +147,47 @@ def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
     return findings
 
 
+def neuron_ls() -> Tuple[Optional[List[neuron.NeuronDevice]], str]:
+    """The Neuron devices from ``neuron-ls``: the JSON flag of Neuron before 2.34, else the one after it.
+
+    (devices, "") on an answer; (None, reason) when neuron-ls is absent ("not found") or fails."""
+    reasons = []
+    for flags in (["--json-output"], ["--output-format", "json"]):
+        rc, out, err = run_tool(["neuron-ls"] + flags)
+        if rc is None and "not found" in err:
+            return None, "neuron-ls not found"
+        if rc == 0:
+            try:
+                return neuron.parse_neuron_ls(out), ""
+            except ValueError as exc:
+                reasons.append(str(exc))
+                continue
+        reasons.append((err.strip().splitlines() or ["neuron-ls %s: exit %s" % (" ".join(flags), rc)])[0])
+    return None, "; ".join(reasons)
+
+
+def neuron_findings(entry: catalog.InstanceType) -> Tuple[List[nc.Finding], List[str]]:
+    """Trainium: the Neuron devices against the type's count, and Neuron hardware errors in the kernel log."""
+    findings: List[nc.Finding] = []
+    unchecked: List[str] = []
+    devices, why = neuron_ls()
+    if devices is not None:
+        findings += neuron.judge_neuron(devices, entry.accelerator_count)
+    elif why == "neuron-ls not found":
+        unchecked.append("neuron: neuron-ls not found")
+    else:
+        # neuron-ls present and failing: the driver sees no device it can use, as nvidia-smi failing does.
+        found = neuron.judge_neuron(None, entry.accelerator_count)
+        found[0].evidence += " (%s)" % why[:300]
+        findings += found
+    log, source = kernel_log()
+    if log is None:
+        unchecked.append("neuron errors: %s" % source)
+    else:
+        findings += neuron.judge_neuron_log(log)
+    return findings, unchecked
+
+
 def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float = EFA_WINDOW_S,
             sys_infiniband: str = "/sys/class/infiniband", proc_mounts: str = "/proc/mounts",
             disks=("/", "/opt/sagemaker")) -> Dict[str, object]:
@@ -182,7 +224,9 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
         else:
             findings += nc.judge_xids(nc.parse_xids(log))
     elif entry.accelerator == catalog.TRAINIUM:
-        unchecked.append("neuron: Trainium device checks are not implemented yet")
+        found, why = neuron_findings(entry)
+        findings += found
+        unchecked += why
     fi_version = ""
     if entry.has_efa:
         rc, out, err = run_tool(["fi_info", "-p", "efa"])
