@@ -46,6 +46,8 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Stop the checks after this many seconds (each node is bounded to 120 s on its own).")
+@click.option("--dcgm", is_flag=True,
+              help="Also run dcgmi diag -r 1 on each GPU node (seconds; nodes without DCGM say so: INCONCLUSIVE).")
 @click.option("--fix", is_flag=True, help="Apply the plan: drain, then reboot or replace through HyperPod.")
 @click.option("--yes", is_flag=True, help="With --fix: do not ask before acting.")
 @click.option("--wait", "wait_s", type=inputs.TIMEOUT, default=DEFAULT_WAIT_S, show_default=True,
@@ -53,7 +55,7 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @output_option
 @aws_options(services=inputs.SERVICES_NODES)
 @ssh_options
-def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool, wait_s: int, output: str,
+def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, fix: bool, yes: bool, wait_s: int, output: str,
            region: str | None, profile: str | None, group: str | None, node: str | None, user: str,
            key: str | None, known_hosts: str, port: int, host: str | None, proxy_command: str | None) -> None:
     """Look inside every node: GPUs, Xid events, ECC, NVLink, PCIe, EFA, disks, /fsx, daemons, drift.
@@ -72,11 +74,12 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
     Examples:
       hpq doctor my-cluster
       hpq doctor my-cluster --output json
+      hpq doctor my-cluster --dcgm           # with DCGM's level-1 diagnostic where installed
       hpq doctor my-cluster --fix            # show the plan, ask, act, wait, re-check
     """
     if fix and not yes and (sys.stdin is None or not sys.stdin.isatty()):
         raise UsageError("--fix acts on the cluster: without a terminal to confirm on, pass --yes")
-    request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s)
+    request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s, extra=("--dcgm",) if dcgm else ())
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
     backend = pick.backend_for(cluster, where)
