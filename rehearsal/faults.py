@@ -307,10 +307,11 @@ def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tup
     by_host = {n.hostname: n.name for n in plan.nodes}
     findings = [{**f, "host": f["node"], "node": by_host.get(f["node"], f["node"])}
                 for f in result.data.get("findings", [])]
+    events = doctor_fix.cluster_events(api, plan.cluster_name)  # HyperPod's recent events, beside the findings
     steps = doctor_fix.plan(result.data.get("nodes", []), view, plan.cluster_name)
     return {"outcome": result.outcome, "exit_code": result.exit_code, "message": result.message,
             "findings": findings, "injected": expected(faults), "missed": missed(faults, findings),
             "nodes": [{**n, "host": n["node"], "node": by_host.get(n["node"], n["node"])}
                       for n in result.data.get("nodes", [])],
             "hyperpod": {by_host.get(k, k): v.__dict__ for k, v in view.items()},
-            "plan": [s.to_dict() for s in steps], "seconds": result.data.get("seconds")}
+            "events": events, "plan": [s.to_dict() for s in steps], "seconds": result.data.get("seconds")}

@@ -25,6 +25,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from hpq.scripts import xid_catalog as xc
@@ -46,6 +47,36 @@ class NodeView:
     status: str
     message: str = ""
     instance_type: str = ""
+
+
+EVENTS_WINDOW_S = 24 * 3600  # HyperPod's recent events shown beside the findings: the last day
+EVENTS_MAX = 50
+
+
+def cluster_events(sm: Any, cluster: str, now: datetime | None = None) -> list[dict[str, Any]]:
+    """HyperPod's recent cluster events, newest first (ListClusterEvents, every page up to EVENTS_MAX): each
+    as ``{"time", "level", "resource", "group", "instance_id", "description", "event_id"}``. The API answers only
+    for clusters in Continuous node provisioning mode; its error is the caller's to show.
+    Reference: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ListClusterEvents.html."""
+    now = now or datetime.now(timezone.utc)
+    out: list[dict[str, Any]] = []
+    token = None
+    while len(out) < EVENTS_MAX:
+        kwargs: dict[str, Any] = {"ClusterName": cluster, "SortOrder": "Descending", "MaxResults": 50,
+                                  "EventTimeAfter": now - timedelta(seconds=EVENTS_WINDOW_S)}
+        if token:
+            kwargs["NextToken"] = token
+        page = sm.list_cluster_events(**kwargs)
+        for e in page.get("Events", []):
+            when = e.get("EventTime")
+            out.append({"time": when.isoformat() if hasattr(when, "isoformat") else str(when),
+                        "level": e.get("EventLevel", ""), "resource": e.get("ResourceType", ""),
+                        "group": e.get("InstanceGroupName", ""), "instance_id": e.get("InstanceId", ""),
+                        "description": e.get("Description", ""), "event_id": e.get("EventId", "")})
+        token = page.get("NextToken")
+        if not token:
+            break
+    return out[:EVENTS_MAX]
 
 
 def _slurm_name(hostname: str) -> str:

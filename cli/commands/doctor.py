@@ -101,12 +101,21 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, fix: boo
                 view = doctor_fix.hyperpod_view(sm, cluster)
         except Exception as exc:  # the findings stand without HyperPod's view; say why it is missing
             view_error = str(exc).splitlines()[0]
+    events, events_error = None, ""
+    if sm is not None:
+        try:
+            with aws_errors(f"sagemaker:ListClusterEvents {cluster}"):
+                events = doctor_fix.cluster_events(sm, cluster)
+        except Exception as exc:  # e.g. a cluster not in Continuous provisioning mode: said, not fatal
+            events_error = str(exc).splitlines()[0]
     nodes_data = result.data.get("nodes", [])
     steps = doctor_fix.plan(nodes_data, view or {}, cluster)
     if output == "json":
         doc = result.to_dict()
         doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
         doc["hyperpod_error"] = view_error or None
+        doc["events"] = events
+        doc["events_error"] = events_error or None
         doc["plan"] = [s.to_dict() for s in steps]
         if not fix:
             echo_json(doc)
@@ -118,6 +127,14 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, fix: boo
                   _rows(nodes_data, view))
         if view_error:
             click.echo(f"HyperPod's view: not read ({view_error})")
+        if events:
+            click.echo(f"HyperPod's recent events (last {doctor_fix.EVENTS_WINDOW_S // 3600} h, newest first):")
+            for e in events:
+                click.echo(f"  {e['time']}  {e['level']:5} {e['instance_id'] or e['resource']:20} {e['description']}")
+        elif events is not None:
+            click.echo(f"HyperPod's recent events: none in the last {doctor_fix.EVENTS_WINDOW_S // 3600} h")
+        elif events_error:
+            click.echo(f"HyperPod's recent events: not read ({events_error})")
         for s in steps:
             click.echo(f"  {s.action:8} {s.node}: {s.command or s.error}")
     if not fix:

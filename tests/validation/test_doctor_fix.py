@@ -161,3 +161,32 @@ def test_fix_reports_what_the_api_refused(reports):
     first, steps, report = _fix(controller, api)
     assert report["exit_code"] == 1
     assert "InvalidInstanceStatus" in report["message"]
+
+
+def test_cluster_events_in_the_api_shape_newest_first_and_refused_where_the_api_refuses():
+    """ListClusterEvents (botocore's model: ClusterEventSummary; the API answers only in Continuous provisioning
+    mode): a reboot and a replacement are recorded, read back newest first across pages by cluster_events."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    api = _api()
+    assert doctor_fix.cluster_events(api, CLUSTER) == []  # nothing happened yet: nothing shown, not an error
+    api.batch_reboot_cluster_nodes(ClusterName=CLUSTER, NodeIds=[IDS[0]])
+    api.batch_replace_cluster_nodes(ClusterName=CLUSTER, NodeIds=[IDS[1]])
+    page = api.list_cluster_events(ClusterName=CLUSTER, MaxResults=1)
+    assert set(page) <= set(model.operation_model("ListClusterEvents").output_shape.members)
+    summary = model.shape_for("ClusterEventSummary")
+    for e in api.events:
+        assert set(summary.required_members) <= set(e) <= set(summary.members)
+        assert e["ResourceType"] in summary.members["ResourceType"].enum
+        assert e["EventLevel"] in summary.members["EventLevel"].enum
+    assert len(page["Events"]) == 1 and page["NextToken"]
+    events = doctor_fix.cluster_events(api, CLUSTER)
+    assert [e["instance_id"] for e in events][1] == IDS[0]  # the reboot came first: second, newest first
+    assert "replaced" in events[0]["description"] and events[0]["instance_id"] != IDS[1]
+    only = api.list_cluster_events(ClusterName=CLUSTER, NodeId=IDS[0])["Events"]
+    assert [e["InstanceId"] for e in only] == [IDS[0]]
+    with pytest.raises(ParamValidationError):  # ClusterName is required
+        api.list_cluster_events(NodeId=IDS[0])
+    with pytest.raises(ClientError) as exc:
+        doctor_fix.cluster_events(_api(continuous=False), CLUSTER)
+    assert _code(exc) == "ValidationException"
+
