@@ -125,7 +125,7 @@ class EmulatedHyperPodApi:
             return {"NodeDetails": {**self._summary(n), "PrivatePrimaryIp": n.ip}}
 
     def _event(self, n: EmulatedNode, description: str, level: str = "Info") -> None:
-        self.events.append({"EventId": "evt-%06d" % (len(self.events) + 1), "ClusterArn": self.arn,
+        self.events.append({"EventId": f"evt-{len(self.events) + 1:06d}", "ClusterArn": self.arn,
                             "ClusterName": self.name, "InstanceGroupName": n.group, "InstanceId": n.instance_id,
                             "ResourceType": "Instance", "EventTime": datetime.now(timezone.utc),
                             "Description": description, "EventLevel": level})
