@@ -190,3 +190,43 @@ def test_cluster_events_in_the_api_shape_newest_first_and_refused_where_the_api_
         doctor_fix.cluster_events(_api(continuous=False), CLUSTER)
     assert _code(exc) == "ValidationException"
 
+
+def _sweep_doc(slow: str | None) -> dict:
+    """scripts/sweep.build_report over the pairs of the three hosts, each pair as fast as its slower node
+    (``slow`` at a third of the others' speed): the document `hpq test sweep --output json` carries."""
+    from hpq.scripts import sweep
+
+    speed = {h: (30.0 if h == slow else 90.0) for h in HOSTS}
+    pairs = [sweep.PairResult(r, (a, b), sweep.OK, busbw_gbps=min(speed[a], speed[b]))
+             for r, rnd in enumerate(sweep.schedule(HOSTS), 1) for a, b in rnd]
+    return json.loads(json.dumps(sweep.build_report(HOSTS, pairs, 1, 1 << 28)))
+
+
+def test_the_sweeps_slow_node_feeds_the_plan_and_fix(reports):
+    """A node the doctor finds healthy but the sweep finds slow: a slow_node finding (reboot) on it, the same plan
+    (drain, then BatchRebootClusterNodes with its instance id) and --fix; a sweep with no slow node adds nothing
+    (the twin), and what is not a sweep's document is refused in one line."""
+    healthy = _sweep_doc(None)
+    slow = _sweep_doc(HOSTS[2])
+    assert healthy["slow_nodes"] == [] and slow["slow_nodes"] == [HOSTS[2]]
+    controller = Controller(reports, sick=set())
+    backend = SlurmBackend(controller, ClusterFacts(CLUSTER, "slurm", "ml.p5.48xlarge"))
+    first = doctor_fix.run_test(backend, TestRequest(DOCTOR), lambda line: None)
+    assert all(n["action"] == "none" for n in first.data["nodes"])
+    assert doctor_fix.merge_sweep(first.data["nodes"], healthy) == first.data["nodes"]
+    merged = doctor_fix.merge_sweep(first.data["nodes"], slow)
+    node = next(n for n in merged if n["node"] == HOSTS[2])
+    assert (node["verdict"], node["action"], [f["kind"] for f in node["findings"]]) == ("FAIL", "reboot", ["slow_node"])
+    assert "30.00 GB/s against the cluster median" in node["findings"][0]["evidence"]
+    api = _api()
+    steps = doctor_fix.plan(merged, doctor_fix.hyperpod_view(api, CLUSTER), CLUSTER)
+    assert [(s.node, s.action) for s in steps] == [(HOSTS[2], "drain"), (HOSTS[2], "reboot")]
+    assert steps[1].command.endswith(IDS[2])
+    report = doctor_fix.fix(CLUSTER, steps, backend, api, TestRequest(DOCTOR), 30, lambda line: None, poll_s=0.1)
+    assert report["exit_code"] == 0, report["message"]  # rebooted, Running again, resumed, re-checked: PASS
+    assert ("BatchRebootClusterNodes", {"ClusterName": CLUSTER, "NodeIds": [IDS[2]]}) in api.calls
+    from hpq.errors import UsageError
+
+    for bad in ({}, {"slow_nodes": "ip-10-1-0-3"}, []):
+        with pytest.raises(UsageError):
+            doctor_fix.merge_sweep(first.data["nodes"], bad)
