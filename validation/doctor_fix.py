@@ -128,8 +128,9 @@ def sweep_findings(sweep: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for node in sweep["slow_nodes"]:
         score = scores.get(node)
-        evidence = "pairwise sweep: %s GB/s against the cluster median %s GB/s (slow with every partner)" % (
-            "?" if score is None else "%.2f" % score, "?" if median is None else "%.2f" % median)
+        have = "?" if score is None else f"{score:.2f}"
+        want = "?" if median is None else f"{median:.2f}"
+        evidence = f"pairwise sweep: {have} GB/s against the cluster median {want} GB/s (slow with every partner)"
         out[str(node)] = {"kind": SLOW_NODE, "severity": xc.SEVERITY_CRITICAL, "action": xc.ACTION_REBOOT,
                           "evidence": evidence}
     return out
