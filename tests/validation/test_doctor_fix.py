@@ -230,3 +230,20 @@ def test_the_sweeps_slow_node_feeds_the_plan_and_fix(reports):
     for bad in ({}, {"slow_nodes": "ip-10-1-0-3"}, []):
         with pytest.raises(UsageError):
             doctor_fix.merge_sweep(first.data["nodes"], bad)
+
+
+def test_hpq_doctor_refuses_a_sweep_result_that_is_not_one_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    not_sweep = tmp_path / "report.json"
+    not_sweep.write_text(json.dumps({"outcome": "PASS", "nodes": 2}))  # an nccl result, not a sweep's
+    env = {**os.environ, "HOME": str(tmp_path), "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    for path in (str(tmp_path / "missing.json"), str(not_sweep)):
+        res = subprocess.run([sys.executable, "-m", "hpq", "doctor", "my-cluster", "--sweep-result", path,
+                              "--region", "us-west-2"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "--sweep-result" in res.stderr
+        assert "Traceback" not in res.stderr
