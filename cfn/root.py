@@ -127,6 +127,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         ctl_type = copy(HYPERPOD, "ControllerInstanceType")
         login_on = copy(HYPERPOD, "EnableLoginGroup")
         login_type = copy(HYPERPOD, "LoginInstanceType")
+        prolog_on = copy(S3, "EnableNodeProlog")
     provisioning = copy(HYPERPOD, "NodeProvisioningMode")  # both orchestrators (cfn/hyperpod.py)
     az = copy(NETWORKING, "AvailabilityZoneId")
     vpc_cidr = copy(NETWORKING, "VpcCidr")
@@ -186,7 +187,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         s3_params.update({"EnableLoginGroup": login_on, "FsxDnsName": _out(STORAGE, names.OUT_FSX_DNS),
                           "FsxMountName": _out(STORAGE, names.OUT_FSX_MOUNT),
                           # ... and where the nodes' collector remote-writes (cfn/observability.py)
-                          "PrometheusRemoteWriteUrl": obs_out(observability.OUT_REMOTE_WRITE_URL)})
+                          "PrometheusRemoteWriteUrl": obs_out(observability.OUT_REMOTE_WRITE_URL),
+                          "EnableNodeProlog": prolog_on})  # hpq-cluster.json's node_prolog (lifecycle/prolog.py)
     stack(S3, s3_params)
     iam_params = {"LifecycleBucketName": _out(S3, names.OUT_LIFECYCLE_BUCKET)}
     if variant.eks:
@@ -257,7 +259,8 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
     groups = [
         ("Cluster", ["ClusterName", "WorkerInstanceType", "WorkerCount", "TrainingPlanArn", "ThreadsPerCore",
                      "EbsVolumeSizeGB", "OnStartDeepHealthChecks"]
-         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType"] if variant.slurm else [])
+         + (["ControllerInstanceType", "EnableLoginGroup", "LoginInstanceType", "EnableNodeProlog"]
+            if variant.slurm else [])
          + ["NodeProvisioningMode"]),
         ("Network", ["AvailabilityZoneId"] + (["EksAvailabilityZoneId", "EksSecondAvailabilityZoneId"] if variant.eks else []) + ["VpcCidr"]),
         ("Storage (FSx for Lustre)", ["FsxStorageCapacityGiB", "FsxThroughputPerUnit"]),

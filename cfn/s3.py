@@ -37,6 +37,7 @@ from hpq.vocab import EKS, SLURM
 
 HANDLER = "bucket_cleanup"
 _LOGIN_PLACEHOLDER = "__hpq_login_group__"
+_PROLOG_PLACEHOLDER = "__hpq_node_prolog__"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*/$"
 FSX_DNS_PATTERN = r"^(fs|fc)i?-[0-9a-f]{8,}(\.[A-Za-z0-9](-*[A-Za-z0-9])*)+$"
 FSX_MOUNT_PATTERN = r"^[A-Za-z0-9_-]{1,8}$"
@@ -91,10 +92,12 @@ def cluster_config(cfg: S3Config) -> Sub:
     }
     if cfg.slurm:  # the Observability stack's remote-write URL ("" when off): lifecycle/observability.py ships there
         doc["prometheus_remote_write_url"] = "${PrometheusRemoteWriteUrl}"
+        doc["node_prolog"] = _PROLOG_PLACEHOLDER  # a JSON true/false: the parameter's own value, unquoted
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     if not cfg.slurm:
         return Sub(text)
     text = text.replace(json.dumps(_LOGIN_PLACEHOLDER), "${LoginGroup}")
+    text = text.replace(json.dumps(_PROLOG_PLACEHOLDER), "${EnableNodeProlog}")  # lifecycle/prolog.py reads it
     return Sub(text, LoginGroup=If("HasLoginGroup", json.dumps(cfg.login_group), "null"))
 
 
@@ -122,6 +125,9 @@ def build(cfg: S3Config) -> common.Template:
         common.param(t, "PrometheusRemoteWriteUrl", "AMP remote-write URL (Observability stack output); empty: "
                      "no metrics are shipped.", Default="", AllowedPattern=REMOTE_WRITE_URL_PATTERN,
                      ConstraintDescription="an AMP remote-write URL, or empty.")
+        common.param(t, "EnableNodeProlog", "Run hpq's quick node checks as the Slurm Prolog before each job; a node "
+                     "with a critical finding is drained with the reason and the job requeued (docs/doctor.md).",
+                     Default="false", AllowedValues=["true", "false"])
 
     # sagemaker-hpq-<account>-<region>-<8 hex of this stack's id>: unique, <= 63 chars, lowercase, and
     # readable by AmazonSageMakerClusterInstanceRolePolicy too (it grants sagemaker-* buckets).

@@ -53,6 +53,7 @@ class RoleFile:
     fsx_dns_name: Optional[str] = None
     fsx_mountname: Optional[str] = None
     prometheus_remote_write_url: Optional[str] = None  # hpq-cluster.json only: observability on (observability.py)
+    node_prolog: bool = False  # hpq-cluster.json only: the Slurm prolog's quick node checks on (lifecycle/prolog.py)
 
     @property
     def label(self) -> str:
@@ -114,6 +115,10 @@ def load_cluster_config(path: str) -> RoleFile:
                   _opt_str(doc, "login_group", path, fields.group_name), list(workers))
     rf.fsx_dns_name, rf.fsx_mountname = _fsx_names(doc, path)
     rf.prometheus_remote_write_url = _opt_str(doc, "prometheus_remote_write_url", path, fields.amp_remote_write_url)
+    prolog = doc.get("node_prolog", False)
+    if not isinstance(prolog, bool):
+        raise RoleFileError("%s: node_prolog must be true or false, got %r" % (path, prolog))
+    rf.node_prolog = prolog
     partition = _opt_str(doc, "partition", path)
     if partition:
         rf.partitions = {w: partition for w in workers}

@@ -19,7 +19,7 @@ import subprocess
 import time
 from typing import Tuple
 
-from . import files, identity, services
+from . import files, identity, prolog, roles, services
 
 SLURMCTLD = "slurmctld.service"
 SLURMD = "slurmd.service"
@@ -126,13 +126,16 @@ def dropin_text(vendor_exec: str, server: str) -> str:
 def setup_controller(ctx) -> str:
     path = conf_path(ctx)
     text = wait_for_conf(path, ctx.s.slurm_conf_wait_s, ctx.log)
-    new, changed = ensure_configless(text)
+    new, configless = ensure_configless(text)
+    rf = roles.find(ctx.s).roles
+    new, prolog_done = prolog.ensure(new, bool(rf and rf.node_prolog))
+    changed = configless or prolog_done in ("added", "removed")
     if changed:
         files.write_file(path, new, os.stat(path).st_mode & 0o7777)
     state = ctx.services.ensure_running(SLURMCTLD, restart=changed)
     wait_controller(ctx, path, ctx.s.service_wait_s)
-    return "%s %s; slurmctld %s and answering" % (
-        path, "now has " + CONFIGLESS if changed else "already configless", state)
+    return "%s %s; node prolog %s; slurmctld %s and answering" % (
+        path, "now has " + CONFIGLESS if configless else "already configless", prolog_done, state)
 
 
 def setup_node(ctx, node: identity.NodeInfo) -> str:

@@ -7,7 +7,8 @@ changes the rehearsal node's own view of those paths, in its overlay root or its
 - every worker first gets the device tools a GPU node has (:func:`prepare`): ``/usr/bin/nvidia-smi`` replaying
   what the real one printed on an H100 host (``data/nvidia-smi-q-x.xml``, tests/data/node_tools/h100-x1,
   captured with dev/capture_node_tools.sh; one ``<gpu>`` per GPU of the type, each with its own bus id; for
-  ``nvlink -s`` the format of the real 2x H200 capture, every link up) and ``/usr/bin/dmesg`` printing the
+  ``nvlink -s`` the format of the real 2x H200 capture, every link up), on a type with EFA ``/usr/bin/fi_info``
+  listing the EFA provider over the node's EFA devices (:data:`FI_INFO`), and ``/usr/bin/dmesg`` printing the
   node's kernel log ``/var/log/kern.log`` (seeded with the real host's boot lines, ``data/dmesg.txt``):
   the rehearsal's nodes share the host's kernel, so the kernel log a node reads is its own file;
 - then each ``--fault NODE:KIND`` changes that node alone (:data:`KINDS`).
@@ -56,7 +57,13 @@ KINDS: dict[str, Kind] = {
     "ecc": Kind("uncorrectable ECC errors counted by nvidia-smi -q -x", "ecc_uncorrectable", "reboot", "gpu"),
     "row-remap-failure": Kind("a GPU out of spare rows (remapped_row_failure Yes)", "row_remap_failure", "replace",
                               "gpu"),
+    "throttle": Kind("a GPU's clocks slowed down by heat (clocks_event_reason_hw_thermal_slowdown Active)",
+                     "clock_slowdown", "drain", "gpu"),
+    "pcie-degraded": Kind("a GPU's PCIe link trained at x8 instead of x16 (current_link_width)", "pcie_degraded",
+                          "reboot", "gpu"),
     "efa-missing": Kind("one EFA device gone from /sys/class/infiniband", "efa_count", "reboot", "efa"),
+    "fi-info-fail": Kind("fi_info -p efa finds no EFA provider (libfabric's 'fi_getinfo: -61')", "efa_provider",
+                         "reboot", "efa"),
     "disk-full": Kind("/opt/sagemaker (HyperPod's data volume) full", "disk_full", "drain"),
     "fsx-gone": Kind("/fsx no longer mounted", "fsx_missing", "reboot"),
     "nccl-drift": Kind(f"NCCL {NCCL_DRIFTED} where the other workers have {NCCL_VERSION}", "drift", "replace",
@@ -130,6 +137,33 @@ case "$1 $2" in
     *) echo "nvidia-smi (hpq rehearse stand-in): only -q -x and nvlink -s are replayed" >&2; exit 2 ;;
 esac
 """
+# fi_info stand-in: one entry per EFA device the node shows (fi_info enumerates the devices the kernel driver
+# exposes), in the format of AWS's EFA guide, "Get started with EFA and NCCL" step "fi_info -p efa -t FI_EP_RDM"
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html: "provider: efa / fabric / domain:
+# <dev>-rdm / version / type: FI_EP_RDM / protocol: FI_PROTO_EFA"); with no provider libfabric's util/info.c
+# prints "fi_getinfo: -61 (No data available)" and exits 1. ``--version`` in fi_info's three-line form
+# ("fi_info: V", "libfabric: V", "libfabric api: A"); V is the stand-in's own, the same on every node.
+FI_INFO = r"""#!/bin/sh
+# fi_info stand-in (hpq rehearse): the EFA provider over this node's EFA devices.
+if [ "$1" = "--version" ]; then
+    printf 'fi_info: 1.22.0amzn4.0\nlibfabric: 1.22.0amzn4.0\nlibfabric api: 1.22\n'
+    exit 0
+fi
+n=0
+if [ ! -e /etc/hpq-rehearse/fi_info.fail ]; then
+    for d in /sys/class/infiniband/*; do
+        [ "$(basename "$(readlink -f "$d/device/driver")")" = efa ] || continue
+        dev=${d##*/}
+        printf 'provider: efa\n    fabric: efa\n    domain: %s-rdm\n    version: 122.0\n' "$dev"
+        printf '    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA\n'
+        n=$((n + 1))
+    done
+fi
+if [ "$n" = 0 ]; then
+    echo "fi_getinfo: -61 (No data available)" >&2
+    exit 1
+fi
+"""
 DMESG = f"""#!/bin/sh
 # dmesg stand-in (hpq rehearse): the node's kernel log (the rehearsal's nodes share the host's kernel).
 exec cat {KERNEL_LOG}
@@ -146,6 +180,8 @@ def prepare(node: Any, worker_type: str) -> None:
         node.write("/etc/hpq-rehearse/nvidia-smi-q-x.xml", smi_xml(entry.accelerator_count, entry.accelerator_model))
         node.write("/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt", nvlink_text(entry.accelerator_count, links))
         node.write("/usr/bin/nvidia-smi", NVIDIA_SMI, 0o755)
+    if entry.has_efa:
+        node.write("/usr/bin/fi_info", FI_INFO, 0o755)
 
 
 def prepare_drift(node: Any, version: str) -> None:
@@ -168,6 +204,14 @@ def inject(node: Any, kind: str) -> None:
     elif kind == "row-remap-failure":
         node.sh("sed -i '0,/<remapped_row_failure>No</s//<remapped_row_failure>Yes</' "
                 "/etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind == "throttle":
+        node.sh("sed -i '0,/<clocks_event_reason_hw_thermal_slowdown>Not Active</s//"
+                "<clocks_event_reason_hw_thermal_slowdown>Active</' /etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind == "pcie-degraded":
+        node.sh("sed -i '0,/<current_link_width>16x</s//<current_link_width>8x</' "
+                "/etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind == "fi-info-fail":
+        node.write("/etc/hpq-rehearse/fi_info.fail", "")
     elif kind == "efa-missing":
         node.sh("mount -o remount,rw /sys/class && rm -rf /sys/class/infiniband/rdmap0s0 && "
                 "mount -o remount,ro /sys/class")
@@ -190,7 +234,7 @@ def clear(node: Any, kind: str, worker_type: str) -> None:
         node.sh("umount /opt/sagemaker || true")
     elif kind == "fsx-gone":
         return  # a reboot runs the lifecycle's mount again: not emulated here
-    node.sh("rm -f /etc/hpq-rehearse/nvidia-smi.fail")
+    node.sh("rm -f /etc/hpq-rehearse/nvidia-smi.fail /etc/hpq-rehearse/fi_info.fail")
     prepare(node, worker_type)
     if kind == "nccl-drift":
         prepare_drift(node, NCCL_VERSION)
@@ -263,10 +307,11 @@ def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tup
     by_host = {n.hostname: n.name for n in plan.nodes}
     findings = [{**f, "host": f["node"], "node": by_host.get(f["node"], f["node"])}
                 for f in result.data.get("findings", [])]
+    events = doctor_fix.cluster_events(api, plan.cluster_name)  # HyperPod's recent events, beside the findings
     steps = doctor_fix.plan(result.data.get("nodes", []), view, plan.cluster_name)
     return {"outcome": result.outcome, "exit_code": result.exit_code, "message": result.message,
             "findings": findings, "injected": expected(faults), "missed": missed(faults, findings),
             "nodes": [{**n, "host": n["node"], "node": by_host.get(n["node"], n["node"])}
                       for n in result.data.get("nodes", [])],
             "hyperpod": {by_host.get(k, k): v.__dict__ for k, v in view.items()},
-            "plan": [s.to_dict() for s in steps], "seconds": result.data.get("seconds")}
+            "events": events, "plan": [s.to_dict() for s in steps], "seconds": result.data.get("seconds")}

@@ -328,6 +328,10 @@ def judge_mounts(proc_mounts: str, fsx_path: Optional[str], writable: Optional[b
     return []
 
 
+# A fingerprint value a node could not read (its tool did not answer): neither drift nor part of a majority.
+UNKNOWN = "unknown"
+
+
 def drift(fingerprints: Mapping[str, Mapping[str, str]]) -> Dict[str, List[Finding]]:
     """Per node, every software version that differs from the majority of nodes (no majority: no verdict)."""
     out: Dict[str, List[Finding]] = {node: [] for node in fingerprints}
@@ -335,7 +339,8 @@ def drift(fingerprints: Mapping[str, Mapping[str, str]]) -> Dict[str, List[Findi
     for key in keys:
         values: Dict[str, List[str]] = {}
         for node, fp in fingerprints.items():
-            values.setdefault(fp.get(key, "absent"), []).append(node)
+            if fp.get(key) != UNKNOWN:
+                values.setdefault(fp.get(key, "absent"), []).append(node)
         if len(values) < 2:
             continue
         majority_value, majority_nodes = max(values.items(), key=lambda kv: len(kv[1]))

@@ -25,6 +25,8 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from hpq.lifecycle import catalog, names
+from hpq.scripts import dcgm_checks as dcgm
+from hpq.scripts import neuron_checks as neuron
 from hpq.scripts import node_checks as nc
 from hpq.scripts import nodeinfo
 
@@ -33,6 +35,8 @@ TOOL_TIMEOUT_S = 30.0
 FSX_WRITE_TIMEOUT_S = 10.0
 # EFA error counters are cumulative since boot; only a rise while we watch says the link is sick now.
 EFA_WINDOW_S = 5.0
+# dcgmi diag -r 1 (Deployment checks) takes seconds; its bound stays well inside run-node-doctor's per-node one.
+DCGM_TIMEOUT_S = 90.0
 DAEMONS = ("slurmd", "kubelet")
 # Where NCCL's library is found on HyperPod's DLAMI-based images and in CUDA installs.
 NCCL_GLOBS = ("/opt/nccl/build/lib/libnccl.so.2.*", "/usr/local/cuda*/lib*/libnccl.so.2.*",
@@ -100,11 +104,15 @@ def _first_version(patterns, regex: str) -> Optional[str]:
     return None
 
 
-def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str) -> Dict[str, str]:
-    """The software this node runs, for drift across nodes: absent pieces are left out, not guessed."""
+def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str, gpu_node: bool = False) -> Dict[str, str]:
+    """The software this node runs, for drift across nodes: absent pieces are left out, not guessed; on a GPU
+    node whose nvidia-smi did not answer the driver and CUDA are ``nc.UNKNOWN`` (not read, so not drift: the
+    gpu_count finding already names that node)."""
     fp = {"kernel": os.uname().release}
     if smi is not None:
         fp["nvidia_driver"], fp["cuda"] = smi.driver_version, smi.cuda_version
+    elif gpu_node:
+        fp["nvidia_driver"] = fp["cuda"] = nc.UNKNOWN
     try:
         with open(EFA_PACKAGES) as fh:
             match = re.search(r"EFA installer version:\s*(\S+)", fh.read(4096))
@@ -142,9 +150,65 @@ def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
     return findings
 
 
+def neuron_ls() -> Tuple[Optional[List[neuron.NeuronDevice]], str]:
+    """The Neuron devices from ``neuron-ls``: the JSON flag of Neuron before 2.34, else the one after it.
+
+    (devices, "") on an answer; (None, reason) when neuron-ls is absent ("not found") or fails."""
+    reasons = []
+    for flags in (["--json-output"], ["--output-format", "json"]):
+        rc, out, err = run_tool(["neuron-ls"] + flags)
+        if rc is None and "not found" in err:
+            return None, "neuron-ls not found"
+        if rc == 0:
+            try:
+                return neuron.parse_neuron_ls(out), ""
+            except ValueError as exc:
+                reasons.append(str(exc))
+                continue
+        reasons.append((err.strip().splitlines() or ["neuron-ls %s: exit %s" % (" ".join(flags), rc)])[0])
+    return None, "; ".join(reasons)
+
+
+def neuron_findings(entry: catalog.InstanceType) -> Tuple[List[nc.Finding], List[str]]:
+    """Trainium: the Neuron devices against the type's count, and Neuron hardware errors in the kernel log."""
+    findings: List[nc.Finding] = []
+    unchecked: List[str] = []
+    devices, why = neuron_ls()
+    if devices is not None:
+        findings += neuron.judge_neuron(devices, entry.accelerator_count)
+    elif why == "neuron-ls not found":
+        unchecked.append("neuron: neuron-ls not found")
+    else:
+        # neuron-ls present and failing: the driver sees no device it can use, as nvidia-smi failing does.
+        found = neuron.judge_neuron(None, entry.accelerator_count)
+        found[0].evidence += " (%s)" % why[:300]
+        findings += found
+    log, source = kernel_log()
+    if log is None:
+        unchecked.append("neuron errors: %s" % source)
+    else:
+        findings += neuron.judge_neuron_log(log)
+    return findings, unchecked
+
+
+def dcgm_findings(node: str) -> Tuple[List[nc.Finding], List[str]]:
+    """``dcgmi diag -r 1 -j``, bounded; a node without dcgmi is named, INCONCLUSIVE for this check."""
+    rc, out, err = run_tool(["dcgmi", "diag", "-r", "1", "-j"], timeout=DCGM_TIMEOUT_S)
+    if rc is None and "not found" in err:
+        return [], ["dcgm: dcgmi not installed on %s" % node]
+    if rc is None:
+        return [], ["dcgm: %s" % err.strip()]
+    try:
+        # dcgmi exits non-zero when a test fails: its JSON still says which.
+        return dcgm.judge_diag(out), []
+    except ValueError as exc:
+        first = (err.strip().splitlines() or [str(exc)])[0]
+        return [], ["dcgm: dcgmi diag -r 1 exit %d: %s" % (rc, first[:300])]
+
+
 def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float = EFA_WINDOW_S,
             sys_infiniband: str = "/sys/class/infiniband", proc_mounts: str = "/proc/mounts",
-            disks=("/", "/opt/sagemaker")) -> Dict[str, object]:
+            disks=("/", "/opt/sagemaker"), with_dcgm: bool = False) -> Dict[str, object]:
     """Every check on this node: findings, what could not be checked, and the software fingerprint."""
     started = time.monotonic()
     findings: List[nc.Finding] = []
@@ -177,8 +241,14 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
             unchecked.append("xid: %s" % source)
         else:
             findings += nc.judge_xids(nc.parse_xids(log))
+        if with_dcgm:
+            found, why = dcgm_findings(os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
+            findings += found
+            unchecked += why
     elif entry.accelerator == catalog.TRAINIUM:
-        unchecked.append("neuron: Trainium device checks are not implemented yet")
+        found, why = neuron_findings(entry)
+        findings += found
+        unchecked += why
     fi_version = ""
     if entry.has_efa:
         rc, out, err = run_tool(["fi_info", "-p", "efa"])
@@ -215,7 +285,7 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
     # The node as Slurm names it when srun started us (its NodeName), else the host name.
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     return {"node": node, "instance_type": entry.name, "verdict": verdict, "findings": [f.to_dict() for f in findings],
-            "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version),
+            "unchecked": unchecked, "fingerprint": fingerprint(smi, fi_version, entry.accelerator == catalog.GPU),
             "seconds": round(time.monotonic() - started, 2)}
 
 
@@ -226,6 +296,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fsx", default="/fsx", help="shared file system to check ('' for none; default /fsx)")
     ap.add_argument("--efa-window", type=float, default=EFA_WINDOW_S,
                     help="seconds to watch the EFA error counters (default %(default)s)")
+    ap.add_argument("--dcgm", action="store_true",
+                    help="also run dcgmi diag -r 1 on GPU nodes (bounded to %d s; needs DCGM)" % DCGM_TIMEOUT_S)
     ap.add_argument("--output", choices=("json", "text"), default="text")
     args = ap.parse_args(argv)
     if not (0 <= args.efa_window <= 300):
@@ -240,7 +312,7 @@ def main(argv=None) -> int:
     # The mount table: the kernel's, or the file named by HPQ_PROC_MOUNTS, the setting the lifecycle reads
     # too (lifecycle/context.py), for a node whose kernel table is not the one its mounts are recorded in.
     mounts = os.environ.get("HPQ_PROC_MOUNTS") or "/proc/mounts"
-    report = examine(entry, args.fsx or None, args.efa_window, proc_mounts=mounts)
+    report = examine(entry, args.fsx or None, args.efa_window, proc_mounts=mounts, with_dcgm=args.dcgm)
     if args.output == "json":
         print(json.dumps(report, sort_keys=True))
     else:

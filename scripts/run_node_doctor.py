@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hpq.scripts.args import OneLineParser
 
+DCGM_EXTRA_S = 90  # node_doctor's bound on dcgmi diag -r 1 (node_doctor.DCGM_TIMEOUT_S)
 NODE_TIMEOUT_S = 120  # node_doctor bounds each tool to 30 s; a node that takes longer than this is sick
 IMMEDIATE_S = 30  # srun --immediate: a node that cannot be allocated in this long (busy, drained) is skipped
 MAX_PARALLEL = 64
@@ -132,6 +133,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--parallel", type=int, default=MAX_PARALLEL, help="nodes checked at once (default %(default)s)")
     ap.add_argument("--fsx", default=None, help="passed to node_doctor ('' for none; default its /fsx)")
     ap.add_argument("--efa-window", default=None, help="passed to node_doctor (seconds)")
+    ap.add_argument("--dcgm", action="store_true",
+                    help="passed to node_doctor: also dcgmi diag -r 1 (adds its bound to --node-timeout's default)")
     ap.add_argument("--output", choices=("json", "text"), default="text")
     args = ap.parse_args(argv)
     if args.nodes is not None and not 1 <= args.nodes <= 4096:
@@ -150,6 +153,21 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     return args
 
 
+def node_args(args: argparse.Namespace) -> Tuple[List[str], int]:
+    """node_doctor's arguments, and each node's bound (the default grows by dcgmi's own bound with --dcgm)."""
+    doctor_args: List[str] = []
+    if args.fsx is not None:
+        doctor_args += ["--fsx", args.fsx]
+    if args.efa_window is not None:
+        doctor_args += ["--efa-window", str(args.efa_window)]
+    timeout = args.node_timeout
+    if args.dcgm:
+        doctor_args.append("--dcgm")
+        if timeout == NODE_TIMEOUT_S:
+            timeout += DCGM_EXTRA_S
+    return doctor_args, timeout
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
@@ -166,11 +184,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         states = {n: states[n] for n in wanted}
     if args.nodes is not None:
         states = dict(list(states.items())[:args.nodes])
-    doctor_args: List[str] = []
-    if args.fsx is not None:
-        doctor_args += ["--fsx", args.fsx]
-    if args.efa_window is not None:
-        doctor_args += ["--efa-window", str(args.efa_window)]
+    doctor_args, node_timeout = node_args(args)
+    args.node_timeout = node_timeout
     started = time.monotonic()
     sys.stderr.write("run-node-doctor: checking %d node(s), at most %d s each\n" % (len(states), args.node_timeout))
     with ThreadPoolExecutor(max_workers=max(1, min(args.parallel, len(states) or 1))) as pool:

@@ -1,5 +1,5 @@
-"""The emulated HyperPod node API: ListClusterNodes, DescribeClusterNode, BatchRebootClusterNodes and
-BatchReplaceClusterNodes, which moto does not have (moto 5 lists nodes with ids like ``group-0``, not EC2 ids,
+"""The emulated HyperPod node API: ListClusterNodes, DescribeClusterNode, BatchRebootClusterNodes,
+BatchReplaceClusterNodes and ListClusterEvents, which moto does not have (moto 5 lists nodes with ids like ``group-0``, not EC2 ids,
 and has no reboot or replace).
 
 It answers as a boto3 SageMaker client would (same method names, same response shapes) and refuses what the
@@ -16,6 +16,12 @@ API_DescribeClusterNode.html, API_ClusterInstanceStatusDetails.html.
 What happens to a node: a reboot is ``Pending`` for ``settle_s`` then ``Running`` again with the same id; a
 replacement is ``ShuttingDown`` for ``settle_s`` then ``Running`` under a new instance id (HyperPod provisions
 new hardware). ``on_reboot``/``on_replace`` let the rehearsal make the node's machine follow (clear a fault).
+
+Events (API_ListClusterEvents.html, API_ClusterEventSummary.html): each reboot or replacement records an
+``Instance`` event (EventId, ClusterArn, ClusterName, InstanceGroupName, InstanceId, ResourceType, EventTime,
+Description, EventLevel Info); the descriptions are this emulation's own words, not HyperPod's. The API answers
+only for clusters whose NodeProvisioningMode is Continuous (its reference says so): ``continuous=False``
+refuses with a ValidationException, as hpq must expect from any other cluster.
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ class EmulatedHyperPodApi:
 
     def __init__(self, cluster_name: str, cluster_arn: str, nodes: list[EmulatedNode], settle_s: float = 2.0,
                  on_reboot: Callable[[EmulatedNode], None] | None = None,
-                 on_replace: Callable[[EmulatedNode], None] | None = None):
+                 on_replace: Callable[[EmulatedNode], None] | None = None, continuous: bool = True):
         self.name, self.arn = cluster_name, cluster_arn
+        self.continuous = continuous
+        self.events: list[dict[str, Any]] = []
         self.nodes = {n.instance_id: n for n in nodes}
         self.settle_s = settle_s
         self.on_reboot, self.on_replace = on_reboot, on_replace
@@ -116,6 +124,34 @@ class EmulatedHyperPodApi:
                                     "DescribeClusterNode")
             return {"NodeDetails": {**self._summary(n), "PrivatePrimaryIp": n.ip}}
 
+    def _event(self, n: EmulatedNode, description: str, level: str = "Info") -> None:
+        self.events.append({"EventId": f"evt-{len(self.events) + 1:06d}", "ClusterArn": self.arn,
+                            "ClusterName": self.name, "InstanceGroupName": n.group, "InstanceId": n.instance_id,
+                            "ResourceType": "Instance", "EventTime": datetime.now(timezone.utc),
+                            "Description": description, "EventLevel": level})
+
+    def list_cluster_events(self, **params: Any) -> dict[str, Any]:
+        """Newest first by default (SortOrder Descending), filtered as the request asks, MaxResults a page."""
+        self._validate("ListClusterEvents", params)
+        if not self.continuous:
+            raise _client_error("ValidationException", "ListClusterEvents is only supported for clusters with "
+                                "NodeProvisioningMode Continuous.", "ListClusterEvents")
+        with self._lock:
+            events = [e for e in self.events
+                      if (not params.get("NodeId") or e["InstanceId"] == params["NodeId"])
+                      and (not params.get("InstanceGroupName") or e["InstanceGroupName"] == params["InstanceGroupName"])
+                      and (not params.get("ResourceType") or e["ResourceType"] == params["ResourceType"])
+                      and (not params.get("EventTimeAfter") or e["EventTime"] > params["EventTimeAfter"])
+                      and (not params.get("EventTimeBefore") or e["EventTime"] < params["EventTimeBefore"])]
+        events.sort(key=lambda e: e["EventTime"], reverse=params.get("SortOrder", "Descending") == "Descending")
+        start = int(params.get("NextToken") or 0)
+        size = params.get("MaxResults") or 100
+        page = events[start:start + size]
+        out: dict[str, Any] = {"Events": page}
+        if start + size < len(events):
+            out["NextToken"] = str(start + size)
+        return out
+
     def _batch(self, operation: str, params: dict[str, Any], act: Callable[[EmulatedNode], None]) -> dict[str, Any]:
         self._validate(operation, params)
         ids = params.get("NodeIds")
@@ -149,6 +185,7 @@ class EmulatedHyperPodApi:
     def batch_reboot_cluster_nodes(self, **params: Any) -> dict[str, Any]:
         def reboot(n: EmulatedNode) -> None:
             n.status, n.message, n.ready_at = "Pending", "Rebooting", time.monotonic() + self.settle_s
+            self._event(n, f"Instance {n.instance_id} reboot requested (BatchRebootClusterNodes)")
             if self.on_reboot:
                 self.on_reboot(n)
 
@@ -164,6 +201,7 @@ class EmulatedHyperPodApi:
             n.status, n.message = "ShuttingDown", "Replacing"
             n.ready_at = time.monotonic() + self.settle_s
             n.launch_time = datetime.now(timezone.utc)
+            self._event(n, f"Instance {old} replaced by {n.instance_id} (BatchReplaceClusterNodes)")
             if self.on_replace:
                 self.on_replace(n)
 

@@ -25,8 +25,10 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from hpq.errors import UsageError
 from hpq.scripts import xid_catalog as xc
 from hpq.validation.backend import run_test
 
@@ -46,6 +48,36 @@ class NodeView:
     status: str
     message: str = ""
     instance_type: str = ""
+
+
+EVENTS_WINDOW_S = 24 * 3600  # HyperPod's recent events shown beside the findings: the last day
+EVENTS_MAX = 50
+
+
+def cluster_events(sm: Any, cluster: str, now: datetime | None = None) -> list[dict[str, Any]]:
+    """HyperPod's recent cluster events, newest first (ListClusterEvents, every page up to EVENTS_MAX): each
+    as ``{"time", "level", "resource", "group", "instance_id", "description", "event_id"}``. The API answers only
+    for clusters in Continuous node provisioning mode; its error is the caller's to show.
+    Reference: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ListClusterEvents.html."""
+    now = now or datetime.now(timezone.utc)
+    out: list[dict[str, Any]] = []
+    token = None
+    while len(out) < EVENTS_MAX:
+        kwargs: dict[str, Any] = {"ClusterName": cluster, "SortOrder": "Descending", "MaxResults": 50,
+                                  "EventTimeAfter": now - timedelta(seconds=EVENTS_WINDOW_S)}
+        if token:
+            kwargs["NextToken"] = token
+        page = sm.list_cluster_events(**kwargs)
+        for e in page.get("Events", []):
+            when = e.get("EventTime")
+            out.append({"time": when.isoformat() if hasattr(when, "isoformat") else str(when),
+                        "level": e.get("EventLevel", ""), "resource": e.get("ResourceType", ""),
+                        "group": e.get("InstanceGroupName", ""), "instance_id": e.get("InstanceId", ""),
+                        "description": e.get("Description", ""), "event_id": e.get("EventId", "")})
+        token = page.get("NextToken")
+        if not token:
+            break
+    return out[:EVENTS_MAX]
 
 
 def _slurm_name(hostname: str) -> str:
@@ -77,6 +109,50 @@ def hyperpod_view(sm: Any, cluster: str) -> dict[str, NodeView]:
         view[name] = NodeView(name, s["InstanceId"], s.get("InstanceGroupName", ""), status.get("Status", ""),
                               status.get("Message", ""), s.get("InstanceType", ""))
     return view
+
+
+SLOW_NODE = "slow_node"
+
+
+def sweep_findings(sweep: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Slurm node -> a ``slow_node`` finding, from ``hpq test sweep --output json`` (or run-nccl-test --sweep's
+    document): each node in ``slow_nodes``, with its score against the cluster median as the evidence.
+
+    A node slow with every partner (scripts/sweep.py) has its cause in itself but no failing check to say which:
+    critical, action reboot (retrains the PCIe and EFA links, resets the GPUs' clocks); the re-check after --fix
+    and a sweep pair with a healthy node say whether that was enough. Refuses a document that is not a sweep."""
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("slow_nodes"), list):
+        raise UsageError("--sweep-result: not the JSON of `hpq test sweep --output json` (no slow_nodes list)")
+    scores = sweep.get("scores") or {}
+    median = sweep.get("median_gbps")
+    out = {}
+    for node in sweep["slow_nodes"]:
+        score = scores.get(node)
+        have = "?" if score is None else f"{score:.2f}"
+        want = "?" if median is None else f"{median:.2f}"
+        evidence = f"pairwise sweep: {have} GB/s against the cluster median {want} GB/s (slow with every partner)"
+        out[str(node)] = {"kind": SLOW_NODE, "severity": xc.SEVERITY_CRITICAL, "action": xc.ACTION_REBOOT,
+                          "evidence": evidence}
+    return out
+
+
+def merge_sweep(nodes: list[dict[str, Any]], sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The doctor's node entries with the sweep's slow nodes added as findings (a node the doctor did not report
+    gets an entry of its own), each node's verdict and action recomputed: the same plan and --fix path."""
+    slow = sweep_findings(sweep)
+    merged = [dict(n, findings=list(n.get("findings", []))) for n in nodes]
+    by_node = {n["node"]: n for n in merged}
+    for node, finding in slow.items():
+        entry = by_node.get(node)
+        if entry is None:
+            entry = {"node": node, "verdict": "FAIL", "findings": [], "unchecked": [], "fingerprint": {}}
+            merged.append(entry)
+            by_node[node] = entry
+        entry["findings"].append(finding)
+        entry["verdict"] = "FAIL"
+        entry["action"] = max((f.get("action", xc.ACTION_NONE) for f in entry["findings"]),
+                              key=xc.ACTIONS.index)
+    return merged
 
 
 @dataclass

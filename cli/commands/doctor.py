@@ -6,6 +6,7 @@ hpq.validation.doctor), the HyperPod view, the plan and its application are hpq.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -46,6 +47,10 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @click.argument("nodes", required=False, type=inputs.TEST_NODES)
 @click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Stop the checks after this many seconds (each node is bounded to 120 s on its own).")
+@click.option("--dcgm", is_flag=True,
+              help="Also run dcgmi diag -r 1 on each GPU node (seconds; nodes without DCGM say so: INCONCLUSIVE).")
+@click.option("--sweep-result", "sweep_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="JSON of `hpq test sweep --output json`: its slow nodes join the findings (action reboot).")
 @click.option("--fix", is_flag=True, help="Apply the plan: drain, then reboot or replace through HyperPod.")
 @click.option("--yes", is_flag=True, help="With --fix: do not ask before acting.")
 @click.option("--wait", "wait_s", type=inputs.TIMEOUT, default=DEFAULT_WAIT_S, show_default=True,
@@ -53,7 +58,7 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @output_option
 @aws_options(services=inputs.SERVICES_NODES)
 @ssh_options
-def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool, wait_s: int, output: str,
+def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_file: str | None, fix: bool, yes: bool, wait_s: int, output: str,
            region: str | None, profile: str | None, group: str | None, node: str | None, user: str,
            key: str | None, known_hosts: str, port: int, host: str | None, proxy_command: str | None) -> None:
     """Look inside every node: GPUs, Xid events, ECC, NVLink, PCIe, EFA, disks, /fsx, daemons, drift.
@@ -72,11 +77,13 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
     Examples:
       hpq doctor my-cluster
       hpq doctor my-cluster --output json
+      hpq doctor my-cluster --dcgm           # with DCGM's level-1 diagnostic where installed
       hpq doctor my-cluster --fix            # show the plan, ask, act, wait, re-check
     """
     if fix and not yes and (sys.stdin is None or not sys.stdin.isatty()):
         raise UsageError("--fix acts on the cluster: without a terminal to confirm on, pass --yes")
-    request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s)
+    request = TestRequest(DOCTOR, nodes, timeout_s=timeout_s, extra=("--dcgm",) if dcgm else ())
+    sweep = _read_sweep(sweep_file) if sweep_file else None  # refused before anything is reached
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
     backend = pick.backend_for(cluster, where)
@@ -98,12 +105,30 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
                 view = doctor_fix.hyperpod_view(sm, cluster)
         except Exception as exc:  # the findings stand without HyperPod's view; say why it is missing
             view_error = str(exc).splitlines()[0]
+    events, events_error = None, ""
+    if sm is not None:
+        try:
+            with aws_errors(f"sagemaker:ListClusterEvents {cluster}"):
+                events = doctor_fix.cluster_events(sm, cluster)
+        except Exception as exc:  # e.g. a cluster not in Continuous provisioning mode: said, not fatal
+            events_error = str(exc).splitlines()[0]
     nodes_data = result.data.get("nodes", [])
+    exit_code = result.exit_code
+    if sweep is not None:
+        nodes_data = doctor_fix.merge_sweep(nodes_data, sweep)
+        if sweep["slow_nodes"]:
+            exit_code = oc.EXIT_FAIL
     steps = doctor_fix.plan(nodes_data, view or {}, cluster)
     if output == "json":
         doc = result.to_dict()
+        if sweep is not None:
+            doc.update(nodes=nodes_data, exit_code=exit_code, ok=exit_code == 0,
+                       outcome=oc.FAIL if exit_code == oc.EXIT_FAIL else doc["outcome"],
+                       sweep_slow_nodes=sweep["slow_nodes"])
         doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
         doc["hyperpod_error"] = view_error or None
+        doc["events"] = events
+        doc["events_error"] = events_error or None
         doc["plan"] = [s.to_dict() for s in steps]
         if not fix:
             echo_json(doc)
@@ -115,11 +140,30 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
                   _rows(nodes_data, view))
         if view_error:
             click.echo(f"HyperPod's view: not read ({view_error})")
+        if events:
+            click.echo(f"HyperPod's recent events (last {doctor_fix.EVENTS_WINDOW_S // 3600} h, newest first):")
+            for e in events:
+                click.echo(f"  {e['time']}  {e['level']:5} {e['instance_id'] or e['resource']:20} {e['description']}")
+        elif events is not None:
+            click.echo(f"HyperPod's recent events: none in the last {doctor_fix.EVENTS_WINDOW_S // 3600} h")
+        elif events_error:
+            click.echo(f"HyperPod's recent events: not read ({events_error})")
         for s in steps:
             click.echo(f"  {s.action:8} {s.node}: {s.command or s.error}")
     if not fix:
-        sys.exit(result.exit_code)
+        sys.exit(exit_code)
     sys.exit(_fix(cluster, steps, backend, sm, request, wait_s, yes, echo, output, doc if output == "json" else None))
+
+
+def _read_sweep(path: str) -> dict[str, Any]:
+    """The sweep's JSON document; one clear line on a file that is missing or not a sweep's."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--sweep-result {path}: {exc}") from None
+    doctor_fix.sweep_findings(doc)  # refuses what is not a sweep
+    return doc
 
 
 def _fix(cluster: str, steps: list[doctor_fix.Step], backend: Any, sm: Any, request: TestRequest, wait_s: int,

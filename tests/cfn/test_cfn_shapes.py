@@ -153,10 +153,10 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
     assert props["ClusterConfigKey"] == f"{names.LIFECYCLE_PREFIX}/{names.HPQ_CLUSTER_CONFIG}"
     sub = props["ClusterConfig"]["Fn::Sub"]
     slurm = variant.startswith("slurm")
-    for login in ((True, False) if slurm else (False,)):
+    for login, prolog in (((True, "false"), (False, "true")) if slurm else ((False, "false"),)):
         fsx = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
         doc = json.loads(_resolve_sub(sub, {"ClusterName": "my-cluster", "HasLoginGroup": login, **fsx,
-                                            "PrometheusRemoteWriteUrl": ""}))
+                                            "PrometheusRemoteWriteUrl": "", "EnableNodeProlog": prolog}))
         assert doc == {
             "schema_version": 1, "orchestrator": "slurm" if slurm else "eks", "cluster_name": "my-cluster",
             "controller_group": names.CONTROLLER_GROUP if slurm else None,
@@ -168,6 +168,8 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
             "fsx_mountname": fsx["FsxMountName"] if slurm else None,
             # Slurm: where the nodes' Prometheus agent writes ("" when observability is off; cfn/observability.py)
             **({"prometheus_remote_write_url": ""} if slurm else {}),
+            # Slurm: the EnableNodeProlog parameter as a JSON boolean (lifecycle/prolog.py, roles.node_prolog)
+            **({"node_prolog": prolog == "true"} if slurm else {}),
         }
     if slurm:  # the partition hpq-cluster.json names is the one the workers' SlurmConfig puts them in
         workers = [g for g in _groups(rendered[(variant, size)]["HyperPod.json"])

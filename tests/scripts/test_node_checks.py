@@ -181,6 +181,14 @@ def test_disk_and_fsx():
     assert nc.judge_mounts("", None, None) == []
 
 
+def test_a_version_a_node_could_not_read_is_not_drift():
+    """A node whose nvidia-smi did not answer has the driver UNKNOWN (its gpu_count finding names it); its twin
+    with the field absent altogether is drift, as an uninstalled piece is."""
+    fps = {n: {"nvidia_driver": "580.1"} for n in ("a", "b", "c")}
+    assert nc.drift({**fps, "d": {"nvidia_driver": nc.UNKNOWN}}) == {n: [] for n in "abcd"}
+    assert [f.kind for f in nc.drift({**fps, "d": {}})["d"]] == ["drift"]
+
+
 def test_drift_names_the_minority_only():
     fps = {n: {"nccl": "2.21.5", "driver": "550.127"} for n in ("a", "b", "c")}
     fps["c"] = {"nccl": "2.18.3", "driver": "550.127"}

@@ -35,12 +35,13 @@ def resolve_sub(sub, params: dict[str, str], conditions: dict[str, bool]) -> str
 
 FSX = {"FsxDnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "FsxMountName": "abcdefgh"}
 OBS_OFF = {"PrometheusRemoteWriteUrl": ""}  # the root passes "" when EnableObservability is false
+PROLOG_OFF = {"EnableNodeProlog": "false"}  # the root's default
 
 
 @pytest.mark.parametrize("login", [True, False])
 def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
-    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)), {"ClusterName": "ml-cluster", **FSX, **OBS_OFF},
-                       {"HasLoginGroup": login})
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
+                       {"ClusterName": "ml-cluster", **FSX, **OBS_OFF, **PROLOG_OFF}, {"HasLoginGroup": login})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)
     rf = roles.load_cluster_config(str(path))
@@ -55,6 +56,17 @@ def test_slurm_variant_file_gives_each_group_its_role(tmp_path, login):
     # The Storage stack's FileSystem names, passed in by the root: the node mounts without an FSx API call.
     assert (rf.fsx_dns_name, rf.fsx_mountname) == (FSX["FsxDnsName"], FSX["FsxMountName"])
     assert rf.prometheus_remote_write_url is None  # observability off
+    assert rf.node_prolog is False  # the Slurm prolog option off by default
+
+
+def test_enable_node_prolog_reaches_the_nodes_lifecycle(tmp_path):
+    """EnableNodeProlog=true: hpq-cluster.json's node_prolog is the JSON true the lifecycle turns on (prolog.py)."""
+    text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
+                       {"ClusterName": "ml-cluster", **FSX, **OBS_OFF, "EnableNodeProlog": "true"},
+                       {"HasLoginGroup": False})
+    path = tmp_path / names.HPQ_CLUSTER_CONFIG
+    path.write_text(text)
+    assert roles.load_cluster_config(str(path)).node_prolog is True
 
 
 AMP_URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d/api/v1/remote_write"
@@ -69,7 +81,8 @@ def test_the_s3_stack_and_the_node_agree_on_the_remote_write_url(tmp_path, url, 
 
     assert bool(re_.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, url)) is ok
     text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
-                       {"ClusterName": "ml-cluster", **FSX, "PrometheusRemoteWriteUrl": url}, {"HasLoginGroup": False})
+                       {"ClusterName": "ml-cluster", **FSX, "PrometheusRemoteWriteUrl": url, **PROLOG_OFF},
+                       {"HasLoginGroup": False})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)
     if ok:
@@ -108,7 +121,7 @@ def test_the_s3_stack_and_the_node_refuse_the_same_bad_fsx_names(tmp_path, dns, 
     assert not (re_.fullmatch(s3.FSX_DNS_PATTERN.strip("^$"), dns) and re_.fullmatch(s3.FSX_MOUNT_PATTERN.strip("^$"),
                                                                                       mount))
     text = resolve_sub(s3.cluster_config(s3.S3Config(slurm=True)),
-                       {"ClusterName": "ml-cluster", "FsxDnsName": dns, "FsxMountName": mount, **OBS_OFF},
+                       {"ClusterName": "ml-cluster", "FsxDnsName": dns, "FsxMountName": mount, **OBS_OFF, **PROLOG_OFF},
                        {"HasLoginGroup": False})
     path = tmp_path / names.HPQ_CLUSTER_CONFIG
     path.write_text(text)

@@ -36,7 +36,8 @@ def test_the_stand_in_nvidia_smi_is_healthy_for_the_type(itype):
     assert nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, nvlinks) == []
 
 
-@pytest.mark.parametrize("kind,finding", [("ecc", "ecc_uncorrectable"), ("row-remap-failure", "row_remap_failure")])
+@pytest.mark.parametrize("kind,finding", [("ecc", "ecc_uncorrectable"), ("row-remap-failure", "row_remap_failure"),
+                                          ("throttle", "clock_slowdown"), ("pcie-degraded", "pcie_degraded")])
 def test_the_xml_faults_are_seen(tmp_path, kind, finding):
     path = tmp_path / "smi.xml"
     path.write_text(faults.smi_xml(8, "H100"))
@@ -49,3 +50,38 @@ def test_the_xml_faults_are_seen(tmp_path, kind, finding):
     faults.inject(Local(), kind)
     found = nc.judge_gpus(nc.parse_smi_xml(path.read_text()), 8, "H100")
     assert [f.kind for f in found] == [finding] and found[0].gpu == "00000000:00:06.0"
+
+
+def _fi_info(tmp_path, devices: int, fail: bool = False) -> subprocess.CompletedProcess:
+    """The stand-in fi_info over a sysfs-like tree of ``devices`` EFA devices (as node.py builds it)."""
+    sysc = tmp_path / "infiniband"
+    drivers = tmp_path / "drivers"
+    (drivers / "efa").mkdir(parents=True)
+    (drivers / "mlx5_ib").mkdir()
+    for i in range(devices):
+        (sysc / f"rdmap{i}s0" / "device").mkdir(parents=True)
+        (sysc / f"rdmap{i}s0" / "device" / "driver").symlink_to(drivers / "efa")
+    (sysc / "mlx5_0" / "device").mkdir(parents=True)  # another RDMA device is not an EFA provider
+    (sysc / "mlx5_0" / "device" / "driver").symlink_to(drivers / "mlx5_ib")
+    flag = tmp_path / "fail"
+    if fail:
+        flag.write_text("")
+    script = faults.FI_INFO.replace("/sys/class/infiniband", str(sysc)).replace("/etc/hpq-rehearse/fi_info.fail",
+                                                                                 str(flag))
+    return subprocess.run(["sh", "-c", script, "fi_info", "-p", "efa"], capture_output=True, text=True)
+
+
+def test_the_stand_in_fi_info_answers_per_efa_device_and_fails_as_libfabric_does(tmp_path):
+    from hpq.scripts import node_doctor
+
+    ok = _fi_info(tmp_path / "ok", 2)
+    assert ok.returncode == 0 and ok.stdout.count("provider: efa") == 2, ok
+    assert "domain: rdmap1s0-rdm" in ok.stdout and "mlx5" not in ok.stdout
+    # node_doctor's reading of it (rc 0 and an efa provider): healthy; the broken twins: no device, the fault.
+    assert nc.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, ok.returncode == 0 and "provider: efa" in ok.stdout) == []
+    for broken in (_fi_info(tmp_path / "none", 0), _fi_info(tmp_path / "fail", 2, fail=True)):
+        assert broken.returncode == 1 and broken.stdout == "" and "fi_getinfo: -61" in broken.stderr
+        found = nc.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, broken.returncode == 0)
+        assert [(f.kind, f.action) for f in found] == [("efa_provider", "reboot")]
+    version = subprocess.run(["sh", "-c", faults.FI_INFO, "fi_info", "--version"], capture_output=True, text=True)
+    assert node_doctor.re.search(r"^libfabric:\s*(\S+)", version.stdout, node_doctor.re.MULTILINE)

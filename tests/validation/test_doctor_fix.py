@@ -161,3 +161,89 @@ def test_fix_reports_what_the_api_refused(reports):
     first, steps, report = _fix(controller, api)
     assert report["exit_code"] == 1
     assert "InvalidInstanceStatus" in report["message"]
+
+
+def test_cluster_events_in_the_api_shape_newest_first_and_refused_where_the_api_refuses():
+    """ListClusterEvents (botocore's model: ClusterEventSummary; the API answers only in Continuous provisioning
+    mode): a reboot and a replacement are recorded, read back newest first across pages by cluster_events."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    api = _api()
+    assert doctor_fix.cluster_events(api, CLUSTER) == []  # nothing happened yet: nothing shown, not an error
+    api.batch_reboot_cluster_nodes(ClusterName=CLUSTER, NodeIds=[IDS[0]])
+    api.batch_replace_cluster_nodes(ClusterName=CLUSTER, NodeIds=[IDS[1]])
+    page = api.list_cluster_events(ClusterName=CLUSTER, MaxResults=1)
+    assert set(page) <= set(model.operation_model("ListClusterEvents").output_shape.members)
+    summary = model.shape_for("ClusterEventSummary")
+    for e in api.events:
+        assert set(summary.required_members) <= set(e) <= set(summary.members)
+        assert e["ResourceType"] in summary.members["ResourceType"].enum
+        assert e["EventLevel"] in summary.members["EventLevel"].enum
+    assert len(page["Events"]) == 1 and page["NextToken"]
+    events = doctor_fix.cluster_events(api, CLUSTER)
+    assert [e["instance_id"] for e in events][1] == IDS[0]  # the reboot came first: second, newest first
+    assert "replaced" in events[0]["description"] and events[0]["instance_id"] != IDS[1]
+    only = api.list_cluster_events(ClusterName=CLUSTER, NodeId=IDS[0])["Events"]
+    assert [e["InstanceId"] for e in only] == [IDS[0]]
+    with pytest.raises(ParamValidationError):  # ClusterName is required
+        api.list_cluster_events(NodeId=IDS[0])
+    with pytest.raises(ClientError) as exc:
+        doctor_fix.cluster_events(_api(continuous=False), CLUSTER)
+    assert _code(exc) == "ValidationException"
+
+
+def _sweep_doc(slow: str | None) -> dict:
+    """scripts/sweep.build_report over the pairs of the three hosts, each pair as fast as its slower node
+    (``slow`` at a third of the others' speed): the document `hpq test sweep --output json` carries."""
+    from hpq.scripts import sweep
+
+    speed = {h: (30.0 if h == slow else 90.0) for h in HOSTS}
+    pairs = [sweep.PairResult(r, (a, b), sweep.OK, busbw_gbps=min(speed[a], speed[b]))
+             for r, rnd in enumerate(sweep.schedule(HOSTS), 1) for a, b in rnd]
+    return json.loads(json.dumps(sweep.build_report(HOSTS, pairs, 1, 1 << 28)))
+
+
+def test_the_sweeps_slow_node_feeds_the_plan_and_fix(reports):
+    """A node the doctor finds healthy but the sweep finds slow: a slow_node finding (reboot) on it, the same plan
+    (drain, then BatchRebootClusterNodes with its instance id) and --fix; a sweep with no slow node adds nothing
+    (the twin), and what is not a sweep's document is refused in one line."""
+    healthy = _sweep_doc(None)
+    slow = _sweep_doc(HOSTS[2])
+    assert healthy["slow_nodes"] == [] and slow["slow_nodes"] == [HOSTS[2]]
+    controller = Controller(reports, sick=set())
+    backend = SlurmBackend(controller, ClusterFacts(CLUSTER, "slurm", "ml.p5.48xlarge"))
+    first = doctor_fix.run_test(backend, TestRequest(DOCTOR), lambda line: None)
+    assert all(n["action"] == "none" for n in first.data["nodes"])
+    assert doctor_fix.merge_sweep(first.data["nodes"], healthy) == first.data["nodes"]
+    merged = doctor_fix.merge_sweep(first.data["nodes"], slow)
+    node = next(n for n in merged if n["node"] == HOSTS[2])
+    assert (node["verdict"], node["action"], [f["kind"] for f in node["findings"]]) == ("FAIL", "reboot", ["slow_node"])
+    assert "30.00 GB/s against the cluster median" in node["findings"][0]["evidence"]
+    api = _api()
+    steps = doctor_fix.plan(merged, doctor_fix.hyperpod_view(api, CLUSTER), CLUSTER)
+    assert [(s.node, s.action) for s in steps] == [(HOSTS[2], "drain"), (HOSTS[2], "reboot")]
+    assert steps[1].command.endswith(IDS[2])
+    report = doctor_fix.fix(CLUSTER, steps, backend, api, TestRequest(DOCTOR), 30, lambda line: None, poll_s=0.1)
+    assert report["exit_code"] == 0, report["message"]  # rebooted, Running again, resumed, re-checked: PASS
+    assert ("BatchRebootClusterNodes", {"ClusterName": CLUSTER, "NodeIds": [IDS[2]]}) in api.calls
+    from hpq.errors import UsageError
+
+    for bad in ({}, {"slow_nodes": "ip-10-1-0-3"}, []):
+        with pytest.raises(UsageError):
+            doctor_fix.merge_sweep(first.data["nodes"], bad)
+
+
+def test_hpq_doctor_refuses_a_sweep_result_that_is_not_one_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    not_sweep = tmp_path / "report.json"
+    not_sweep.write_text(json.dumps({"outcome": "PASS", "nodes": 2}))  # an nccl result, not a sweep's
+    env = {**os.environ, "HOME": str(tmp_path), "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    for path in (str(tmp_path / "missing.json"), str(not_sweep)):
+        res = subprocess.run([sys.executable, "-m", "hpq", "doctor", "my-cluster", "--sweep-result", path,
+                              "--region", "us-west-2"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "--sweep-result" in res.stderr
+        assert "Traceback" not in res.stderr

@@ -200,3 +200,20 @@ def test_run_node_doctor_wrapper_and_hpq_doctor_refuse_bad_input_in_one_line(tmp
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stderr.strip()) == (
         2, "hpq: error: --fix acts on the cluster: without a terminal to confirm on, pass --yes")
+
+
+def test_dcgm_travels_from_the_request_to_each_node_with_its_bound():
+    """hpq doctor --dcgm: the request's extra reaches run-node-doctor, which passes it to node_doctor and gives each
+    node dcgmi's bound on top of its own; without it neither changes (the twin)."""
+    assert "--dcgm" in node_command(TestRequest(DOCTOR, extra=("--dcgm",)))
+    assert "--dcgm" not in node_command(TestRequest(DOCTOR))
+    with_dcgm = run_node_doctor.parse_args(["--dcgm", "--efa-window", "0"])
+    assert run_node_doctor.node_args(with_dcgm) == (["--efa-window", "0", "--dcgm"],
+                                                    run_node_doctor.NODE_TIMEOUT_S + run_node_doctor.DCGM_EXTRA_S)
+    assert run_node_doctor.DCGM_EXTRA_S >= node_doctor.DCGM_TIMEOUT_S
+    assert run_node_doctor.node_args(run_node_doctor.parse_args([])) == ([], run_node_doctor.NODE_TIMEOUT_S)
+    assert run_node_doctor.node_args(run_node_doctor.parse_args(["--dcgm", "--node-timeout", "300"]))[1] == 300
+    for argv in (["--dcgm"], []):  # node_doctor itself accepts what it is given
+        with pytest.raises(SystemExit) as exc:
+            node_doctor.main(argv + ["--help"])
+        assert exc.value.code == 0

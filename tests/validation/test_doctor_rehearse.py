@@ -44,6 +44,27 @@ def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # no
     assert leftovers(r["run_id"], res) == []
 
 
+def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):  # noqa: F811
+    """ml.g5.8xlarge has one EFA: the stand-in fi_info answers for it, so its EFA checks are judged (a healthy
+    worker-4 PASSes with nothing unchecked) and fi_info failing is named; several faults share one rehearsal."""
+    res = rehearse(env, "slurm-gpu", "--workers", "4", "--instance-type", "ml.g5.8xlarge", "--no-validate",
+                   "--fault", "worker-1:fi-info-fail", "--fault", "worker-1:xid48",
+                   "--fault", "worker-2:throttle", "--fault", "worker-2:ecc",
+                   "--fault", "worker-3:pcie-degraded", "--fault", "worker-3:fsx-gone",
+                   "--fault", "worker-4:gpu-missing", "--output", "json")
+    r = json.loads(res.stdout)
+    assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
+    assert _findings(r) == {("worker-1", "efa_provider", "reboot"), ("worker-1", "xid", "reboot"),
+                            ("worker-2", "clock_slowdown", "drain"), ("worker-2", "ecc_uncorrectable", "reboot"),
+                            ("worker-3", "pcie_degraded", "reboot"), ("worker-3", "fsx_missing", "reboot"),
+                            ("worker-4", "gpu_count", "reboot")}
+    doc = r["doctor"]
+    assert doc["missed"] == [] and doc["outcome"] == "FAIL"
+    assert all(n["unchecked"] == [] for n in doc["nodes"]), doc["nodes"]  # EFA read on every node
+    assert "Xid 48" in next(f["evidence"] for f in doc["findings"] if f["kind"] == "xid")
+    assert leftovers(r["run_id"], res) == []
+
+
 def test_a_clean_rehearsal_reports_nothing(env):  # noqa: F811
     res = rehearse(env, "slurm-gpu", "--workers", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
