@@ -60,7 +60,9 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
 
     Each finding has a severity, an action (none, drain, reboot, replace) and the line
     that shows it; HyperPod's own status of each node (ListClusterNodes) is shown beside.
-    CLUSTER is the HyperPod cluster's name or ARN (Slurm clusters; EKS is not done yet).
+    CLUSTER is the HyperPod cluster's name or ARN. On Slurm the checks run from the
+    controller (srun per node); on EKS as one Kubernetes Job per node (privileged,
+    host PID: the checks read the host), and the plan cordons instead of draining.
     NODES: check the first NODES nodes (default: every node).
 
     \b
@@ -80,8 +82,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
     backend = pick.backend_for(cluster, where)
-    if backend.name != "slurm":
-        raise UsageError(f"hpq doctor on an {backend.name.upper()} cluster: not available yet (Slurm only)")
+    orchestrator = backend.resolve().orchestrator
     sm = None
     if not (proxy_command and host):
         sm = client(make_session(region, profile), "sagemaker")
@@ -95,11 +96,11 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, fix: bool, yes: bool
     if sm is not None:
         try:
             with aws_errors(f"sagemaker:ListClusterNodes {cluster}"):
-                view = doctor_fix.hyperpod_view(sm, cluster)
+                view = doctor_fix.hyperpod_view(sm, cluster, orchestrator)
         except Exception as exc:  # the findings stand without HyperPod's view; say why it is missing
             view_error = str(exc).splitlines()[0]
     nodes_data = result.data.get("nodes", [])
-    steps = doctor_fix.plan(nodes_data, view or {}, cluster)
+    steps = doctor_fix.plan(nodes_data, view or {}, cluster, doctor_fix.actions_for(backend))
     if output == "json":
         doc = result.to_dict()
         doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
