@@ -27,8 +27,9 @@ from hpq.validation import doctor_fix, eks_doctor
 from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import DOCTOR, TestRequest
-from tests.fixtures_eks import kube_client
+from tests.fixtures_eks import create_eks_cluster, kube_client
 from tests.validation.test_doctor_judge import XID_79, _report
+from tests.validation.test_validation_eks import REGION, api_to, described, run_cli, stub_describe
 
 CLUSTER = "hp-eks"
 IDS = ["i-0123456789abcdef0", "i-0123456789abcdef1", "i-0123456789abcdef2"]
@@ -182,3 +183,18 @@ def test_fix_cordons_reboots_waits_uncordons_and_rechecks(fake_kube, reports, re
         assert (report["exit_code"], report["outcome"]) == (0, "PASS"), report["message"]
     else:
         assert (report["exit_code"], report["outcome"]) == (1, "FAIL")
+
+
+def test_hpq_doctor_on_an_eks_described_cluster(moto_aws, fake_kube, reports, monkeypatch, capsys):
+    """`hpq doctor my-hp --output json`: DescribeCluster says EKS, the Jobs run on its API, the sick node is
+    named and the plan cordons it (HyperPod's node list comes from moto, which does not know this cluster:
+    the view is reported missing and the reboot step says why it cannot act)."""
+    eks = create_eks_cluster("hp-eks-for-doctor")
+    stub_describe(monkeypatch, described("my-hp", {"Eks": {"ClusterArn": eks["arn"]}}, P5))
+    api_to(monkeypatch, fake_kube)
+    _cluster(fake_kube, reports, sick={NODES[0]})
+    code, out, err = run_cli(capsys, "doctor", "my-hp", "--region", REGION, "--output", "json", "--timeout", "30")
+    doc = json.loads(out)
+    assert (code, doc["backend"], doc["outcome"]) == (1, "eks", "FAIL"), err
+    assert doc["plan"][0]["command"] == f"kubectl cordon {NODES[0]}"
+    assert [o["kind"] for o in fake_kube.created].count("Job") == 3 and fake_kube.objects == {}
