@@ -231,7 +231,7 @@ class EksBackend:
                     f": {raw.detail}" if raw.detail else "")
             return result
         if request.test == NANOGPT:
-            return judges.judge_nanogpt_log(request, raw, instance_type, self.name, cluster)
+            return judges.judge_nanogpt(request, raw, instance_type, self.name, cluster)
         return judges.judge_validate(request, raw, instance_type, self.name, cluster)
 
     def cleanup(self) -> None:
