@@ -140,7 +140,7 @@ class KubeClient:
     # ------------------------------------------------------------------ plumbing
 
     def _open(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
-              timeout: float | None = None) -> Any:
+              timeout: float | None = None, content_type: str = "application/json") -> Any:
         url = self.server + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
@@ -149,7 +149,7 @@ class KubeClient:
             req = urllib.request.Request(url, data=data, method=method, headers={
                 "Authorization": f"Bearer {self.access.token}",
                 "Accept": "application/json",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "User-Agent": "hpq",
             })
             try:
@@ -182,8 +182,9 @@ class KubeClient:
             message = CRD_HINT[path.rstrip("/").split("/")[-1]]
         return KubeError(f"{method} {path}: {message}", exc.code, reason)
 
-    def request(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None) -> Any:
-        with self._open(method, path, query, body) as resp:
+    def request(self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json") -> Any:
+        with self._open(method, path, query, body, content_type=content_type) as resp:
             raw = resp.read().decode()
         return json.loads(raw) if raw else {}
 
@@ -234,6 +235,14 @@ class KubeClient:
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self.request("GET", "/api/v1/nodes").get("items") or [])
+
+    def cordon(self, node: str, unschedulable: bool = True) -> dict[str, Any]:
+        """``kubectl cordon NODE`` (``uncordon``: False): ``spec.unschedulable`` as a strategic merge patch, the
+        patch kubectl itself sends (kubernetes/kubectl, pkg/drain/cordon.go, PatchOrReplaceWithContext). The API
+        answers 404 for a node it does not have, which is raised like any error."""
+        return self.request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(node, safe='')}",
+                            body={"spec": {"unschedulable": unschedulable}},
+                            content_type="application/strategic-merge-patch+json")
 
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> str:
         with self._open("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", {"container": container}) as resp:

@@ -172,15 +172,19 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _from_log(log_path: str) -> Dict[str, object]:
-    """What rank 0 printed: its RESULT line, the loss line, the number of ranks it saw."""
-    seen: Dict[str, object] = {}
+def _read(log_path: str) -> str:
     try:
         with open(log_path, "rb") as fh:
-            data = fh.read(MAX_LOG_SCAN)
+            return fh.read(MAX_LOG_SCAN).decode("utf-8", "replace")
     except OSError:
-        return seen
-    for raw in data.decode("utf-8", "replace").splitlines():
+        return ""
+
+
+def from_text(text: str) -> Dict[str, object]:
+    """What rank 0 printed: its RESULT line, the loss line, the number of ranks it saw. The same lines reach
+    run-nanogpt's log on Slurm and the master pod's log on EKS: this is the one reader of both."""
+    seen: Dict[str, object] = {}
+    for raw in text[:MAX_LOG_SCAN].splitlines():
         line = raw.strip()
         if line.startswith("RESULT: "):
             seen["result"] = line[len("RESULT: "):]
@@ -210,7 +214,12 @@ def judge(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int] 
 
 
 def assess(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int]) -> Tuple[str, str]:
-    """(PASS|FAIL|INCONCLUSIVE, message whose first words are the verdict).
+    """``assess_text`` of the log file at ``log_path``."""
+    return assess_text(rc, _read(log_path), metrics, ranks)
+
+
+def assess_text(rc: int, text: str, metrics: Optional[Dict], ranks: Optional[int]) -> Tuple[str, str]:
+    """(PASS|FAIL|INCONCLUSIVE, message whose first words are the verdict) of the training's output ``text``.
 
     PASS needs positive evidence of training: finite first and final loss with the final one lower,
     every one of the ``ranks`` processes started (None: as many as trained) taking part (world size) with the
@@ -220,7 +229,7 @@ def assess(rc: int, log_path: str, metrics: Optional[Dict], ranks: Optional[int]
     program that printed none of it (e.g. ``--python /bin/true``) is INCONCLUSIVE, never PASS; a
     Trainium run that left its devices idle is INCONCLUSIVE too.
     """
-    seen = _from_log(log_path)
+    seen = from_text(text)
     facts: Dict[str, object] = dict(seen)
     if metrics:
         facts.update({k: metrics.get(k) for k in ("first_loss", "final_loss", "loss_fell", "ranks_agree",

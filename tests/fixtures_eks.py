@@ -292,7 +292,13 @@ class FakeKube:
     connection drops after that many lines), ``attempts`` (one list of log lines per run of the
     launcher container: every run but the last exits 1 and the kubelet restarts the container in the
     same pod, as restartPolicy OnFailure does), ``token_ttl`` (requests a bearer token is good for;
-    then the API answers 401 until a new token comes, as EKS does after a token's 15 minutes).
+    then the API answers 401 until a new token comes, as EKS does after a token's 15 minutes),
+    ``node_logs`` (node name -> the log lines of a pod pinned there with ``nodeName``), ``node_final``
+    (node name -> the end state of the batch/v1 Job whose pod is pinned there), ``hang`` (node names whose
+    pinned Job never ends: a node that does not answer).
+
+    ``PATCH /api/v1/nodes/NAME`` (kubectl cordon/uncordon) is served as the API server serves it: only with a
+    patch media type (others: 415 Unsupported Media Type), 404 NotFound for a node it does not have.
 
     DELETE honours ``propagationPolicy`` (body DeleteOptions or query), as the API server does:
     Foreground keeps the object (deletionTimestamp, finalizer foregroundDeletion) until its pods are
@@ -324,12 +330,13 @@ class FakeKube:
         self.token_uses: dict[str, int] = {}
         self.expired_tokens: set[str] = set()
         self.restarts: dict[str, int] = {}  # pod -> restartCount of its followed container
+        self.patches: list[tuple[str, Any]] = []  # (node, patch body) accepted
         self.lock = threading.RLock()
         self.url = ""
         self.ca_data = ""
 
     def add_nodes(self, instance_type: str, count: int, ready: bool = True, efa: int | None = None,
-                  health: str | None = "Schedulable") -> None:
+                  health: str | None = "Schedulable", names: list[str] | None = None) -> None:
         """Nodes as a HyperPod EKS cluster's API server lists them: the instance-type label, HyperPod's
         ``sagemaker.amazonaws.com/node-health-status`` label (None: a node HyperPod does not manage), and
         ``status.allocatable`` with the device plugins' resources (``vpc.amazonaws.com/efa``: the type's
@@ -353,7 +360,8 @@ class FakeKube:
                 have = entry.efa_interfaces if efa is None else efa
                 if have:
                     allocatable["vpc.amazonaws.com/efa"] = str(have)
-            self.nodes.append({"metadata": {"name": f"node-{len(self.nodes)}", "labels": labels},
+            name = names[_] if names else f"node-{len(self.nodes)}"
+            self.nodes.append({"metadata": {"name": name, "labels": labels}, "spec": {},
                                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                                           "allocatable": allocatable}})
 
@@ -383,7 +391,8 @@ class FakeKube:
             self.pod_name_clashes.append(pod)
         self.pods[pod] = {"metadata": {"name": pod, "namespace": ns, "labels": labels,
                                        "creationTimestamp": f"2026-01-01T00:00:{len(self.pods):02d}Z"},
-                          "status": {"phase": "Pending"}, "_owner": owner, "_role": role}
+                          "status": {"phase": "Pending"}, "_owner": owner, "_role": role,
+                          "_node": (template.get("spec") or {}).get("nodeName")}
 
     def tick(self) -> None:
         """One job GET = one step of the simulated operator."""
@@ -408,11 +417,15 @@ class FakeKube:
             if (self.ticks >= self.scenario.get("pending_ticks", 1) + 2 and not self.scenario.get("waiting")
                     and not self.scenario.get("unschedulable")):
                 for (plural, _ns, _name), obj in self.objects.items():
-                    if plural in ("jobs",):
+                    if plural in ("jobs",) and self._pinned(obj) not in self.scenario.get("hang", ()):
                         self.finish(obj)
 
+    @staticmethod
+    def _pinned(obj: dict[str, Any]) -> str | None:
+        return ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeName")
+
     def finish(self, obj: dict[str, Any]) -> None:
-        final = self.scenario.get("final", "Succeeded")
+        final = self.scenario.get("node_final", {}).get(self._pinned(obj)) or self.scenario.get("final", "Succeeded")
         kind = "Complete" if obj["kind"] == "Job" and final == "Succeeded" else final
         obj["status"] = {"conditions": [{"type": "Running", "status": "False"},
                                         {"type": kind, "status": "True", "message": f"job {final.lower()}"}]}
@@ -426,6 +439,9 @@ class FakeKube:
         if attempts and role == "launcher":
             return list(attempts[min(self.restarts.get(pod, 0), len(attempts) - 1)])
         logs = self.scenario.get("logs", {})
+        node = self.pods[pod].get("_node")
+        if node and node in self.scenario.get("node_logs", {}):
+            return list(self.scenario["node_logs"][node])
         lines = logs.get(pod) or logs.get(role) or []
         return list(lines)
 
@@ -533,6 +549,8 @@ def fake_kube(tmp_path):
             parts = url.path.strip("/").split("/")
             if url.path == "/api/v1/nodes":
                 return self._send(200, {"kind": "NodeList", "items": kube.nodes})
+            if url.path.startswith("/api/v1/nodes/"):
+                return self._node(method, urllib.parse.unquote(url.path[len("/api/v1/nodes/"):]), body)
             if "namespaces" not in parts and len(parts) >= 2 and method == "GET":
                 # a cluster-scoped object such as /apis/storage.k8s.io/v1/csidrivers/NAME
                 obj = kube.cluster_objects.get((parts[-2], parts[-1]))
@@ -583,6 +601,28 @@ def fake_kube(tmp_path):
                         return self._status(400, "BadRequest", f"invalid propagationPolicy {policy!r}")
                     return self._send(200, kube.delete(plural, ns, key_name, policy))
             return self._status(405, "MethodNotAllowed", method)
+
+        def _node(self, method: str, name: str, body: Any) -> None:
+            with kube.lock:
+                node = next((n for n in kube.nodes if n["metadata"]["name"] == name), None)
+                if node is None:
+                    return self._status(404, "NotFound", f'nodes "{name}" not found')
+                if method == "GET":
+                    return self._send(200, node)
+                if method != "PATCH":
+                    return self._status(405, "MethodNotAllowed", method)
+                kind = self.headers.get("Content-Type", "")
+                if kind not in ("application/strategic-merge-patch+json", "application/merge-patch+json",
+                                "application/json-patch+json", "application/apply-patch+yaml"):
+                    return self._status(415, "UnsupportedMediaType",
+                                        f'the body of the request was in an unknown format - accepted media types '
+                                        f'include: application/json-patch+json, application/merge-patch+json, '
+                                        f'application/apply-patch+yaml (got "{kind}")')
+                kube.patches.append((name, body))
+                node.setdefault("spec", {}).update((body or {}).get("spec") or {})
+                if node["spec"].get("unschedulable") is False:
+                    del node["spec"]["unschedulable"]  # what the API server keeps of a false default
+                return self._send(200, node)
 
         def _pods(self, method: str, ns: str, rest: list[str], query: dict[str, list[str]]) -> None:
             if method != "GET":
@@ -639,6 +679,9 @@ def fake_kube(tmp_path):
 
         def do_DELETE(self):  # noqa: N802
             self._route("DELETE")
+
+        def do_PATCH(self):  # noqa: N802
+            self._route("PATCH")
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)

@@ -85,7 +85,7 @@ def nanogpt(cluster: str = CLUSTER, doc: dict[str, Any] | None = None) -> dict[s
     req = TestRequest(NANOGPT, 1, 1)
     raw = RawOutcome(0, "# result: /fsx/hpq-results/nanogpt.json\n", command="run-nanogpt 1 1",
                      files={"result.json": text})
-    return judges.judge_nanogpt_result(req, raw, None, "slurm", cluster).to_dict()
+    return judges.judge_nanogpt(req, raw, None, "slurm", cluster).to_dict()
 
 
 def write(folder: Path, name: str, doc: Any) -> Path:

@@ -13,10 +13,19 @@ AWS references (request and response shapes, error codes):
   InternalServerError: API_BatchRebootClusterNodes.html, API_BatchReplaceClusterNodes.html,
   API_BatchRebootClusterNodesError.html, API_BatchReplaceClusterNodesError.html (all under
   https://docs.aws.amazon.com/sagemaker/latest/APIReference/). Replacing destroys the node's volumes.
-- Draining: ``scontrol update NodeName=... State=DRAIN Reason=...`` and ``State=RESUME`` (scontrol(1)).
+- Draining: ``scontrol update NodeName=... State=DRAIN Reason=...`` and ``State=RESUME`` (scontrol(1)) on Slurm;
+  ``kubectl cordon``/``uncordon`` on EKS (the EKS backend patches ``spec.unschedulable`` as kubectl does).
 
 The Slurm node name of a HyperPod node is the first label of its PrivateDnsHostname (``ip-10-1-2-3``), which is
-how the doctor's per-node reports (tagged with SLURMD_NODENAME) meet HyperPod's instance ids.
+how the doctor's per-node reports (tagged with SLURMD_NODENAME) meet HyperPod's instance ids. On EKS a HyperPod
+node registers as ``hyperpod-<instance id>`` (``hyperpod-i-048cd15160ee28917``, as ``kubectl get nodes`` prints it
+in AWS's guidance repository aws-solutions-library-samples/guidance-for-protein-language-esm-model-training-with-
+nvidia-bionemo-framework, source/hyperpod_eks/README.md), so the Kubernetes node name and the instance id are one
+prefix apart.
+
+The node actions are one object per backend (:class:`SlurmNodes` here, validation/eks.EksBackend on EKS):
+``drain_command``/``resume_command`` (the text a person types), ``drain``/``resume`` (do it; the error text or
+""), and ``orchestrator`` (how HyperPod's view is keyed).
 """
 
 from __future__ import annotations
@@ -84,9 +93,18 @@ def _slurm_name(hostname: str) -> str:
     return hostname.split(".", 1)[0] if hostname else ""
 
 
-def hyperpod_view(sm: Any, cluster: str) -> dict[str, NodeView]:
-    """Slurm node name -> NodeView, from ListClusterNodes (every page), DescribeClusterNode where the summary
-    has no PrivateDnsHostname. A node HyperPod lists without a host name yet is kept under its instance id."""
+EKS_NODE_PREFIX = "hyperpod-"
+
+
+def eks_node_name(instance_id: str) -> str:
+    """The Kubernetes node name HyperPod gives an instance (``hyperpod-i-...``)."""
+    return EKS_NODE_PREFIX + instance_id
+
+
+def hyperpod_view(sm: Any, cluster: str, orchestrator: str = "slurm") -> dict[str, NodeView]:
+    """Node name -> NodeView, from ListClusterNodes (every page). Slurm: the name is the first label of
+    PrivateDnsHostname (DescribeClusterNode where the summary has none; a node without a host name yet is kept
+    under its instance id). EKS: ``hyperpod-<instance id>``, the Kubernetes node's name."""
     summaries: list[dict[str, Any]] = []
     token = None
     while True:
@@ -100,11 +118,16 @@ def hyperpod_view(sm: Any, cluster: str) -> dict[str, NodeView]:
             break
     view: dict[str, NodeView] = {}
     for s in summaries:
+        status = s.get("InstanceStatus") or {}
+        if orchestrator == "eks":
+            name = eks_node_name(s["InstanceId"])
+            view[name] = NodeView(name, s["InstanceId"], s.get("InstanceGroupName", ""), status.get("Status", ""),
+                                  status.get("Message", ""), s.get("InstanceType", ""))
+            continue
         hostname = s.get("PrivateDnsHostname") or ""
         if not hostname:
             details = sm.describe_cluster_node(ClusterName=cluster, NodeId=s["InstanceId"]).get("NodeDetails", {})
             hostname = details.get("PrivateDnsHostname") or ""
-        status = s.get("InstanceStatus") or {}
         name = _slurm_name(hostname) or s["InstanceId"]
         view[name] = NodeView(name, s["InstanceId"], s.get("InstanceGroupName", ""), status.get("Status", ""),
                               status.get("Message", ""), s.get("InstanceType", ""))
@@ -184,9 +207,37 @@ def api_command(action: str, cluster: str, ids: list[str]) -> str:
     return f"aws sagemaker {verb} --cluster-name {shlex.quote(cluster)} --node-ids {' '.join(ids)}"
 
 
-def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str) -> list[Step]:
+class SlurmNodes:
+    """Slurm's node actions: scontrol on the controller through the backend's shell."""
+
+    orchestrator = "slurm"
+
+    def __init__(self, shell: Any = None):
+        self.shell = shell
+
+    drain_command = staticmethod(drain_command)
+    resume_command = staticmethod(resume_command)
+
+    def drain(self, node: str, reason: str) -> str:
+        return self._run(drain_command(node, reason))
+
+    def resume(self, node: str) -> str:
+        return self._run(resume_command(node))
+
+    def _run(self, command: str) -> str:
+        code, out, err = self.shell.run(command, timeout=60)
+        return "" if code == 0 else (err or out).strip()[-300:] or f"exit {code}"
+
+
+def actions_for(backend: Any) -> Any:
+    """The backend's node actions: its own (EKS), else Slurm's through its shell."""
+    return backend if hasattr(backend, "drain") else SlurmNodes(getattr(backend, "shell", None))
+
+
+def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str, actions: Any = None) -> list[Step]:
     """Per node with an action: drain it first (jobs stay off it), then reboot or replace it through HyperPod.
     A node HyperPod does not list (or no view at all) can only be drained: its step says so."""
+    actions = actions or SlurmNodes()
     steps: list[Step] = []
     for n in nodes:
         action = n.get("action", xc.ACTION_NONE)
@@ -194,7 +245,7 @@ def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str) -
             continue
         worst = [f for f in n.get("findings", []) if f.get("action") == action]
         reason = "hpq doctor: " + "; ".join(f"{f.get('kind')}: {f.get('evidence')}" for f in worst[:2])
-        steps.append(Step(n["node"], xc.ACTION_DRAIN, drain_command(n["node"], reason), reason))
+        steps.append(Step(n["node"], xc.ACTION_DRAIN, actions.drain_command(n["node"], reason), reason))
         if action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE):
             v = view.get(n["node"])
             if v is None:
@@ -205,15 +256,15 @@ def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str) -
     return steps
 
 
-def apply(steps: list[Step], shell: Any, sm: Any, cluster: str, echo: Echo) -> None:
-    """Do the plan: drains on the controller, then one API request per action and 25 nodes. Each step records
-    whether it was done, and why not (the API's ErrorCode and Message, or scontrol's error)."""
+def apply(steps: list[Step], actions: Any, sm: Any, cluster: str, echo: Echo) -> None:
+    """Do the plan: drains (scontrol on the controller, or cordons), then one API request per action and 25
+    nodes. Each step records whether it was done, and why not (the API's ErrorCode and Message, or the drain's
+    error)."""
     for s in steps:
         if s.action != xc.ACTION_DRAIN:
             continue
-        code, out, err = shell.run(s.command, timeout=60)
-        s.done = code == 0
-        s.error = "" if s.done else (err or out).strip()[-300:] or f"exit {code}"
+        s.error = actions.drain(s.node, s.reason)
+        s.done = not s.error
         echo(f"{s.node}: drain {'done' if s.done else 'FAILED: ' + s.error}")
     for action, call in ((xc.ACTION_REBOOT, sm.batch_reboot_cluster_nodes),
                          (xc.ACTION_REPLACE, sm.batch_replace_cluster_nodes)):
@@ -232,13 +283,13 @@ def apply(steps: list[Step], shell: Any, sm: Any, cluster: str, echo: Echo) -> N
 
 
 def wait_running(sm: Any, cluster: str, nodes: list[str], timeout_s: float, echo: Echo,
-                 poll_s: float = 15.0) -> dict[str, str]:
+                 poll_s: float = 15.0, orchestrator: str = "slurm") -> dict[str, str]:
     """Poll ListClusterNodes until every named node is listed Running again (a replaced node keeps its Slurm
     name in this view only if its host name is kept; one not listed is reported as such). Node -> last status."""
     deadline = time.monotonic() + timeout_s
     seen_down: set[str] = set()
     while True:
-        view = hyperpod_view(sm, cluster)
+        view = hyperpod_view(sm, cluster, orchestrator)
         status = {n: (view[n].status if n in view else "NotFound") for n in nodes}
         seen_down |= {n for n, s in status.items() if s != RUNNING}
         # Running again after having been seen not running, or Running at the deadline's end.
@@ -252,21 +303,23 @@ def wait_running(sm: Any, cluster: str, nodes: list[str], timeout_s: float, echo
 
 def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wait_s: float, echo: Echo,
         poll_s: float = 15.0) -> dict[str, Any]:
-    """Apply the plan, wait for rebooted/replaced nodes to be Running, resume them in Slurm, run the doctor again.
+    """Apply the plan, wait for rebooted/replaced nodes to be Running, resume them (Slurm RESUME, or uncordon
+    on EKS), run the doctor again.
 
     Exit 0 only when every node acted on passes the re-check; 1 when a step failed or a node still fails;
     3 when a node is only drained (a person decides) or did not come back in ``wait_s``."""
-    apply(steps, backend.shell, sm, cluster, echo)
+    actions = actions_for(backend)
+    apply(steps, actions, sm, cluster, echo)
     failed = [s for s in steps if not s.done]
     acted = sorted({s.node for s in steps if s.done and s.action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE)})
     drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xc.ACTION_DRAIN})
     status: dict[str, str] = {}
     if acted:
-        status = wait_running(sm, cluster, acted, wait_s, echo, poll_s)
+        status = wait_running(sm, cluster, acted, wait_s, echo, poll_s, actions.orchestrator)
         for node in acted:
             if status.get(node) == RUNNING:
-                code, out, err = backend.shell.run(resume_command(node), timeout=60)
-                echo(f"{node}: Running again; resume {'done' if code == 0 else 'FAILED: ' + (err or out).strip()}")
+                error = actions.resume(node)
+                echo(f"{node}: Running again; resume {'done' if not error else 'FAILED: ' + error}")
     recheck = run_test(backend, request, echo)
     by_node = {n["node"]: n for n in recheck.data.get("nodes", [])}
     still = [n for n in acted if by_node.get(n, {}).get("verdict") != "PASS"]
@@ -282,7 +335,7 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
                      + ", ".join(f"{n} {by_node.get(n, {}).get('verdict', 'not checked')}" for n in acted))
     if drained_only:
         parts.append(f"drained {', '.join(drained_only)} (a person decides; then: "
-                     + "; ".join(resume_command(n) for n in drained_only) + ")")
+                     + "; ".join(actions.resume_command(n) for n in drained_only) + ")")
     if failed:
         parts.append("failed: " + "; ".join(f"{s.node} {s.action}: {s.error}" for s in failed))
     return {"outcome": word, "exit_code": code, "message": f"{word}: --fix: " + "; ".join(parts),

@@ -23,12 +23,13 @@ from typing import Any
 from hpq.aws.session import make_session
 from hpq.errors import UsageError
 from hpq.kube import jobs
-from hpq.kube.kube import KubeClient, cluster_access, eks_name_from_arn
+from hpq.kube.kube import KubeClient, KubeError, cluster_access, eks_name_from_arn
 from hpq.lifecycle import catalog
 from hpq.manifests.render import RenderRequest, check_request, render_objects
-from hpq.validation import judges
+from hpq.validation import doctor, judges
 from hpq.validation.backend import ClusterFacts, Echo
-from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
+from hpq.validation.eks_doctor import NodeJobs
+from hpq.validation.request import DOCTOR, NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TIMED_OUT, RawOutcome, TestResult
 
 # The manifests each test runs (hpq.manifests.render.TESTS). On Trainium the nccl-test manifests run
@@ -37,7 +38,8 @@ MANIFESTS = {NCCL: "nccl-test", NCCOM: "nccl-test", NANOGPT: "nanogpt", VALIDATE
 SWEEP_UNAVAILABLE = "sweep on an EKS cluster: not available yet (run `hpq test nccl` on two nodes at a time)"
 # Which tests each EKS option shapes beyond every test's own (image, namespace, name, keep, fsx_claim); given
 # to another test it would be ignored without a word, so it is refused.
-OPTION_TESTS = {"program": (NANOGPT,), "program_args": (NANOGPT,), "mpirun": (NCCL,)}
+OPTION_TESTS = {"program": (NANOGPT,), "program_args": (NANOGPT,), "mpirun": (NCCL,), "fsx_claim": tuple(MANIFESTS),
+                "name": tuple(MANIFESTS)}
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class EksBackend:
     """Tests on an EKS-orchestrated cluster, as Kubernetes jobs."""
 
     name = "eks"
+    orchestrator = "eks"  # how HyperPod's view keys nodes (validation/doctor_fix.hyperpod_view)
 
     def __init__(self, cluster: str, options: EksOptions, client: Callable[[], KubeClient],
                  facts: ClusterFacts | None = None, poll_s: float = 5.0):
@@ -91,6 +94,7 @@ class EksBackend:
         self._facts = facts
         self.poll_s = poll_s
         self._runner: jobs.Runner | None = None
+        self._doctor: NodeJobs | None = None
         self._echo: Echo = lambda line: None
 
     @classmethod
@@ -132,8 +136,11 @@ class EksBackend:
         """Refuse what this backend cannot run, before anything is created."""
         if request.test == SWEEP:
             raise UsageError(SWEEP_UNAVAILABLE)
-        if request.test not in MANIFESTS:
+        if request.test not in MANIFESTS and request.test != DOCTOR:
             raise UsageError(f"{request.test} has no EKS manifests")
+        if request.extra and request.test == DOCTOR:
+            raise UsageError("--extra does not apply on an EKS cluster: the doctor's Jobs run node_doctor as "
+                             "validation/eks_doctor.py builds it")
         if request.extra:
             raise UsageError(f"--extra does not apply on an EKS cluster: the {MANIFESTS[request.test]} job's "
                              "command comes from its manifest" + (" (the training program's arguments: "
@@ -156,6 +163,8 @@ class EksBackend:
     def run(self, request: TestRequest, instance_type: str | None, echo: Echo) -> RawOutcome:
         self._echo = echo
         self.check(request)
+        if request.test == DOCTOR:
+            return self._run_doctor(request, echo)
         nodes = request.node_count or 0
         client = self.client()
         itype = jobs.pick_instance_type(client, instance_type, nodes)
@@ -176,8 +185,42 @@ class EksBackend:
         return RawOutcome(code, outcome.log, command=f"{plan.job_kind.lower()}/{plan.name}", state=outcome.state,
                           detail=outcome.message, facts=facts)
 
+    def _run_doctor(self, request: TestRequest, echo: Echo) -> RawOutcome:
+        """node_doctor on every node (or the first NODES) as one Job per node (validation/eks_doctor.py)."""
+        o = self.options
+        self._doctor = NodeJobs(self.client(), o.namespace, o.image, poll_s=self.poll_s, keep=o.keep)
+        code, line = self._doctor.run(request, echo)
+        return RawOutcome(code, line, command=f"jobs/{self._doctor.name}-*", state="exited")
+
+    # The doctor's node actions on EKS (hpq.validation.doctor_fix calls these through the backend).
+    @staticmethod
+    def drain_command(node: str, reason: str) -> str:
+        """Cordon keeps new pods off the node; running pods stay until HyperPod reboots or replaces it
+        (``kubectl drain`` would evict them: a person's call, printed in the plan's reason)."""
+        return f"kubectl cordon {node}"
+
+    @staticmethod
+    def resume_command(node: str) -> str:
+        return f"kubectl uncordon {node}"
+
+    def drain(self, node: str, reason: str) -> str:
+        """Cordon ``node``; the error text, empty when it was done."""
+        return self._patch(node, True)
+
+    def resume(self, node: str) -> str:
+        return self._patch(node, False)
+
+    def _patch(self, node: str, unschedulable: bool) -> str:
+        try:
+            self.client().cordon(node, unschedulable)
+        except (KubeError, UsageError) as exc:
+            return str(exc)
+        return ""
+
     def judge(self, request: TestRequest, raw: RawOutcome, instance_type: str | None) -> TestResult:
         cluster = self._facts.name if self._facts else self.cluster
+        if request.test == DOCTOR:
+            return doctor.judge(request, raw, instance_type, self.name, cluster)
         if request.test in (NCCL, NCCOM):
             # The job's end state is the program's exit status (0 only when it Succeeded): a job that did not
             # succeed is a FAIL whatever its table says, by the same rule as a node program that exited non-zero.
@@ -188,11 +231,14 @@ class EksBackend:
                     f": {raw.detail}" if raw.detail else "")
             return result
         if request.test == NANOGPT:
-            return judges.judge_nanogpt_log(request, raw, instance_type, self.name, cluster)
+            return judges.judge_nanogpt(request, raw, instance_type, self.name, cluster)
         return judges.judge_validate(request, raw, instance_type, self.name, cluster)
 
     def cleanup(self) -> None:
         """Delete what the run created (unless ``keep``); safe to call twice and after a failed run."""
+        nodejobs, self._doctor = self._doctor, None
+        if nodejobs is not None:
+            nodejobs.cleanup(self._echo)
         runner, self._runner = self._runner, None
         if runner is None:
             return

@@ -10,13 +10,11 @@ status as the backend saw it, a run the backend stopped, the stand-in network of
 from __future__ import annotations
 
 import json
-import math
-import re
 from typing import Any
 
 from hpq.errors import HpqError
 from hpq.kube.jobs import EFA_RESOURCE, HEALTH_CHECKING, HEALTH_LABEL
-from hpq.scripts import nccl_report
+from hpq.scripts import nccl_report, run_nanogpt
 from hpq.scripts import outcome as oc
 from hpq.scripts import sweep as node_sweep
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, TestRequest
@@ -128,57 +126,65 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
                       nodes, doc)
 
 
-def judge_nanogpt_result(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
-                         cluster: str) -> TestResult:
-    """run-nanogpt judged itself on the node (scripts/run_nanogpt.assess: losses, ranks, environment) and
-    wrote its result JSON; that JSON, read back, is the evidence. No JSON back: INCONCLUSIVE if the program
-    exited 0 (nothing to judge), FAIL otherwise."""
-    text = raw.files.get("result.json")
+def judge_nanogpt(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
+                  cluster: str) -> TestResult:
+    """nanogpt on every backend, from the same evidence: the training's own lines in the log (rank 0's
+    ``ranks on``, ``loss A -> B: falls; ranks agree``, ``RESULT``), read by run-nanogpt's own reader
+    (scripts/run_nanogpt.assess_text: a finite falling loss, every rank trained, ranks agree). Where the
+    backend also brought back run-nanogpt's result JSON (Slurm), its metrics, rank count and the ranks'
+    environment check are added; on EKS the log is the master pod's.
+
+    The backend's exit status is the program's: a report that passes from a run that failed is a FAIL
+    (2 and 130 keep their meaning); the node program's own INCONCLUSIVE (3) lowers a PASS. A run that
+    printed no training result is INCONCLUSIVE when it exited 0, a FAIL when it failed."""
     doc: dict[str, Any] = {}
+    text = raw.files.get("result.json")
     if text:
         try:
             loaded = json.loads(text)
             doc = loaded if isinstance(loaded, dict) else {}
         except ValueError:
             doc = {}
-    tail = (raw.log.strip().splitlines() or [""])[-1]
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else None
+    ranks = None
+    if isinstance(doc.get("nodes"), int) and isinstance(doc.get("processes_per_node"), int):
+        ranks = doc["nodes"] * doc["processes_per_node"]
+    status = doc["exit_status"] if isinstance(doc.get("exit_status"), int) else raw.exit_code
+    training_rc = 0 if status == oc.EXIT_INCONCLUSIVE else status
+    outcome, message = run_nanogpt.assess_text(training_rc, raw.log, metrics, ranks)
+    env = doc.get("environment_check") if isinstance(doc.get("environment_check"), dict) else {}
+    if env.get("ok") is False and outcome != oc.FAIL:
+        outcome = oc.FAIL
+        message = oc.headline(oc.FAIL, "transport", "the worker type's environment",
+                              "; ".join(str(p) for p in env.get("problems") or []) or "environment check failed") \
+            + "\n" + message
+    program = raw.command or PROGRAMS[NANOGPT]
     if raw.timed_out:
         outcome, message = oc.FAIL, oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
-                                                f"{raw.command or 'run-nanogpt'} did not finish in time")
-    elif not doc.get("outcome"):
-        outcome = oc.INCONCLUSIVE if raw.exit_code in (0, oc.EXIT_INCONCLUSIVE) else oc.FAIL
-        message = oc.headline(outcome, "no result", "run-nanogpt's result JSON",
-                              f"run-nanogpt exited {raw.exit_code} and no result came back: "
-                              f"{tail or raw.stderr.strip()[-300:]}")
-    else:
-        outcome = str(doc["outcome"])
-        message = str(doc.get("message") or oc.headline(outcome, "run-nanogpt", "a falling loss", tail))
-        if outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):  # its JSON is no pass then
-            outcome = oc.FAIL
-            message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
-                                  "run-nanogpt failed on the cluster (its output above says why)") + "\n" + message
-    data = {**doc, "command": raw.command, "exit_status": raw.exit_code, "outcome": outcome}
+                                                f"{program} did not finish in time") + "\n" + message
+    elif outcome == oc.PASS and raw.exit_code == oc.EXIT_INCONCLUSIVE:
+        outcome = oc.INCONCLUSIVE
+        message = oc.headline(oc.INCONCLUSIVE, "exit status 3", "0", f"{program} judged it INCONCLUSIVE on the "
+                              "cluster (its output above says why)") + "\n" + message
+    elif outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):
+        outcome = oc.FAIL
+        message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
+                              f"{program} failed on the cluster ({_ended(raw)})") + "\n" + message
+    facts = run_nanogpt.from_text(raw.log)
+    data = {**doc, **{k: v for k, v in facts.items() if k not in doc}, "command": raw.command,
+            "exit_status": raw.exit_code, "outcome": outcome}
+    if raw.state:
+        data["job"] = _job(raw)
     if outcome != oc.PASS and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
     code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(outcome)
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
 
 
-# ---------------------------------------------------------------------- judged from a job's log (EKS)
-# The EKS jobs run the training program and the device check straight from their manifests (no node program
-# writes a result file there): these judges read the result pod's log, the job's end state (RawOutcome.state,
-# exit_code 0 only when the job Succeeded) and, for validate, what the API server says of the nodes
-# (RawOutcome.facts: hpq.kube.jobs.NodeFacts.to_dict()).
-
-# Numbers as Python prints them, nan and inf included: a loss of nan is evidence of a broken run, never skipped.
-_NUM = r"([-+]?(?:nan|inf(?:inity)?|[0-9]{1,40}(?:\.[0-9]{0,40})?(?:[eE][-+]?[0-9]{1,4})?))"
-# "iter 100: loss 3.4629 | ..." (hpq's nanoGPT, like nanoGPT itself); a bare "loss X" as a fallback.
-_ITER_LOSS_RE = re.compile(r"\biter\s+\d+\s*:?\s*(?:train\s+)?loss[\s:=]+" + _NUM, re.IGNORECASE)
-_LOSS_RE = re.compile(r"\bloss\b[\s:=]+" + _NUM, re.IGNORECASE)
-_INCONCLUSIVE_RE = re.compile(r"^RESULT: (INCONCLUSIVE:.*)$", re.MULTILINE)
-_RESULT_FAIL_RE = re.compile(r"^RESULT: (FAIL.{0,500})$", re.MULTILINE)
-_DISAGREE_RE = re.compile(r"^loss \S+ -> \S+: .{0,40}; ranks DISAGREE", re.MULTILINE)
-
+# ---------------------------------------------------------------------- validate on EKS
+# EKS's validate job checks devices straight from its manifest: its judge reads the pods' HPQ-VALIDATE lines,
+# the job's end state (RawOutcome.state, exit_code 0 only when the job Succeeded) and what the API server says
+# of the nodes (RawOutcome.facts: hpq.kube.jobs.NodeFacts.to_dict()).
 
 def _job(raw: RawOutcome) -> dict[str, Any]:
     return {"state": raw.state, "message": raw.detail}
@@ -188,43 +194,6 @@ def _ended(raw: RawOutcome) -> str:
     """How the run ended, in words: the job's state and message (or the program's exit status)."""
     state = raw.state or f"exit status {raw.exit_code}"
     return f"{state}: {raw.detail}" if raw.detail else state
-
-
-def judge_nanogpt_log(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
-                      cluster: str) -> TestResult:
-    """PASS only when the run succeeded, printed two or more finite losses, and the last is below the first;
-    FAIL on a run that failed, a loss that is nan/inf or did not fall, ranks that disagree, or the program's
-    own "RESULT: FAIL"; INCONCLUSIVE (exit 3) when hpq's nanoGPT says it left Trainium devices idle."""
-    losses = [float(x) for x in (_ITER_LOSS_RE.findall(raw.log) or _LOSS_RE.findall(raw.log))]
-    data: dict[str, Any] = {"job": _job(raw), "command": raw.command, "losses": losses}
-    number = f"loss {losses[0]:g} -> {losses[-1]:g}" if losses else "no loss printed"
-
-    def verdict(outcome: str, reason: str) -> TestResult:
-        data["outcome"] = outcome
-        return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome),
-                          oc.headline(outcome, number, "a falling, finite loss", reason), instance_type,
-                          req.node_count, data)
-
-    if raw.exit_code != 0:
-        return verdict(oc.FAIL, f"training ended {_ended(raw)}")
-    if len(losses) < 2:
-        return verdict(oc.INCONCLUSIVE if not losses else oc.FAIL,
-                       "training finished but printed fewer than two loss values (iter N: loss X)")
-    bad = [x for x in losses if not math.isfinite(x)]
-    if bad:
-        return verdict(oc.FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
-    if not losses[-1] < losses[0]:
-        return verdict(oc.FAIL, "the loss did not go down")
-    failed = _RESULT_FAIL_RE.search(raw.log)
-    if failed:
-        return verdict(oc.FAIL, "the program's own RESULT line says " + failed.group(1).strip())
-    if _DISAGREE_RE.search(raw.log):
-        return verdict(oc.FAIL, "the ranks hold different weights at the end")
-    inconclusive = _INCONCLUSIVE_RE.search(raw.log)
-    if inconclusive:
-        data["neuron_devices_unused"] = True
-        return verdict(oc.INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
-    return verdict(oc.PASS, f"loss fell over {len(losses)} reports")
 
 
 def judge_validate(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,

@@ -147,7 +147,7 @@ class SlurmBackend:
             return judges.judge_sweep(request, raw, instance_type, self.name, cluster)
         if request.test in (DOCTOR, VALIDATE):
             return doctor.judge(request, raw, instance_type, self.name, cluster, devices=request.test == VALIDATE)
-        return judges.judge_nanogpt_result(request, raw, instance_type, self.name, cluster)
+        return judges.judge_nanogpt(request, raw, instance_type, self.name, cluster)
 
     def cleanup(self) -> None:
         """Nothing to remove: the node programs run in the foreground and Slurm ends their jobs with them."""

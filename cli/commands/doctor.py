@@ -65,7 +65,9 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
 
     Each finding has a severity, an action (none, drain, reboot, replace) and the line
     that shows it; HyperPod's own status of each node (ListClusterNodes) is shown beside.
-    CLUSTER is the HyperPod cluster's name or ARN (Slurm clusters; EKS is not done yet).
+    CLUSTER is the HyperPod cluster's name or ARN. On Slurm the checks run from the
+    controller (srun per node); on EKS as one Kubernetes Job per node (privileged,
+    host PID: the checks read the host), and the plan cordons instead of draining.
     NODES: check the first NODES nodes (default: every node).
 
     \b
@@ -87,8 +89,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command)
     echo = (lambda line: click.echo(line, err=True)) if output == "json" else click.echo
     backend = pick.backend_for(cluster, where)
-    if backend.name != "slurm":
-        raise UsageError(f"hpq doctor on an {backend.name.upper()} cluster: not available yet (Slurm only)")
+    orchestrator = backend.resolve().orchestrator
     sm = None
     if not (proxy_command and host):
         sm = client(make_session(region, profile), "sagemaker")
@@ -102,7 +103,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     if sm is not None:
         try:
             with aws_errors(f"sagemaker:ListClusterNodes {cluster}"):
-                view = doctor_fix.hyperpod_view(sm, cluster)
+                view = doctor_fix.hyperpod_view(sm, cluster, orchestrator)
         except Exception as exc:  # the findings stand without HyperPod's view; say why it is missing
             view_error = str(exc).splitlines()[0]
     events, events_error = None, ""
@@ -118,7 +119,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
         nodes_data = doctor_fix.merge_sweep(nodes_data, sweep)
         if sweep["slow_nodes"]:
             exit_code = oc.EXIT_FAIL
-    steps = doctor_fix.plan(nodes_data, view or {}, cluster)
+    steps = doctor_fix.plan(nodes_data, view or {}, cluster, doctor_fix.actions_for(backend))
     if output == "json":
         doc = result.to_dict()
         if sweep is not None:

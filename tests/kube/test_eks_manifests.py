@@ -269,8 +269,8 @@ def test_cli_render_cpu_type_exits_2():
 def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     """Unpack the rendered ConfigMap as the kubelet would (items -> paths), run the container's own
     command line with its env (torchrun, 2 CPU processes, gloo as the TCP transport says), and judge
-    the output with the EKS backend's judge. Proves the shipped files are complete and the command works."""
-    from hpq.validation.judges import judge_nanogpt_log
+    the output with the one nanoGPT judge (Slurm's too). Proves the shipped files are complete and the command works."""
+    from hpq.validation.judges import judge_nanogpt
     from hpq.validation.request import NANOGPT, TestRequest
     from hpq.validation.result import RawOutcome
 
@@ -298,7 +298,7 @@ def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     res = subprocess.run(["/bin/sh", "-c", cmd[2].replace("--nproc_per_node 1", "--nproc_per_node 2")],
                          env={**os.environ, **env}, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    verdict = judge_nanogpt_log(TestRequest(NANOGPT, 1), RawOutcome(0, res.stdout, state="Succeeded"),
+    verdict = judge_nanogpt(TestRequest(NANOGPT, 1), RawOutcome(0, res.stdout, state="Succeeded"),
                                 "ml.g5.16xlarge", "eks", "local")
     assert verdict.ok, verdict.message
     assert "backend gloo" in res.stdout

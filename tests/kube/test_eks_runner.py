@@ -254,8 +254,11 @@ def test_image_pull_errors_end_the_run(fake_kube):  # noqa: F811
 
 def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):  # noqa: F811
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
-    fake_kube.scenario.update(logs={"master": ["iter 0: loss 4.1700 | 140 ms/iter", "iter 100: loss 3.4629 | x",
-                                               "iter 200: loss 3.0461 | x", "loss 4.1700 -> 3.0461: falls"]})
+    # hpq's nanoGPT's own lines (scripts/nanogpt.py, rank 0), the same run-nanogpt tees on Slurm
+    fake_kube.scenario.update(logs={"master": [
+        "ranks on: 0=hpq-nanogpt-master-0, 1=hpq-nanogpt-worker-0", "iter 0: loss 4.1700 | 140 ms/iter",
+        "iter 100: loss 3.4629 | x", "iter 200: loss 3.0461 | x",
+        "loss 4.1700 -> 3.0461: falls; ranks agree (checksum 1.234560e+02, spread 0)", "RESULT: PASS"]})
     verdict, lines = run(fake_kube, "nanogpt")
     assert verdict.ok and "4.17 -> 3.0461" in verdict.message, verdict.message
     kinds = [o["kind"] for o in fake_kube.created]
@@ -265,9 +268,12 @@ def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):  # noqa: F811
 
 def test_nanogpt_loss_not_falling_fails(fake_kube):  # noqa: F811
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
-    fake_kube.scenario.update(logs={"master": ["iter 0: loss 4.17", "iter 100: loss 4.20"]})
+    fake_kube.scenario.update(logs={"master": [
+        "ranks on: 0=a, 1=b", "iter 0: loss 4.1700", "iter 100: loss 4.2000",
+        "loss 4.1700 -> 4.2000: DID NOT FALL; ranks agree (checksum 1.234560e+02, spread 0)",
+        "RESULT: FAIL: loss did not fall"]})
     verdict, _ = run(fake_kube, "nanogpt")
-    assert not verdict.ok and verdict.exit_code == 1 and "did not go down" in verdict.message
+    assert not verdict.ok and verdict.exit_code == 1 and "did not fall" in verdict.message
 
 
 def test_validate_collects_every_node(fake_kube):  # noqa: F811
@@ -494,7 +500,9 @@ def test_fsx_claim_with_driver_and_claim_mounts_fsx(fake_kube):  # noqa: F811
     fake_kube.objects[("persistentvolumeclaims", "default", "hpq-fsx")] = {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "hpq-fsx"},
         "status": {"phase": "Bound"}}
-    fake_kube.scenario.update(logs={"master": ["iter 0: loss 4.17", "iter 100: loss 3.05"]})
+    fake_kube.scenario.update(logs={"master": [
+        "ranks on: 0=a, 1=b", "iter 0: loss 4.1700", "iter 100: loss 3.0500",
+        "loss 4.1700 -> 3.0500: falls; ranks agree (checksum 1.234560e+02, spread 0)", "RESULT: PASS"]})
     verdict, _ = run(fake_kube, "nanogpt", fsx_claim="hpq-fsx")
     assert verdict.ok, verdict.message
     [job] = [o for o in fake_kube.created if o["kind"] == "PyTorchJob"]
@@ -507,8 +515,10 @@ def test_nanogpt_on_trainium_is_inconclusive(fake_kube):  # noqa: F811
     from hpq.scripts import nanogpt
 
     fake_kube.add_nodes("ml.trn1.32xlarge", 2)
-    fake_kube.scenario.update(logs={"master": ["iter 10: loss 4.17", "iter 20: loss 3.05",
-                                               "RESULT: " + nanogpt.NEURON_UNUSED_RESULT]})
+    fake_kube.scenario.update(logs={"master": [
+        "ranks on: 0=a, 1=b", "iter 10: loss 4.1700", "iter 20: loss 3.0500",
+        "loss 4.1700 -> 3.0500: falls; ranks agree (checksum 1.234560e+02, spread 0)",
+        "RESULT: " + nanogpt.NEURON_UNUSED_RESULT]})
     verdict, _ = run(fake_kube, "nanogpt")
     assert not verdict.ok and verdict.exit_code == 3
     assert verdict.message.startswith("INCONCLUSIVE") and "Neuron devices were not used" in verdict.message
