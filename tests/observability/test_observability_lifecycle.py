@@ -10,8 +10,8 @@ stay up, started by the lifecycle's own direct service manager from the unit fil
 
 Cases: a good checksum installs and starts (and the agent's configuration passes Debian's promtool); the real
 pins refuse the fake tarballs (sha256 mismatch: nothing unpacked, boot exit 0); a dead mirror leaves the boot going;
-no URL in hpq-cluster.json means nothing is installed. The TODO pins (Prometheus 3.2.1, the two ECR images)
-refuse with one line each.
+no URL in hpq-cluster.json means nothing is installed. The TODO pins (the two ECR images, and any artifact
+without a pin) refuse with one line each.
 """
 
 from __future__ import annotations
@@ -202,8 +202,26 @@ def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  
 
 
 def test_todo_pin_refuses_before_any_download(tmp_path):
-    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 3\.2\.1 .*HPQ_OBSERVABILITY_SHA256"):
-        obs.fetch_verified(obs.PROMETHEUS, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+    unpinned = obs.Artifact("prometheus", "9.9.9", obs.PROMETHEUS.url, {"amd64": obs.TODO}, "prometheus", "none")
+    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"):
+        obs.fetch_verified(unpinned, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+
+
+def test_every_release_artifact_is_pinned_for_both_architectures():
+    """The agent is no longer a TODO: a node of either architecture has a real pin to check against."""
+    for art in obs.ARTIFACTS.values():
+        for arch in ("amd64", "arm64"):
+            assert re.fullmatch(r"[0-9a-f]{64}", art.sha256.get(arch) or ""), (art.name, arch)
+    assert obs.PROMETHEUS.sha256 != obs.NODE_EXPORTER.sha256
+
+
+def test_prometheus_pin_refuses_a_tarball_that_is_not_the_release(tmp_path, mirror):
+    """The agent's real pin against the mirror's fake tarball: refused before unpacking, named by URL and pin."""
+    url = mirror.url + release_path(obs.PROMETHEUS)
+    with pytest.raises(obs.Refused, match=f"sha256 mismatch for {re.escape(url)}: got "
+                       f"{sha(mirror.blobs[release_path(obs.PROMETHEUS)])}, pinned {obs.PROMETHEUS.sha256[ARCH]}"):
+        obs.fetch_verified(obs.PROMETHEUS, ARCH, str(tmp_path), mirror=mirror.url)
+    assert mirror.requests == [release_path(obs.PROMETHEUS)]
 
 
 @pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
