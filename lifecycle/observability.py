@@ -37,6 +37,7 @@ import platform
 import re
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import time
@@ -44,7 +45,7 @@ import urllib.error
 import urllib.request
 from typing import Dict, List, Optional, Tuple
 
-from . import catalog, context, fields, files, identity, roles
+from . import catalog, context, fields, files, identity, names, roles
 
 # scripts/result_metrics.py TEXTFILE_DIR (tests/observability/test_observability_lifecycle.py holds them equal).
 TEXTFILE_DIR = "/var/lib/node_exporter/hpq"
@@ -262,6 +263,23 @@ def install_agent(ctx, arch: str, mirror: str, pins: Dict[str, str], node, url: 
                   changed or config_changed)
 
 
+# HyperPod's Slurm lives under /opt/slurm (the AMI's slurmd unit: tests/fixtures_node.AMI_SLURMD_UNIT).
+SLURM_PATH = "/opt/slurm/bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def install_slurm_metrics(ctx) -> str:
+    """Controller: hpq's Slurm writer (scripts/slurm_metrics.py) every 30 s into node_exporter's textfile
+    directory, in place of the Slurm exporter AWS builds from source at boot (no checksummed release exists)."""
+    root = ctx.path(names.NODE_INSTALL_DIR)
+    if not os.path.isfile(os.path.join(root, "hpq", "scripts", "slurm_metrics.py")):
+        raise Refused("%s/hpq/scripts/slurm_metrics.py is missing (the install step did not run)"
+                      % names.NODE_INSTALL_DIR)
+    argv = ["/usr/bin/env", "PYTHONPATH=%s" % root, "PATH=%s" % SLURM_PATH, sys.executable or "python3",
+            "-m", "hpq.scripts.slurm_metrics", "--every", SCRAPE_INTERVAL.rstrip("s"),
+            "--textfile-dir", ctx.path(TEXTFILE_DIR)]
+    return _start(ctx, "hpq-slurm-metrics.service", "Slurm node and queue metrics", argv, False)
+
+
 def install_image(name: str) -> str:
     image, digest = IMAGES[name]
     if not digest:
@@ -319,6 +337,8 @@ def run(ctx) -> str:
             targets[name] = PORTS[name]
 
     attempt("node_exporter", install_node_exporter, ctx, arch, mirror, pins)
+    if node.role == identity.CONTROLLER and "node_exporter" in done:
+        attempt("slurm-metrics", install_slurm_metrics, ctx)
     if worker and itype is not None and itype.accelerator == catalog.GPU:
         attempt("dcgm-exporter", install_image, "dcgm-exporter")
     if worker and itype is not None and itype.has_efa:
