@@ -11,11 +11,12 @@ stack's output there; cfn/observability.py). What it installs, after AWS's refer
   AWS's ParallelCluster collector runs it (4.validation_and_observability/4.prometheus-grafana/
   1click-dashboards-deployment/prometheus-agent-collector.yaml: Prometheus 3.2.1 from the GitHub release,
   ``--agent``, ``remote_write`` with ``queue_config`` and ``sigv4: {region}``); AWS's Slurm extension uses an
-  OpenTelemetry collector image instead (install_otel_collector.sh), which has no published checksum here;
+  OpenTelemetry collector image instead (install_otel_collector.sh ``hyperpod/otel_collector:v1754424030352``, an
+  ECR image with no public digest), so hpq takes the Prometheus release, whose checksum is published;
 - GPU workers: NVIDIA's DCGM exporter, and EFA workers: AWS's EFA exporter. AWS ships both only as images in
   HyperPod's ECR registry (install_dcgm_exporter.sh ``hyperpod/dcgm_exporter:4.1.1-4.0.4-ubi9``,
-  install_efa_exporter.sh ``hyperpod/efa_exporter:1.0.0``); no digest of either could be read from a stored
-  reference, so both are TODO pins and refuse to install (a clear line each) until one is recorded.
+  install_efa_exporter.sh ``hyperpod/efa_exporter:1.0.0``); no digest of either could be read from a public
+  source (searched 2026-11-26), so both are TODO pins and refuse to install (a clear line each) until one is.
 
 Every artifact is pinned by version and SHA-256, downloaded from its upstream release URL (or a mirror of it,
 HPQ_OBSERVABILITY_MIRROR, as AWS's script takes NODE_EXPORTER_DOWNLOAD_URL), hashed while it downloads and
@@ -36,6 +37,7 @@ import platform
 import re
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import time
@@ -43,7 +45,7 @@ import urllib.error
 import urllib.request
 from typing import Dict, List, Optional, Tuple
 
-from . import catalog, context, fields, files, identity, roles
+from . import catalog, context, fields, files, identity, names, roles
 
 # scripts/result_metrics.py TEXTFILE_DIR (tests/observability/test_observability_lifecycle.py holds them equal).
 TEXTFILE_DIR = "/var/lib/node_exporter/hpq"
@@ -89,9 +91,12 @@ NODE_EXPORTER = Artifact(
 PROMETHEUS = Artifact(
     "prometheus", "3.2.1",
     GITHUB + "/prometheus/prometheus/releases/download/v{version}/prometheus-{version}.linux-{arch}.tar.gz",
-    # TODO: no stored reference carries prometheus 3.2.1's sha256sums.txt; record it from the release.
-    {"amd64": TODO, "arm64": TODO},
-    "prometheus", "prometheus/prometheus v3.2.1 release sha256sums.txt (not recorded)")
+    # The release's sha256sums.txt as recorded by two independent public pin lists, agreeing: cashapp/hermit-packages
+    # prometheus.hcl (its sha256-source is that sha256sums.txt; amd64 since commit 640da397, arm64 since d9e94bc4)
+    # and OpenStack Kolla's kolla/common/sources.py ('prometheus-server' 3.2.1); not read from the release page.
+    {"amd64": "a622e3007c9109a7f470e1433cbd29bf392596715cf7eea8b81b37fa9d26b7be",
+     "arm64": "f2dec3178f1181c1b795b275750d056e71ead13f7fbfe08b76834c4ec20b748e"},
+    "prometheus", "prometheus/prometheus v3.2.1 release sha256sums.txt")
 ARTIFACTS = {a.name: a for a in (NODE_EXPORTER, PROMETHEUS)}
 
 # Images AWS's Slurm extension runs; hpq runs none without a digest (TODO: record one from ECR).
@@ -258,6 +263,23 @@ def install_agent(ctx, arch: str, mirror: str, pins: Dict[str, str], node, url: 
                   changed or config_changed)
 
 
+# HyperPod's Slurm lives under /opt/slurm (the AMI's slurmd unit: tests/fixtures_node.AMI_SLURMD_UNIT).
+SLURM_PATH = "/opt/slurm/bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def install_slurm_metrics(ctx) -> str:
+    """Controller: hpq's Slurm writer (scripts/slurm_metrics.py) every 30 s into node_exporter's textfile
+    directory, in place of the Slurm exporter AWS builds from source at boot (no checksummed release exists)."""
+    root = ctx.path(names.NODE_INSTALL_DIR)
+    if not os.path.isfile(os.path.join(root, "hpq", "scripts", "slurm_metrics.py")):
+        raise Refused("%s/hpq/scripts/slurm_metrics.py is missing (the install step did not run)"
+                      % names.NODE_INSTALL_DIR)
+    argv = ["/usr/bin/env", "PYTHONPATH=%s" % root, "PATH=%s" % SLURM_PATH, sys.executable or "python3",
+            "-m", "hpq.scripts.slurm_metrics", "--every", SCRAPE_INTERVAL.rstrip("s"),
+            "--textfile-dir", ctx.path(TEXTFILE_DIR)]
+    return _start(ctx, "hpq-slurm-metrics.service", "Slurm node and queue metrics", argv, False)
+
+
 def install_image(name: str) -> str:
     image, digest = IMAGES[name]
     if not digest:
@@ -315,6 +337,8 @@ def run(ctx) -> str:
             targets[name] = PORTS[name]
 
     attempt("node_exporter", install_node_exporter, ctx, arch, mirror, pins)
+    if node.role == identity.CONTROLLER and "node_exporter" in done:
+        attempt("slurm-metrics", install_slurm_metrics, ctx)
     if worker and itype is not None and itype.accelerator == catalog.GPU:
         attempt("dcgm-exporter", install_image, "dcgm-exporter")
     if worker and itype is not None and itype.has_efa:

@@ -10,8 +10,8 @@ stay up, started through the systemctl stand-in (standins/systemctl.py) from the
 
 Cases: a good checksum installs and starts (and the agent's configuration passes Debian's promtool); the real
 pins refuse the fake tarballs (sha256 mismatch: nothing unpacked, boot exit 0); a dead mirror leaves the boot going;
-no URL in hpq-cluster.json means nothing is installed. The TODO pins (Prometheus 3.2.1, the two ECR images)
-refuse with one line each.
+no URL in hpq-cluster.json means nothing is installed. The TODO pins (the two ECR images, and any artifact
+without a pin) refuse with one line each.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import signal
 import subprocess
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -202,8 +203,26 @@ def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  
 
 
 def test_todo_pin_refuses_before_any_download(tmp_path):
-    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 3\.2\.1 .*HPQ_OBSERVABILITY_SHA256"):
-        obs.fetch_verified(obs.PROMETHEUS, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+    unpinned = obs.Artifact("prometheus", "9.9.9", obs.PROMETHEUS.url, {"amd64": obs.TODO}, "prometheus", "none")
+    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"):
+        obs.fetch_verified(unpinned, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+
+
+def test_every_release_artifact_is_pinned_for_both_architectures():
+    """The agent is no longer a TODO: a node of either architecture has a real pin to check against."""
+    for art in obs.ARTIFACTS.values():
+        for arch in ("amd64", "arm64"):
+            assert re.fullmatch(r"[0-9a-f]{64}", art.sha256.get(arch) or ""), (art.name, arch)
+    assert obs.PROMETHEUS.sha256 != obs.NODE_EXPORTER.sha256
+
+
+def test_prometheus_pin_refuses_a_tarball_that_is_not_the_release(tmp_path, mirror):
+    """The agent's real pin against the mirror's fake tarball: refused before unpacking, named by URL and pin."""
+    url = mirror.url + release_path(obs.PROMETHEUS)
+    with pytest.raises(obs.Refused, match=f"sha256 mismatch for {re.escape(url)}: got "
+                       f"{sha(mirror.blobs[release_path(obs.PROMETHEUS)])}, pinned {obs.PROMETHEUS.sha256[ARCH]}"):
+        obs.fetch_verified(obs.PROMETHEUS, ARCH, str(tmp_path), mirror=mirror.url)
+    assert mirror.requests == [release_path(obs.PROMETHEUS)]
 
 
 @pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
@@ -234,3 +253,43 @@ def test_one_textfile_directory_and_one_url_shape():
         node_ok = bool(fields.AMP_REMOTE_WRITE_URL.fullmatch(s))
         template_ok = bool(re.fullmatch(cfn_s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
         assert node_ok == template_ok, s
+
+
+def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, imds_factory, mirror):  # noqa: F811
+    """The controller (and only it) gets hpq-slurm-metrics.service: the writer from /opt/hpq, run by the node's
+    python3, writing into node_exporter's textfile directory. No Slurm answers here, so what it writes says
+    ``slurm_metrics_up 0`` (no made-up node counts); tests/observability/test_slurm_metrics.py runs it on real
+    Slurm."""
+    ctl_id = fn.SLURM_NODES["controller-machine-1"][0]
+    root, entry = worker_node(tmp_path)
+    srv = imds_factory({"": fn.imds_answers(ctl_id, "m5.12xlarge")})
+    pins = f"node_exporter={sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])}"
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct",
+                HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins,
+                HPQ_BIN_DIR="/usr/local/bin")
+    try:
+        res = fn.run_on_create(entry, base, "--steps", "identify,install,observability", timeout=180)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out
+        assert "observability: slurm-metrics started" in out, out
+        unit = (root / "etc/systemd/system/hpq-slurm-metrics.service").read_text()
+        assert "-m hpq.scripts.slurm_metrics --every 30 --textfile-dir" in unit
+        assert f"PYTHONPATH={root / 'opt/hpq'}" in unit and "PATH=/opt/slurm/bin:" in unit
+        prom = root / result_metrics.TEXTFILE_DIR.lstrip("/") / "hpq_slurm.prom"
+        for _ in range(100):
+            if prom.exists():
+                break
+            time.sleep(0.1)
+        assert "slurm_metrics_up 0.0" in prom.read_text()
+    finally:
+        stop_services(root)
+    # The broken twin: a worker gets no Slurm writer.
+    wroot, wentry = worker_node(tmp_path / "w")
+    wsrv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    try:
+        res = fn.run_on_create(wentry, dict(base, HPQ_ROOT=str(wroot), HPQ_IMDS_URL=wsrv.url),
+                               "--steps", "identify,install,observability", timeout=180)
+        assert res.returncode == 0 and "slurm-metrics" not in res.stdout + res.stderr
+        assert not (wroot / "etc/systemd/system/hpq-slurm-metrics.service").exists()
+    finally:
+        stop_services(wroot)

@@ -131,3 +131,51 @@ def test_import_commands_post_each_dashboard(grafana):
     res = subprocess.run(["bash", "-c", "set -o pipefail; " + endpoints.dashboards()[0]["import_command"]], env=env,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode != 0 and len(grafana.posts) == before
+
+
+class _SageMaker:
+    """DescribeCluster as the API answers it plus the HyperPod node emulation (hpq.standins.hyperpod_api)."""
+
+    def __init__(self, api):
+        self.api = api
+
+    def describe_cluster(self, ClusterName):  # noqa: N803
+        return {"ClusterName": "obs-cluster", "ClusterArn": self.api.arn, "ClusterStatus": "InService",
+                "InstanceGroups": [], "Orchestrator": {}}
+
+    def get_paginator(self, name):
+        api = self.api
+
+        class _Pages:
+            def paginate(self, **kw):
+                yield getattr(api, name)(**kw)
+        return _Pages()
+
+
+def test_check_lists_every_node_and_is_inconclusive_when_the_workspace_cannot_be_asked(aws_env, capsys,
+                                                                                        monkeypatch):  # noqa: F811
+    """``--check`` wiring: the cluster's nodes read (ListClusterNodes, with the stack's ClusterName), the
+    workspace asked at the stack's query URL; that URL is AWS's (unreachable here), so the verdict is
+    INCONCLUSIVE with the endpoint named, exit 1, never PASS."""
+    from hpq.standins.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
+    from tests.support import patch_aws_client
+
+    make_stack("obs-check", dict(VALUES, ClusterName="obs-cluster"))
+    api = EmulatedHyperPodApi("obs-cluster", "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcdefabcdef", [
+        EmulatedNode("i-0123456789abcdef0", "worker-group-1", "ml.p5.48xlarge",
+                     "ip-10-1-0-5.us-east-1.compute.internal", "10.1.0.5"),
+        EmulatedNode("i-0123456789abcdef1", "controller-machine", "ml.m5.12xlarge",
+                     "ip-10-1-0-6.us-east-1.compute.internal", "10.1.0.6")])
+    import hpq.aws.session as session_mod
+    original = session_mod.client
+    patch_aws_client(monkeypatch, lambda s, service, *a, **k: _SageMaker(api) if service == "sagemaker"
+                     else original(s, service, *a, **k))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr("hpq.aws.amp.TIMEOUT_S", 2.0)
+    code, out, err = run_cli(["observe", "obs-check", "--region", REGION, "--check", "--output", "json"], capsys)
+    assert code == 1 and out, (code, out, err)
+    result = json.loads(out)["observe"]
+    assert result["verdict"] == "INCONCLUSIVE" and "cannot reach the workspace endpoint" in result["reason"]
+    assert "Traceback" not in err and "INCONCLUSIVE" in err
+    assert [c for c in api.calls if c[0] == "ListClusterNodes" and c[1]["ClusterName"].endswith("abcdefabcdef")]

@@ -1,0 +1,248 @@
+"""Slurm's state as Prometheus metrics: ``python3 -m hpq.scripts.slurm_metrics [--every 30]`` on the controller.
+
+AWS's Slurm observability runs the Slurm exporter v1.1.0 on the controller (awslabs/awsome-distributed-ai
+1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/observability/install_slurm_exporter.sh),
+built at boot from ``git clone -b v1.1.0 https://github.com/SckyzO/slurm_exporter`` with Go downloaded from the
+internet; no release binary with a published checksum exists for it. hpq writes the same series itself, from the
+same Slurm commands the exporter runs, into node_exporter's textfile directory (the one scripts/result_metrics.py
+writes), so the dashboards and alerts that use the exporter's names work unchanged.
+
+Names, labels and the commands are the exporter's, at SckyzO/slurm_exporter v1.1.0 (internal/collector/):
+- nodes.go: per partition (``sinfo -h -o %R``), ``sinfo -h -o %D|%T|%b -p PART`` -> ``slurm_nodes_<state>
+  {partition, active_feature_set}``, the state chosen by the first matching prefix (alloc, comp, down, drain, fail,
+  err, idle, maint, mix, res, planned; else other); ``slurm_nodes_total`` = lines of ``scontrol show nodes -o``;
+- node.go: ``sinfo -h -N -O NodeList,AllocMem,Memory,CPUsState,StateLong,Partition`` -> ``slurm_node_status``
+  (1) and ``slurm_node_cpu_{alloc,idle,other,total}``, ``slurm_node_mem_{alloc,total}`` {node, status, partition}
+  (partition without the default partition's trailing ``*``, which the exporter keeps);
+- cpus.go: ``sinfo -h -o %C`` -> ``slurm_cpus_{alloc,idle,other,total}``;
+- queue.go: ``squeue -h -o %P,%T,%C,%r,%u`` -> ``slurm_queue_<state>`` and ``slurm_cores_<state>`` {user,
+  partition} (PENDING also {reason}) for PENDING, RUNNING, SUSPENDED, CANCELLED, COMPLETING, COMPLETED,
+  CONFIGURING, FAILED, TIMEOUT, PREEMPTED, NODE_FAIL.
+Not written (the exporter's sdiag, GPU, account, fairshare, reservation and user collectors): the dashboards' two
+``slurm_scheduler_*`` panels have no data from this writer.
+
+A command that fails leaves its families out (and says so on stderr) rather than writing zeros: a missing series
+is missing, never a healthy-looking 0. ``slurm_metrics_up`` is 1 when every command answered.
+Standard library only (the node's python3). Exit codes: 0 written, 1 a command failed (file still written with
+what answered), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from hpq.lifecycle import files
+from hpq.scripts.result_metrics import TEXTFILE_DIR, escape_label_value, format_value
+
+OUTPUT_NAME = "hpq_slurm.prom"
+COMMAND_TIMEOUT_S = 20.0
+
+# nodes.go's prefixes, in its switch order (the first that matches wins).
+NODE_STATE_PREFIXES = (("alloc", "alloc"), ("comp", "comp"), ("down", "down"), ("drain", "drain"),
+                       ("fail", "fail"), ("err", "err"), ("idle", "idle"), ("maint", "maint"), ("mix", "mix"),
+                       ("res", "resv"), ("planned", "planned"))
+NODE_STATES = tuple(s for _, s in NODE_STATE_PREFIXES) + ("other",)
+QUEUE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETING", "COMPLETED", "CONFIGURING",
+                "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
+
+COMMANDS = {
+    "partitions": ["sinfo", "-h", "-o", "%R"],
+    "total": ["scontrol", "show", "nodes", "-o"],
+    "node": ["sinfo", "-h", "-N", "-O", "NodeList,AllocMem,Memory,CPUsState,StateLong,Partition"],
+    "cpus": ["sinfo", "-h", "-o", "%C"],
+    "queue": ["squeue", "-h", "-o", "%P,%T,%C,%r,%u"],
+}
+
+
+def nodes_command(partition: str) -> List[str]:
+    return ["sinfo", "-h", "-o", "%D|%T|%b", "-p", partition]
+
+
+Labels = Tuple[Tuple[str, str], ...]
+
+
+class Families:
+    """Series by family; HELP/TYPE once per family; every family is a gauge, as the exporter's are."""
+
+    def __init__(self) -> None:
+        self.help: Dict[str, str] = {}
+        self.series: Dict[str, Dict[Labels, float]] = {}
+
+    def add(self, name: str, help_text: str, labels: Dict[str, str], value: float, accumulate: bool = False
+            ) -> None:
+        self.help.setdefault(name, help_text)
+        rows = self.series.setdefault(name, {})
+        key = tuple(sorted(labels.items()))
+        rows[key] = rows.get(key, 0.0) + value if accumulate else value
+
+    def render(self) -> str:
+        out = []
+        for name in sorted(self.series):
+            out.append("# HELP %s %s" % (name, self.help[name]))
+            out.append("# TYPE %s gauge" % name)
+            for labels, value in sorted(self.series[name].items()):
+                body = ",".join('%s="%s"' % (k, escape_label_value(v)) for k, v in labels)
+                out.append("%s%s %s" % (name, "{%s}" % body if body else "", format_value(value)))
+        return "\n".join(out) + "\n" if out else ""
+
+
+def node_state_family(state: str) -> str:
+    for prefix, family in NODE_STATE_PREFIXES:
+        if state.startswith(prefix):
+            return family
+    return "other"
+
+
+def add_nodes(fam: Families, partition: str, text: str) -> None:
+    """``%D|%T|%b`` lines of one partition (duplicates dropped, as the exporter does)."""
+    for line in sorted(set(text.splitlines())):
+        parts = line.split("|")
+        if len(parts) < 3:
+            continue
+        try:
+            count = float(parts[0].strip())
+        except ValueError:
+            continue
+        features = ",".join(sorted(parts[2].split(",")))
+        feature_set = "null" if features == "(null)" else features
+        family = node_state_family(parts[1])
+        fam.add("slurm_nodes_" + family, "Nodes in state %s" % family,
+                {"partition": partition, "active_feature_set": feature_set}, count, accumulate=True)
+
+
+def add_total(fam: Families, text: str) -> None:
+    fam.add("slurm_nodes_total", "Total number of nodes", {}, float(sum(1 for x in text.splitlines() if x.strip())))
+
+
+def add_node(fam: Families, text: str) -> None:
+    """``sinfo -N -O NodeList,AllocMem,Memory,CPUsState,StateLong,Partition``: one row per node and partition."""
+    for line in sorted(set(text.splitlines())):
+        f = line.split()
+        if len(f) < 6:
+            continue
+        cpus = f[3].split("/")
+        if len(cpus) != 4:
+            continue
+        # sinfo marks the default partition with a trailing '*' in -O Partition (seen on Slurm 22.05; sinfo(1)),
+        # which %R (the nodes_* families' partition) does not: dropped, so the families join on partition.
+        labels = {"node": f[0], "status": f[4], "partition": f[5].rstrip("*")}
+        try:
+            values = [float(f[1]), float(f[2])] + [float(c) for c in cpus]
+        except ValueError:
+            continue
+        fam.add("slurm_node_status", "Node Status with partition", labels, 1.0)
+        for i, name in enumerate(("mem_alloc", "mem_total", "cpu_alloc", "cpu_idle", "cpu_other", "cpu_total")):
+            fam.add("slurm_node_" + name, "Node %s" % name.replace("_", " "), labels, values[i])
+
+
+def add_cpus(fam: Families, text: str) -> None:
+    parts = text.strip().split("/")
+    if len(parts) != 4:
+        return
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        return
+    for i, name in enumerate(("alloc", "idle", "other", "total")):
+        fam.add("slurm_cpus_" + name, "CPUs %s" % name, {}, values[i])
+
+
+def add_queue(fam: Families, text: str) -> None:
+    """``%P,%T,%C,%r,%u``: jobs and cores by state, user and partition (PENDING also by reason)."""
+    for line in text.splitlines():
+        f = line.split(",")
+        if len(f) < 5 or f[1] not in QUEUE_STATES:
+            continue
+        labels = {"partition": f[0].strip(), "user": f[4].strip()}
+        if f[1] == "PENDING":
+            labels["reason"] = f[3]
+        try:
+            cores = float(int(f[2]))
+        except ValueError:
+            cores = 0.0
+        state = f[1].lower()
+        fam.add("slurm_queue_" + state, "Jobs in state %s" % f[1], labels, 1.0, accumulate=True)
+        fam.add("slurm_cores_" + state, "Cores of jobs in state %s" % f[1], labels, cores, accumulate=True)
+
+
+Runner = Callable[[List[str]], Optional[str]]
+
+
+def run_command(argv: List[str]) -> Optional[str]:
+    """The command's stdout, or None (and one line on stderr) when it cannot run or fails."""
+    try:
+        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=COMMAND_TIMEOUT_S,
+                             universal_newlines=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print("slurm_metrics: %s: %s" % (" ".join(argv), exc), file=sys.stderr)
+        return None
+    if res.returncode != 0:
+        print("slurm_metrics: %s exited %d: %s" % (" ".join(argv), res.returncode,
+                                                   (res.stderr.strip().splitlines() or [""])[-1]), file=sys.stderr)
+        return None
+    return res.stdout
+
+
+def collect(run: Runner = run_command) -> Tuple[str, bool]:
+    """(exposition text, whether every command answered)."""
+    fam = Families()
+    ok = True
+    parts = run(COMMANDS["partitions"])
+    if parts is None:
+        ok = False
+    else:
+        for part in sorted({p.strip() for p in parts.splitlines() if p.strip()}):
+            text = run(nodes_command(part))
+            if text is None:
+                ok = False
+            else:
+                add_nodes(fam, part, text)
+    for key, adder in (("total", add_total), ("node", add_node), ("cpus", add_cpus), ("queue", add_queue)):
+        text = run(COMMANDS[key])
+        if text is None:
+            ok = False
+        else:
+            adder(fam, text)
+    fam.add("slurm_metrics_up", "1 when every Slurm command hpq's writer runs answered, else 0.", {},
+            1.0 if ok else 0.0)
+    return fam.render(), ok
+
+
+def write_once(textfile_dir: str, run: Runner = run_command) -> bool:
+    text, ok = collect(run)
+    files.write_file(os.path.join(textfile_dir, OUTPUT_NAME), text, mode=0o644)
+    return ok
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.slurm_metrics",
+                                 description="Write Slurm's node and queue state as Prometheus metrics.")
+    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR, help="node_exporter's textfile directory")
+    ap.add_argument("--every", type=float, default=0.0, help="seconds between writes (0: write once)")
+    ap.add_argument("--stdout", action="store_true", help="print instead of writing the file")
+    args = ap.parse_args(argv)
+    if args.every < 0 or (args.every and args.every < 5):
+        ap.error("--every must be 0 (once) or at least 5 seconds")
+    if args.stdout:
+        text, ok = collect()
+        sys.stdout.write(text)
+        return 0 if ok else 1
+    while True:
+        try:
+            ok = write_once(args.textfile_dir)
+        except OSError as exc:
+            print("slurm_metrics: cannot write %s: %s" % (os.path.join(args.textfile_dir, OUTPUT_NAME),
+                                                         exc.strerror or exc), file=sys.stderr)
+            return 2
+        if not args.every:
+            return 0 if ok else 1
+        time.sleep(args.every)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

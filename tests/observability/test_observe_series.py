@@ -1,0 +1,213 @@
+"""``hpq observe --check``'s series check (hpq.observability.series_check, hpq.aws.amp) against real daemons.
+
+The slow test runs the whole path a node's metrics take, with the real programs where they run here: Debian's
+node_exporter reading hpq's textfile directory (hpq's results and the Slurm writer's file), Debian's Prometheus
+in agent mode with **hpq's own agent configuration** (lifecycle/observability.agent_config: ``cluster`` external
+label, ``instance`` relabelled, ``sigv4`` remote write; only the URL pointed at the stand-in), a stand-in for the
+AMP workspace that checks SigV4 on every request (tests/observability/sigv4_standin.py) in front of a real
+Prometheus server with its remote-write receiver, and the check querying it with SigV4 through hpq.aws.amp.
+Debian's Prometheus does not sign (its 2.42.0+ds agent, given credentials and the ``sigv4`` block, sends remote
+writes with no Authorization header, seen here; the release binary hpq pins signs), so node A's writes pass through a signing relay in this test
+(botocore's SigV4 over the agent's own request) standing in for that part of the agent.
+Broken twins in the same run: node B's agent writes unsigned (refused by the workspace's SigV4 check: the check
+names it silent), a query signed with a wrong secret (INCONCLUSIVE, never PASS). The fast tests feed the check
+answers in the Prometheus API's documented vector format.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import boto3
+import pytest
+
+from hpq.aws import amp
+from hpq.lifecycle import observability as obs
+from hpq.observability import series_check as sc
+from hpq.scripts import result_metrics, slurm_metrics
+from tests.observability import sigv4_standin
+from tests.observability.test_result_metrics import nccl_result
+from tests.support import free_ports, stop_process, wait_until_ready
+
+KEYS = {"AKIAHPQTESTNODE00001": "node-secret-0000000000000000000000000000"}
+REGION = "us-west-2"
+URL = f"https://aps-workspaces.{REGION}.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
+
+
+def vector(rows: list[dict]) -> list[dict]:
+    return [{"metric": labels, "value": [1700000000.0, str(v)]} for labels, v in rows]
+
+
+def fake_workspace(instances_by_metric: dict[str, list[str]], up: dict[tuple[str, str], float]):
+    """Answers as Prometheus would for the check's queries (documented vector shape), from a table."""
+    def query(promql: str) -> list[dict]:
+        if promql.startswith("up{"):
+            return vector([({"instance": i, "job": j, "cluster": "c1"}, v) for (i, j), v in up.items()])
+        metric = promql.split("(")[2].split("{")[0]
+        return vector([({"instance": i, "job": "node_exporter"}, 1) for i in instances_by_metric.get(metric, [])])
+    return query
+
+
+def test_names_what_is_missing_and_why():
+    everything = {m: ["ip-a"] for m in sc.NODE_SERIES} | {m: ["ip-ctl"] for m in sc.CLUSTER_SERIES}
+    up = {("ip-a", "node_exporter"): 1}
+    nodes = [sc.Node("ip-a", gpu=True, efa=True)]
+    res = sc.check("c1", nodes, fake_workspace(everything, up))
+    assert res["verdict"] == "PASS" and res["nodes"][0]["missing"] == {}
+    assert len(res["nodes"][0]["not_collected"]) == 2  # DCGM and EFA: said, never counted
+    # Broken twins: a silent node; an exporter that is down; one metric missing while the exporter answers.
+    res = sc.check("c1", nodes + [sc.Node("ip-b")], fake_workspace(everything, up))
+    assert res["verdict"] == "FAIL"
+    assert all("nothing from this node" in c for c in res["nodes"][1]["missing"].values())
+    res = sc.check("c1", nodes, fake_workspace({}, {("ip-a", "node_exporter"): 0}))
+    assert all("is down" in c for c in res["nodes"][0]["missing"].values())
+    partial = dict(everything, node_filesystem_avail_bytes=[])
+    res = sc.check("c1", nodes, fake_workspace(partial, up))
+    assert list(res["nodes"][0]["missing"]) == ["node_filesystem_avail_bytes"]
+    assert "answers but does not emit" in res["nodes"][0]["missing"]["node_filesystem_avail_bytes"]
+
+
+def test_no_answer_or_no_nodes_is_inconclusive_never_pass():
+    def refused(_):
+        raise sc.QueryFailed("HTTP 403")
+    assert sc.check("c1", [sc.Node("ip-a")], refused)["verdict"] == "INCONCLUSIVE"
+    assert sc.check("c1", [], fake_workspace({}, {}))["verdict"] == "INCONCLUSIVE"
+
+
+def test_cluster_name_is_escaped_in_promql():
+    assert sc.promql("up", 'a"b\\c') == 'count by (instance, job) (up{cluster="a\\"b\\\\c"})'
+    assert sc.instance_label("ip-10-1-0-5.us-west-2.compute.internal") == "ip-10-1-0-5"
+
+
+def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
+    """hpq.aws.amp's percent-encoding is what SigV4 canonicalises; the '+' form botocore would sign as written
+    does not verify (the stand-in re-encodes as AWS does)."""
+    import urllib.parse
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    session = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=next(iter(KEYS.values())))
+    base = "http://127.0.0.1:1/workspaces/ws-x/api/v1/query"
+    q = 'count by (instance, job) (up{cluster="c 1"})'
+    url = base + "?" + urllib.parse.urlencode({"query": q}, quote_via=urllib.parse.quote, safe="-_.~")
+    headers = amp.signed_headers(session, url, REGION)
+    raw = url.split("127.0.0.1:1", 1)[1]
+    assert sigv4_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, REGION) == ""
+    plus = base + "?" + urllib.parse.urlencode({"query": q})
+    req = AWSRequest(method="GET", url=plus)
+    SigV4Auth(Credentials(*next(iter(KEYS.items()))), "aps", REGION).add_auth(req)
+    reason = sigv4_standin.verify("GET", plus.split("127.0.0.1:1", 1)[1], dict(req.headers.items(), Host="127.0.0.1:1"),
+                                  b"", KEYS, REGION)
+    assert "does not match" in reason
+    wrong = sigv4_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, "eu-west-1")
+    assert "scoped" in wrong
+
+
+@pytest.mark.slow
+def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path):
+    for tool in ("prometheus-node-exporter", "prometheus"):
+        assert shutil.which(tool), f"{tool} not found: dev/test.sh installs Debian's package"
+    textfile = tmp_path / "textfile"
+    assert result_metrics.main([str(nccl_result(tmp_path)), "--cluster", "c1", "--node", "ip-a",
+                                "--textfile-dir", str(textfile)]) == 0
+    slurm_answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n",
+                     tuple(slurm_metrics.nodes_command("dev")): "1|idle|(null)\n",
+                     tuple(slurm_metrics.COMMANDS["total"]): "NodeName=ip-a\n",
+                     tuple(slurm_metrics.COMMANDS["node"]): "ip-a 0 1000 0/2/0/2 idle dev*\n",
+                     tuple(slurm_metrics.COMMANDS["cpus"]): "0/2/0/2\n", tuple(slurm_metrics.COMMANDS["queue"]): ""}
+    slurm_metrics.write_once(str(textfile), lambda argv: slurm_answers.get(tuple(argv)))
+    ne_port, server_port, agent_a, agent_b = free_ports(4)
+    procs: list[subprocess.Popen] = []
+    ws = None
+    relays: list = []
+
+    def start(argv, name):
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{name}.log").open("w"),
+                                      env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                           "AWS_ACCESS_KEY_ID": next(iter(KEYS)),
+                                           "AWS_SECRET_ACCESS_KEY": secrets[name]}))
+        return procs[-1]
+
+    # The agents need credentials to load a sigv4 block at all (Debian's build refuses the config without them).
+    secrets = {"node_exporter": "", "server": "", "agent-a": KEYS[next(iter(KEYS))], "agent-b": KEYS[next(iter(KEYS))]}
+    try:
+        start(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{ne_port}",
+               f"--collector.textfile.directory={textfile}"], "node_exporter")
+        (tmp_path / "server.yml").write_text("{}")
+        server = start(["prometheus", f"--config.file={tmp_path / 'server.yml'}",
+                        f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{server_port}",
+                        "--web.enable-remote-write-receiver"], "server")
+        wait_until_ready(lambda: _ok(f"http://127.0.0.1:{server_port}/-/ready"), server, "prometheus", timeout=60)
+        ws = sigv4_standin.Workspace(f"http://127.0.0.1:{server_port}", KEYS, REGION)
+        relay = sigv4_standin.SigningRelay(ws.url, next(iter(KEYS.items())), REGION)
+        relays.append(relay)
+        started = time.time()
+        for name, port, instance in (("agent-a", agent_a, "ip-a"), ("agent-b", agent_b, "ip-b")):
+            config = json.loads(obs.agent_config("c1", instance, URL, {"node_exporter": 9100}))
+            config["scrape_configs"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{ne_port}"]
+            config["global"]["scrape_interval"] = "1s"
+            target = relay.url if name == "agent-a" else ws.url  # A signed by the relay, B unsigned
+            config["remote_write"][0]["url"] = target + "/api/v1/remote_write"
+            (tmp_path / f"{name}.yml").write_text(json.dumps(config))
+            start(["prometheus", "--enable-feature=agent", f"--config.file={tmp_path / f'{name}.yml'}",
+                   f"--storage.agent.path={tmp_path / name}", f"--web.listen-address=127.0.0.1:{port}"], name)
+        session = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=KEYS[next(iter(KEYS))])
+        query_url = ws.url + "/api/v1/query"
+
+        def query(q):
+            try:
+                return amp.instant_query(session, query_url, REGION, q)
+            except amp.QueryError as exc:
+                raise sc.QueryFailed(str(exc)) from None
+
+        nodes = [sc.Node("ip-a"), sc.Node("ip-b")]
+        res: dict = {}
+        deadline = started + 60
+        while time.time() < deadline:
+            res = sc.check("c1", nodes, query)
+            if not res["nodes"][0]["missing"] and all(v["present"] for v in res["cluster_series"].values()):
+                break
+            time.sleep(1)
+        elapsed = time.time() - started
+        (tmp_path / "check.json").write_text(json.dumps(res, indent=1))
+        a, b = res["nodes"]
+        assert a["missing"] == {}, (ws.accepted[:3], ws.refused[:3], (tmp_path / "server.log").read_text()[-1500:])
+        assert all(v["present"] for v in res["cluster_series"].values()), res
+        assert elapsed < 60
+        # The unsigned agent's writes were refused by the SigV4 check, so ip-b is named silent.
+        assert res["verdict"] == "FAIL"
+        assert b["present"] == [] and all("nothing from this node" in c for c in b["missing"].values())
+        assert any(p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused)
+        # Only the healthy node: PASS. A query with a wrong secret: refused, INCONCLUSIVE.
+        assert sc.check("c1", nodes[:1], query)["verdict"] == "PASS"
+        bad = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key="nope")
+
+        def bad_query(q):
+            try:
+                return amp.instant_query(bad, query_url, REGION, q)
+            except amp.QueryError as exc:
+                raise sc.QueryFailed(str(exc)) from None
+        refused = sc.check("c1", nodes[:1], bad_query)
+        assert refused["verdict"] == "INCONCLUSIVE" and "HTTP 403" in refused["reason"], refused
+        print(f"series check PASS for ip-a {elapsed:.1f} s after the agents started")
+    finally:
+        for r in relays:
+            r.close()
+        if ws:
+            ws.close()
+        for proc in reversed(procs):
+            stop_process(proc)
+
+
+def _ok(url: str) -> bool:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
