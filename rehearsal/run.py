@@ -157,7 +157,7 @@ class Rehearsal:
         assert self.plan is not None and self.state is not None and self.moto is not None
         self.lifecycles = lifecycles.start_lifecycles(lifecycles.LifecycleInput(
             self.plan, self.nodes, self.groups, self.state.logdir, self.moto.node_url, self.opts.node_env),
-            self.stack, self.say)
+            self.stack, self.say, self.lifecycles)
         lifecycles.wait_lifecycles(self.lifecycles, self.opts.lifecycle_timeout, self.say)
 
     def wait_slurm(self) -> None:

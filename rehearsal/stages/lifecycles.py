@@ -33,12 +33,14 @@ class Lifecycles:
     slurm_ready: dict[str, float] = field(default_factory=dict)
 
 
-def start_lifecycles(inp: LifecycleInput, stack: TeardownStack, say: Say) -> Lifecycles:
-    """Start OnCreate on every node (controller first, as HyperPod provisions it first), and return at once."""
+def start_lifecycles(inp: LifecycleInput, stack: TeardownStack, say: Say, out: Lifecycles | None = None) -> Lifecycles:
+    """Start OnCreate on every node (controller first, as HyperPod provisions it first), and return at once.
+
+    ``out`` (the caller's, when given) is filled as each run starts: a failure part way still reports those."""
     s3 = aws.session().client("s3")
     common = inp.node_env.get("", {})
     group_of = {g.name: g for g in inp.groups}
-    out = Lifecycles({})
+    out = out if out is not None else Lifecycles({})
     for spec in inp.plan.nodes:
         g = group_of[spec.group]
         bucket, prefix = hyperpod.split_s3_uri(g.source_s3_uri)

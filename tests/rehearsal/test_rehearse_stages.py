@@ -249,11 +249,12 @@ def test_watch_says_at_most_one_line_a_second_and_never_stays_quiet():
         for i in range(40):
             watch.on_line(f"  {1024 * (i + 1)}  {256 * (i + 1)}  float  sum  -1  10.0  0.50  0.60  0  10.0  0.5  0.6  0")
             time.sleep(0.05)
+        burst = time.monotonic() - t0
         time.sleep(2.5)
     times = [t for t, _ in said]
     assert all(b - a >= 0.95 for a, b in zip(times, times[1:], strict=False)), said
     rows = [m for _, m in said if "busbw" in m]
-    assert 2 <= len(rows) <= 4 and rows[-1].startswith("40 KB:")  # the last row is never lost
+    assert 2 <= len(rows) <= burst + 2 and rows[-1].startswith("40 KB:")  # the last row is never lost
     assert any(m.startswith("still running") for _, m in said)
 
 
