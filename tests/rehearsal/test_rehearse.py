@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from hpq.rehearsal.run import DEFAULT_NCCL_ARGS
+from hpq.rehearsal.stages import progress
 from tests.support import CHECKOUT
 
 pytestmark = pytest.mark.slow
@@ -186,6 +187,17 @@ def rehearse(env: dict, *args: str, timeout: float = 600) -> subprocess.Complete
     return watched([sys.executable, "-m", "hpq", "rehearse", *args], env, timeout=timeout)
 
 
+def assert_progress_while_testing(stderr: str) -> None:
+    """The NCCL and nanoGPT stages show their rows and iterations as they come, and say something at least every
+    QUIET_S seconds (issue 25 item 6: they were silent for most of their time)."""
+    said = [(float(m.group(1)), m.group(2), m.group(3)) for m in
+            re.finditer(r"^\[\s*([0-9.]+)s\] (nccl|nanogpt|ssh): (.*)$", stderr, re.MULTILINE)]
+    assert [m for _, who, m in said if who == "nccl" and "busbw" in m and "(out of place)" in m], said
+    assert [m for _, who, m in said if who == "nanogpt" and m.startswith("iter ")], said
+    times = [t for t, _, _ in said]
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < progress.QUIET_S + 2, said
+
+
 def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
     res = rehearse(env, "slurm-gpu", "--workers", "2", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
@@ -206,6 +218,7 @@ def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
     assert nccl["verdict"]["ok"] is True and nccl["remote_exit_code"] == 0
     assert nccl["row_count"] > 0 and nccl["wrong_total"] == 0 and nccl["peak_busbw_gbps"] > 0
     assert r["nanogpt"]["ok"] is True and r["nanogpt"]["exit_status"] == 0 and r["nanogpt"]["nodes"] == 2
+    assert_progress_while_testing(res.stderr)
     assert r["without_fsx"] is False and r["nanogpt"]["log"].startswith("/fsx/hpq-results/")
     # With /fsx the key pair is shared there (no Slurm job) and host keys are vouched for by the cluster CA.
     assert r["ssh"]["key_jobs"] == []

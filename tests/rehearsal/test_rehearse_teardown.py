@@ -180,6 +180,7 @@ def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_pat
 
     from hpq.rehearsal import report
     from hpq.rehearsal import run as run_mod
+    from hpq.rehearsal.stages import network
 
     monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
     monkeypatch.setattr(run_mod.procs, "become_subreaper", lambda: True)  # pytest must not become one
@@ -192,6 +193,7 @@ def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_pat
         def stages(r=r) -> None:
             r.state = _state(tmp_path / r.run_id, r.run_id)
             r.state.save()
+            network.push_teardown(r.stack, r.state, r.say, str(tmp_path / "logs"))  # as stage network does
 
         monkeypatch.setattr(r, "_stages", stages)
         result, code = r.execute()
