@@ -233,8 +233,7 @@ def test_conditional_replacement_and_removal_are_guarded_too():
 
 
 @pytest.fixture
-def bucket(request) -> str:
-    request.getfixturevalue("aws_env")
+def bucket(request, aws_env: str) -> str:
     name = "hpq-upd-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
     return name

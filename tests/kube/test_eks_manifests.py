@@ -266,6 +266,7 @@ def test_cli_render_cpu_type_exits_2():
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     """Unpack the rendered ConfigMap as the kubelet would (items -> paths), run the container's own
     command line with its env (torchrun, 2 CPU processes, gloo as the TCP transport says), and judge

@@ -1,6 +1,6 @@
 """The lifecycle's observability step (lifecycle/observability.py) on the real entry path.
 
-The bundle runs as shipped (fixtures_node.build_bundle, the root on_create.sh, ``--steps identify,observability``)
+The bundle runs as shipped (tests/node_samples.build_bundle, the root on_create.sh, ``--steps identify,observability``)
 with hpq-cluster.json naming an AMP remote-write URL as the S3 stack writes it. The artifacts come from a local
 HTTP server standing in for the GitHub release downloads (HPQ_OBSERVABILITY_MIRROR, as AWS's ParallelCluster script
 takes NODE_EXPORTER_DOWNLOAD_URL: awslabs/awsome-distributed-ai 1.architectures/2.aws-parallelcluster/
@@ -34,7 +34,7 @@ from hpq.cfn import s3 as cfn_s3
 from hpq.lifecycle import fields, names
 from hpq.lifecycle import observability as obs
 from hpq.scripts import result_metrics
-from tests import fixtures_node as fn
+from tests import node_samples as fn
 
 WORKER = "worker-group-1-1"
 WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
@@ -125,7 +125,7 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
     pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
@@ -162,7 +162,7 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         stop_services(root)
 
 
-def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):
     """The broken twin of the test above: the same tarballs against hpq's own pins (the release's checksums)."""
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
@@ -181,7 +181,7 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
     assert "lifecycle done" in out
 
 
-def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F811
+def test_download_failure_leaves_boot_going(tmp_path, imds_factory):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
@@ -192,7 +192,7 @@ def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F8
     assert "lifecycle done" in out
 
 
-def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path, url=None)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)

@@ -33,7 +33,7 @@ import pytest
 from hpq.rehearsal.run import DEFAULT_NCCL_ARGS
 from tests.support import CHECKOUT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root, pytest.mark.torch]
 
 STATE_DIR = Path("/run/hpq-rehearse")
 

@@ -20,6 +20,8 @@ from hpq.errors import UsageError
 from hpq.rehearsal import netns, throttle
 from tests.rehearsal.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
 
+pytestmark = [pytest.mark.daemons, pytest.mark.root]  # network namespaces, tc, the rehearsal
+
 GBPS_30MBIT = 30e6 / 8 / 1e9  # 0.00375 GB/s
 
 

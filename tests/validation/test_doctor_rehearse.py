@@ -15,7 +15,7 @@ import pytest
 
 from tests.rehearsal.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root]
 
 
 def _findings(r: dict) -> set[tuple[str, str, str]]:
