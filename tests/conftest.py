@@ -109,7 +109,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, name))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``root`` fails at once, saying so, when not run as root: a skip would count as passing
+    (CI runs the suite as root; leave these out with ``-m "not root"``)."""
+    if item.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.fail(f"{item.nodeid} needs root (tests/README.md); CI runs the suite as root: run as root, "
+                    "or leave these tests out with -m 'not root'", pytrace=False)
+
+
 # ------------------------------------------------------------------------------- fixtures of several folders
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an ``hpq rehearse`` run (rehearsal/, validation/): this one without AWS_/HPQ_/SLURM_
+    settings, the rehearsal's logs under the test's tmp_path."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HPQ_", "SLURM_"))}
+    e["HPQ_REHEARSE_LOG_DIR"] = str(tmp_path / "logs")
+    return e
 
 
 @pytest.fixture(scope="session")

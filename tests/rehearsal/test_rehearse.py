@@ -38,19 +38,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root, pytest.ma
 STATE_DIR = Path("/run/hpq-rehearse")
 
 
-@pytest.fixture(autouse=True)
-def _root():
-    if os.geteuid() != 0:
-        pytest.fail("hpq rehearse needs root (namespaces, a bridge, mounts); CI runs the suite as root")
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HPQ_", "SLURM_"))}
-    e["HPQ_REHEARSE_LOG_DIR"] = str(tmp_path / "logs")
-    return e
-
-
 def _table() -> dict[int, tuple[str, str, int, int]]:
     """pid -> (comm, state, ppid, start time) for every entry of /proc (zombies included), read here, not
     through the code under test."""

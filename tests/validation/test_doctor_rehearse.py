@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.rehearsal.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
+from tests.rehearsal.test_rehearse import leftovers, rehearse
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root]
 
@@ -22,7 +22,7 @@ def _findings(r: dict) -> set[tuple[str, str, str]]:
     return {(f["node"], f["kind"], f["action"]) for f in r["doctor"]["findings"]}
 
 
-def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # noqa: F811
+def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):
     res = rehearse(env, "slurm-gpu", "--workers", "3", "--no-validate", "--fault", "worker-2:xid79",
                    "--fault", "worker-3:disk-full", "--fault", "worker-1:nccl-drift", "--output", "json")
     r = json.loads(res.stdout)
@@ -44,7 +44,7 @@ def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # no
     assert leftovers(r["run_id"], res) == []
 
 
-def test_a_clean_rehearsal_reports_nothing(env):  # noqa: F811
+def test_a_clean_rehearsal_reports_nothing(env):
     res = rehearse(env, "slurm-gpu", "--workers", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
