@@ -59,3 +59,28 @@ def test_slow_selects_as_before():
     assert slow and not set(slow) & set(fast) and len(slow) + len(fast) == len(_collected(rel))
     using, _ = _uses(SLURM_TESTS, "slurm_cluster")  # in this file exactly the real-Slurm tests are slow
     assert {i.split("::", 1)[1].split("[", 1)[0] for i in slow} == using
+
+
+def _fixture_names(tree: ast.Module) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                if "pytest.fixture" in ast.unparse(deco):
+                    named = [k.value.value for k in getattr(deco, "keywords", []) if k.arg == "name"]
+                    out.add(named[0] if named else node.name)
+    return out
+
+
+def test_no_test_module_imports_a_fixture():
+    """Fixtures come from the conftest.py of the folder (or tests/conftest.py), never imported by hand: an import
+    hides from pytest and from the markers where a fixture is defined, and needs a ``noqa: F811``."""
+    root = Path(CHECKOUT) / "tests"
+    trees = {p: ast.parse(p.read_text()) for p in root.rglob("*.py")}
+    fixtures = set().union(*(_fixture_names(t) for t in trees.values()))
+    assert {"slurm_cluster", "moto_server", "fake_helm", "env"} <= fixtures  # the scan finds them
+    imported = [f"{p.relative_to(root)}: {a.name} from {n.module}" for p, t in trees.items()
+                if p.name.startswith("test_") for n in ast.walk(t)
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tests")
+                for a in n.names if a.name in fixtures]
+    assert imported == []
