@@ -5,7 +5,7 @@
 Why: DCGM (and so dcgm-exporter) is not installed on the lent GPU machines; NVML is (the driver's
 libnvidia-ml, through pynvml). Most DCGM device fields are NVML values under another name: DCGM's field
 documentation says which NVML call backs each. This shows which of hpq's fields the GPU really reports, and
-keeps the raw values as test data (tests/data/observability/). Fields NVML does not expose (the profiling
+keeps the raw values as test data (tests/observability/data/exporters/). Fields NVML does not expose (the profiling
 ``DCGM_FI_PROF_*`` family needs DCGM's profiler; Xid arrives as an event, not a value) are listed as such.
 """
 

@@ -167,7 +167,7 @@ def agent_slurm_conf(cluster_name: str, controller_host: str, node_lines: list[s
                      settings: dict[str, str | None] | None = None, source: str = "hpq rehearse") -> str:
     """slurm.conf as the cluster agent writes it (before the lifecycle adds configless): ClusterName,
     SlurmctldHost, ``AGENT_SETTINGS`` with ``settings`` replacing or adding values (None drops one), then the
-    ``NodeName=`` and ``PartitionName=`` lines. Also tests/fixtures_slurm.py's one-host cluster."""
+    ``NodeName=`` and ``PartitionName=`` lines. Also tests/slurm_cluster.py's one-host cluster."""
     values: dict[str, str | None] = {**AGENT_SETTINGS, **(settings or {})}
     lines = [f"# slurm.conf written by the HyperPod cluster agent stand-in ({source})",
              f"ClusterName={cluster_name}", f"SlurmctldHost={controller_host}"]

@@ -1,7 +1,7 @@
 """moto, fixed where it answers otherwise than AWS: one set of fixes for every moto hpq runs.
 
 The rehearsal's embedded moto (rehearsal/aws.EmbeddedMoto) and the tests' moto server
-(``python -m hpq.standins.moto -H 127.0.0.1 -p PORT``, tests/fixtures_aws.py) apply the same
+(``python -m hpq.standins.moto -H 127.0.0.1 -p PORT``, tests/moto_server.py) apply the same
 fixes, before the server starts; the HTTP APIs stay moto's otherwise:
 
 - FSx DescribeFileSystems lacks ``Lifecycle`` and ``LustreConfiguration.MountName``, both of which

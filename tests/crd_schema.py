@@ -1,6 +1,6 @@
 """Validate custom resources against the CRD schemas the HyperPod dependency chart installs.
 
-The schemas (tests/data/crds, sources in its README) are Kubernetes structural schemas. An API server
+The schemas (tests/kube/data/crds, sources in its README) are Kubernetes structural schemas. An API server
 keeps only the fields a structural schema declares and drops the rest without a word, so a field in
 the wrong place (a launcher ``restartPolicy`` inside the pod template instead of the replica spec, a
 misspelt ``runPolicy`` key) would be lost on a real cluster. ``kubectl apply --validate=strict``
@@ -21,7 +21,7 @@ from typing import Any
 
 import jsonschema
 
-CRD_DIR = Path(__file__).parent / "data" / "crds"
+CRD_DIR = Path(__file__).parent / "kube" / "data" / "crds"
 SCHEMA_FILES = {
     ("kubeflow.org/v2beta1", "MPIJob"): "mpijobs.kubeflow.org_v2beta1.json",
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchjobs.kubeflow.org_v1.json",

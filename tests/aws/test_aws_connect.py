@@ -2,7 +2,7 @@
 
 A cluster with one controller and 150 workers: more than one page of ListClusterNodes (100 per
 page), so the last workers are only reachable by following NextToken. Plain moto 5.2 answers
-HTTP 500 to any second page (see fixtures_aws), so index lookups run against ``moto_server_paging``;
+HTTP 500 to any second page (see tests/moto_server.py), so index lookups run against ``moto_server_paging``;
 lookups by instance id use DescribeClusterNode and run against the plain server too.
 moto wants ThreadsPerCore and an ``s3://sagemaker...`` SourceS3Uri in create_cluster.
 """

@@ -236,8 +236,7 @@ class Terminal(io.StringIO):
 
 
 @pytest.fixture
-def bucket(request) -> str:
-    request.getfixturevalue("aws_env")
+def bucket(request, aws_env: str) -> str:
     name = "hpq-cost-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=name)
     return name

@@ -37,8 +37,7 @@ EMULATE = ["--emulate", "moto", "--no-quota-check"]
 
 
 @pytest.fixture
-def bucket(request) -> str:
-    request.getfixturevalue("aws_env")
+def bucket(request, aws_env: str) -> str:
     name = "hpq-art-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
     return name
@@ -167,9 +166,9 @@ def test_bad_input_exits_2_with_one_line(args, tmp_path):
 
 
 @pytest.mark.slow
-def test_missing_credentials_exit_2_one_line(request, tmp_path):
+def test_missing_credentials_exit_2_one_line(moto_server, tmp_path):
     """Against a reachable endpoint with no credentials anywhere: one line, exit 2, says how to fix."""
-    url = request.getfixturevalue("moto_server")
+    url = moto_server
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_ENDPOINT_URL=url, AWS_DEFAULT_REGION=REGION, AWS_EC2_METADATA_DISABLED="true",
                AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))

@@ -27,12 +27,12 @@ def hpq(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env=env or dict(os.environ), stdin=subprocess.DEVNULL)
 
 
-def test_moto_endpoint_detection(aws_env):  # noqa: F811
+def test_moto_endpoint_detection(aws_env):
     assert rendition.endpoint_is_moto(aws_env)
     assert not rendition.endpoint_is_moto("http://127.0.0.1:9")  # nothing listens on the discard port
 
 
-def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # noqa: F811
+def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-deploy")
     res = hpq("deploy", "slurm-gpu", "hpq-cli-moto-deploy", "--stack-name", "cli-moto-demo", "--poll-seconds", "0.5",
               "--emulate", "moto", "--no-quota-check", "--yes")
@@ -49,7 +49,7 @@ def test_emulated_deploy_against_moto_succeeds_and_prints_outputs(aws_env):  # n
     assert len(nested) >= 6 and all(r["ResourceStatus"] == "CREATE_COMPLETE" for r in nested)
 
 
-def test_plain_deploy_against_moto_never_switches_to_the_rendition(aws_env):  # noqa: F811
+def test_plain_deploy_against_moto_never_switches_to_the_rendition(aws_env):
     """Without --emulate the real templates go up (the old silent switch is gone); the note says why moto may fail."""
     boto3.client("s3").create_bucket(Bucket="hpq-cli-moto-plain")
     # --no-quota-check: this test is about which templates go up; the shared moto account holds the VPCs of the

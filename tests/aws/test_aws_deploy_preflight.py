@@ -135,7 +135,7 @@ def test_run_uses_the_stack_values_and_stops_on_errors():
 
 
 @pytest.mark.slow
-def test_deploy_refuses_before_anything_changes(aws_env, capsys):  # noqa: F811
+def test_deploy_refuses_before_anything_changes(aws_env, capsys):
     """Against moto: a p5e worker without a plan exits 2 with the way out; no object uploaded, no stack."""
     from hpq.cli.main import main
 

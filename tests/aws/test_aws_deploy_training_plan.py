@@ -140,7 +140,7 @@ def stubbed_sagemaker(monkeypatch):
 
 
 @pytest.mark.slow
-def test_deploy_puts_the_node_subnet_in_the_plans_az(aws_env, stubbed_sagemaker, capsys):  # noqa: F811
+def test_deploy_puts_the_node_subnet_in_the_plans_az(aws_env, stubbed_sagemaker, capsys):
     """No AvailabilityZoneId given: the plan's (us-east-1d = use1-az4 in moto), not the region's first (use1-az1)."""
     from hpq.cli.main import main
 
@@ -162,7 +162,7 @@ def test_deploy_puts_the_node_subnet_in_the_plans_az(aws_env, stubbed_sagemaker,
 
 
 @pytest.mark.slow
-def test_deploy_refuses_an_az_the_plan_is_not_in_before_anything_changes(aws_env, stubbed_sagemaker,  # noqa: F811
+def test_deploy_refuses_an_az_the_plan_is_not_in_before_anything_changes(aws_env, stubbed_sagemaker,
                                                                         capsys):
     from hpq.cli.main import main
 

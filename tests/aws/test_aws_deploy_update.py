@@ -3,7 +3,7 @@
 Three layers, each saying what stands in for AWS:
 - the parameter rule (aws/deploy_plan.py) on the real synthesized root template, no AWS;
 - the change set's resource actions on DescribeChangeSet answers as the CloudFormation User Guide prints them
-  (tests/data/cfn_change_sets/README.md), through botocore's Stubber, which checks every request against
+  (tests/aws/data/cfn_change_sets/README.md), through botocore's Stubber, which checks every request against
   botocore's CloudFormation model;
 - ``hpq deploy`` end to end against moto over HTTP (--emulate moto). moto 5.2 executes change sets and updates the
   nested stacks' parameters, but its DescribeChangeSet lists only template edits (no parameter-driven Modify, no
@@ -29,7 +29,7 @@ from hpq.errors import UsageError
 from tests.support import run_cli
 
 REGION = "us-east-1"
-SAMPLES = Path(__file__).parents[1] / "data" / "cfn_change_sets"
+SAMPLES = Path(__file__).parent / "data" / "cfn_change_sets"
 # moto's account reaches its (real default) 5-VPC quota after a few stacks; the quota step is tested on its own.
 EMULATE = ["--emulate", "moto", "--poll-seconds", "0.05", "--no-quota-check"]
 
@@ -233,8 +233,7 @@ def test_conditional_replacement_and_removal_are_guarded_too():
 
 
 @pytest.fixture
-def bucket(request) -> str:
-    request.getfixturevalue("aws_env")
+def bucket(request, aws_env: str) -> str:
     name = "hpq-upd-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
     return name

@@ -78,7 +78,7 @@ def make_stack(region: str, stack: str, cluster: str, variant: str, fsx_id: str 
 
 
 @pytest.fixture
-def account(aws_env, price_file) -> dict:  # noqa: F811
+def account(aws_env, price_file) -> dict:
     """Several clusters in two regions: hpq's (with and without a stack), someone else's, a look-alike.
 
     The moto server is shared by the session: it is reset first so that the account holds exactly these."""

@@ -116,7 +116,7 @@ def _fake_aws_cli(tmp_path, sshd_port: int, log) -> str:
     """``aws`` for ``ssm start-session --document-name AWS-StartSSHSession``: checks, logs, relays to sshd."""
     path = tmp_path / "bin" / "aws"
     path.parent.mkdir()
-    relay = module_command("fixtures_sshd", "127.0.0.1", str(sshd_port))
+    relay = module_command("sshd", "127.0.0.1", str(sshd_port))
     path.write_text("#!/bin/sh\n"
                     f"printf '%s\\n' \"$*\" >> {shlex.quote(str(log))}\n"
                     '[ "$1 $2 $3" = "ssm start-session --target" ] || { echo "not an SSM session: $*" >&2; exit 9; }\n'

@@ -1,6 +1,6 @@
 """hpq remote / remote-nccl-test against a real OpenSSH sshd on 127.0.0.1 with paramiko.
 
-The SSM ProxyCommand is replaced by a local byte relay (fixtures_sshd): a stand-in for
+The SSM ProxyCommand is replaced by a local byte relay (tests/sshd.py): a stand-in for
 ``aws ssm start-session --document-name AWS-StartSSHSession``, which needs AWS. Everything on
 the SSH side (handshake, key auth, host-key pinning, exec, stdout/stderr, exit status) is real.
 """
@@ -18,7 +18,7 @@ import pytest
 
 from hpq.aws import ssh as aws_ssh
 from hpq.cli.main import main
-from tests.fixtures_sshd import Sshd
+from tests.sshd import Sshd
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from hpq.aws import session as aws_session
 from hpq.aws import stacks as aws_stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
-from tests.fixtures_aws import set_aws_env
+from tests.moto_server import set_aws_env
 
 NS = "http://cloudformation.amazonaws.com/doc/2010-05-15/"
 OK = (f'<DescribeStacksResponse xmlns="{NS}"><DescribeStacksResult><Stacks><member><StackName>s</StackName>'

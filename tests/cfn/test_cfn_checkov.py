@@ -20,12 +20,8 @@ from pathlib import Path
 import pytest
 
 from hpq.cfn import synth
-from tests.fixtures_cfn import (
-    COMBOS,
-    REPO,
-    checkov_binary,
-    pinned_checkov_version,
-)
+from tests.cfn.checkov import REPO, checkov_binary, pinned_checkov_version
+from tests.cfn_render import COMBOS
 
 NO_REASON = "No comment provided"  # what checkov 3.3.30 reports for a skip without a comment
 MIN_REASON_CHARS = 40  # a reason a reviewer can weigh, not "n/a"
@@ -69,7 +65,7 @@ def unjustified_skips(results: list[dict]) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def checkov_results(rendered, tmp_path_factory):  # noqa: F811
+def checkov_results(rendered, tmp_path_factory):
     """(variant, size) -> checkov's results for its templates. Identical files (most nested stacks do not change
     with the size) are scanned once, in one checkov run."""
     root = tmp_path_factory.mktemp("checkov")
@@ -120,7 +116,7 @@ def _template_skips(files: dict[str, dict]) -> set[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_every_skip_in_the_templates_is_one_checkov_applies(checkov_results, rendered, variant, size):  # noqa: F811
+def test_every_skip_in_the_templates_is_one_checkov_applies(checkov_results, rendered, variant, size):
     """No stale skip: each skip in a template is for a check checkov runs on that resource (it reports it as
     skipped), so the list in docs/templates.md is exactly what the scan waives."""
     declared = _template_skips(rendered[(variant, size)])
@@ -130,7 +126,7 @@ def test_every_skip_in_the_templates_is_one_checkov_applies(checkov_results, ren
     assert all(re.fullmatch(r"CKV_AWS_\d+", check) for _, _, check in declared)
 
 
-def test_the_checkov_test_can_fail(rendered, tmp_path):  # noqa: F811
+def test_the_checkov_test_can_fail(rendered, tmp_path):
     """The checks above flag a real finding and a reasonless skip: EKS secrets encryption removed (CKV_AWS_58)
     and the Lambda DLQ skip's comment dropped are both reported."""
     files = rendered[("eks-gpu", "small")]

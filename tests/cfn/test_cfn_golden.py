@@ -14,17 +14,12 @@ import sys
 import pytest
 
 from hpq.cfn import synth
-from tests.fixtures_cfn import (
-    COMBOS,
-    GOLDEN_DIR,
-    UPDATE_GOLDEN,
-    golden_view,
-    handler_sources,
-)
+from tests.cfn.golden import GOLDEN_DIR, UPDATE_GOLDEN, golden_view, handler_sources
+from tests.cfn_render import COMBOS
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_golden(rendered, variant, size):  # noqa: F811
+def test_golden(rendered, variant, size):
     sources = handler_sources()
     folder = GOLDEN_DIR / variant / size
     files = rendered[(variant, size)]
@@ -46,7 +41,7 @@ def test_golden(rendered, variant, size):  # noqa: F811
     assert not problems, "; ".join(problems) + " (HPQ_UPDATE_GOLDEN=1 pytest tests/cfn/test_cfn_golden.py, review the diff)"
 
 
-def test_golden_marker_replaces_code(rendered):  # noqa: F811
+def test_golden_marker_replaces_code(rendered):
     """The golden view must hide the code yet still say which file it came from."""
     view = golden_view(rendered[("eks-gpu", "small")]["Helm.json"], handler_sources())
     assert view["Resources"]["HelmFunction"]["Properties"]["Code"]["ZipFile"] == "<<embedded: cfn/handlers/helm.py>>"
@@ -66,7 +61,7 @@ def test_output_does_not_depend_on_the_interpreter_run():
     code = (
         "import hashlib\n"
         "from hpq.cfn import synth\n"
-        "from tests.fixtures_cfn import COMBOS\n"
+        "from tests.cfn_render import COMBOS\n"
         "h = hashlib.sha256()\n"
         "for v, s in COMBOS:\n"
         "    for name, t in synth.synthesize(v, s).items():\n"

@@ -8,11 +8,11 @@ import pytest
 
 from hpq.cfn import lint as cfn_lint
 from hpq.cfn import synth
-from tests.fixtures_cfn import COMBOS
+from tests.cfn_render import COMBOS
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_lint_clean(lint_results, rendered, variant, size):  # noqa: F811
+def test_lint_clean(lint_results, rendered, variant, size):
     """0 errors, 0 warnings in every region the variant deploys to (every HyperPod region today)."""
     owners, by_path, _ = lint_results
     found = []
@@ -22,7 +22,7 @@ def test_lint_clean(lint_results, rendered, variant, size):  # noqa: F811
     assert not found, "\n".join(found)
 
 
-def test_every_file_was_linted_in_every_region_of_its_variants(lint_results):  # noqa: F811
+def test_every_file_was_linted_in_every_region_of_its_variants(lint_results):
     """The clean result above covers each variant's whole region list, not a sample of it."""
     from hpq.cfn import regions
 

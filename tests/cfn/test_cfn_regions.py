@@ -11,7 +11,7 @@ import cfnlint
 import pytest
 
 from hpq.cfn import regions
-from tests.fixtures_cfn import COMBOS
+from tests.cfn_render import COMBOS
 
 PROVIDERS = Path(cfnlint.__file__).parent / "data" / "schemas" / "providers"
 OFFERS = Path(cfnlint.__file__).parent / "data" / "schemas" / "extensions" / "aws_sagemaker_cluster" / \
@@ -42,7 +42,7 @@ def test_hyperpod_regions_are_the_priced_regions_whose_cloudformation_has_the_cl
 
 
 @pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[1] == "small"])
-def test_region_rule_lists_exactly_the_regions_with_every_type(rendered, variant, size):  # noqa: F811
+def test_region_rule_lists_exactly_the_regions_with_every_type(rendered, variant, size):
     """Each root's RegionHasEveryResourceType rule: the HyperPod regions whose CloudFormation has every type the
     variant's templates create, less types under the Grafana region condition; custom resources count anywhere."""
     types = schema_types()
@@ -55,7 +55,7 @@ def test_region_rule_lists_exactly_the_regions_with_every_type(rendered, variant
     assert list(regions.variant_regions(variant)) == expected
 
 
-def test_grafana_condition_is_true_exactly_where_the_type_exists(rendered):  # noqa: F811
+def test_grafana_condition_is_true_exactly_where_the_type_exists(rendered):
     types = schema_types()
     obs = rendered[("slurm-gpu", "small")]["Observability.json"]
     condition = obs["Conditions"][regions.GRAFANA_CONDITION]

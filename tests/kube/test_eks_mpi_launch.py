@@ -1,7 +1,7 @@
 """The rendered MPIJob launcher commands, run as the launcher pod runs them, against real sshd workers.
 
 Real: Open MPI 4.1 (Debian's openmpi-bin), OpenSSH sshd and ssh, /bin/sh, getent. Stand-ins (said per
-test): the "image" tree (Open MPI under a prefix as in AWS's images; fixtures_mpi), the benchmark
+test): the "image" tree (Open MPI under a prefix as in AWS's images; tests/kube/mpi_world.py), the benchmark
 binaries (a script that prints what each rank received), and the hostfile mpi-operator would mount
 (in mpi-operator's format; the service names resolve through an /etc/hosts in the launcher's mount
 namespace). The worker sshd has sshd's PATH and no Open MPI on it, which is what makes a bare
@@ -18,7 +18,7 @@ import pytest
 
 from hpq.manifests import render
 from hpq.manifests.render import RenderRequest, render_objects
-from tests.fixtures_mpi import MpiWorld
+from tests.kube.mpi_world import MpiWorld
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def gpu_launch(world: MpiWorld, tmp_path: Path, bare_mpirun: bool = False) -> su
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
 
-def test_launcher_mpirun_starts_ranks_on_sshd_workers(mpi_world, tmp_path):  # noqa: F811
+def test_launcher_mpirun_starts_ranks_on_sshd_workers(mpi_world, tmp_path):
     """The launcher command as rendered: the DNS wait, then mpirun by absolute path; orted starts on both
     workers, four ranks run, and every forwarded variable (-x) reaches them."""
     res = gpu_launch(mpi_world, tmp_path)
@@ -70,7 +70,7 @@ def test_launcher_mpirun_starts_ranks_on_sshd_workers(mpi_world, tmp_path):  # n
     assert all("args -b 8 -e 2G -f 2 -g 1 -c 1 -n 20" in ln for ln in ranks)
 
 
-def test_bare_mpirun_fails_as_in_a_worker_pod(mpi_world, tmp_path):  # noqa: F811
+def test_bare_mpirun_fails_as_in_a_worker_pod(mpi_world, tmp_path):
     """The old manifest's bare "mpirun" (found on the image PATH): Open MPI starts "orted" by name over ssh,
     and sshd's PATH does not have it. This is the failure the absolute path avoids."""
     res = gpu_launch(mpi_world, tmp_path, bare_mpirun=True)
@@ -78,7 +78,7 @@ def test_bare_mpirun_fails_as_in_a_worker_pod(mpi_world, tmp_path):  # noqa: F81
     assert "orted: command not found" in res.stdout + res.stderr
 
 
-def test_trainium_launcher_runs_nccom_on_the_first_worker(mpi_world, tmp_path):  # noqa: F811
+def test_trainium_launcher_runs_nccom_on_the_first_worker(mpi_world, tmp_path):
     """The Trainium launcher script with real sh, getent and ssh against the sshd worker. Stand-ins: nccom-test
     (prints where it runs and what it got) under the image's /opt/aws/neuron/bin, and an ``ssh`` on PATH that
     adds the workers' port and key and then runs the real ssh."""

@@ -1,7 +1,7 @@
 """``hpq test`` on an EKS cluster (and its aliases ``hpq eks nccl-test / nanogpt / validate``): the EKS
 backend and the runner's own code over real HTTPS.
 
-No Kubernetes API server can run on this machine, so a small local HTTPS server (fixtures_eks.
+No Kubernetes API server can run on this machine, so a small local HTTPS server (tests/kube_standins.
 FakeKube) speaks the subset of the API the runner uses (create/get/delete objects, list pods and
 nodes, follow a pod log with chunked transfer) and plays the operator's part from a scenario.
 Real: HTTP, TLS verified against the cluster CA the way EKS hands it out, the bearer token, the
@@ -25,7 +25,7 @@ from hpq.validation import judges
 from hpq.validation.backend import run_test
 from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
 from hpq.validation.result import RawOutcome
-from tests.fixtures_eks import (
+from tests.kube_standins import (
     FSX_CSI_DRIVER_OBJECT,
     create_eks_cluster,
     kube_client,
@@ -49,7 +49,7 @@ def run(kube, test, nodes=2, gpus=None, client=None, echo=None, **kw):
     return result, lines
 
 
-def test_nccl_test_pass_on_g5_16xlarge(fake_kube):  # noqa: F811
+def test_nccl_test_pass_on_g5_16xlarge(fake_kube):
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.add_nodes("ml.m5.xlarge", 1)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.02)}, pending_ticks=2)
@@ -69,7 +69,7 @@ def test_nccl_test_pass_on_g5_16xlarge(fake_kube):  # noqa: F811
     assert follows and follows[0]["follow"] == ["true"] and follows[0]["container"] == ["launcher"]
 
 
-def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):  # noqa: F811
+def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(95.0)})
     verdict, _ = run(fake_kube, "nccl-test", 2, 8)
@@ -79,7 +79,7 @@ def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):  # noqa: F811
     assert verdict.data["verdict"]["instance_type"] == "ml.p5.48xlarge"
 
 
-def test_job_failure_without_results_fails(fake_kube):  # noqa: F811
+def test_job_failure_without_results_fails(fake_kube):
     """A launcher that printed no table and a job that Failed: FAIL, exit 1, naming the job (the same judge as
     a node program that exited 1 on Slurm)."""
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
@@ -92,7 +92,7 @@ def test_job_failure_without_results_fails(fake_kube):  # noqa: F811
     assert fake_kube.objects == {}
 
 
-def test_job_failed_after_a_passing_table_is_a_fail(fake_kube):  # noqa: F811
+def test_job_failed_after_a_passing_table_is_a_fail(fake_kube):
     """The job's end state is the program's exit status: a table that would pass, from a job that Failed, is a
     FAIL (the broken twin of test_nccl_test_pass_on_g5_16xlarge)."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
@@ -102,7 +102,7 @@ def test_job_failed_after_a_passing_table_is_a_fail(fake_kube):  # noqa: F811
     assert "3.02 GB/s" in verdict.message
 
 
-def test_fast_failure_still_shows_the_launcher_log(fake_kube):  # noqa: F811
+def test_fast_failure_still_shows_the_launcher_log(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(final="Failed", end_at_tick=1, pending_ticks=5, logs={"launcher": [
         "--------------------------------------------------------------------------",
@@ -111,7 +111,7 @@ def test_fast_failure_still_shows_the_launcher_log(fake_kube):  # noqa: F811
     assert verdict.exit_code == 1 and any("unable to launch" in line for line in lines)
 
 
-def test_dropped_log_stream_waits_for_the_job(fake_kube):  # noqa: F811
+def test_dropped_log_stream_waits_for_the_job(fake_kube):
     """The launcher's log connection drops mid-run: the runner waits for the job's end and judges it."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(final="Failed", break_log=3, end_at_tick=8, logs={"launcher": nccl_tests_output(3.0)})
@@ -123,7 +123,7 @@ def test_dropped_log_stream_waits_for_the_job(fake_kube):  # noqa: F811
     assert fake_kube.ticks >= 8 and fake_kube.objects == {}
 
 
-def test_launcher_that_fails_once_then_passes_is_judged_on_its_last_run(fake_kube):  # noqa: F811
+def test_launcher_that_fails_once_then_passes_is_judged_on_its_last_run(fake_kube):
     """restartPolicy OnFailure: the launcher container exits 1 (workers not up yet), the kubelet restarts it in
     the same pod, the second run prints results. The runner follows both runs and judges the second."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
@@ -138,7 +138,7 @@ def test_launcher_that_fails_once_then_passes_is_judged_on_its_last_run(fake_kub
     assert len(follows) == 2
 
 
-def test_expired_token_is_refreshed_once_and_the_run_goes_on(fake_kube):  # noqa: F811
+def test_expired_token_is_refreshed_once_and_the_run_goes_on(fake_kube):
     """EKS tokens last 15 minutes: the API answers 401, the client asks for a new token and repeats the call."""
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.02)}, token_ttl=4)
@@ -161,7 +161,7 @@ def test_expired_token_is_refreshed_once_and_the_run_goes_on(fake_kube):  # noqa
         kube_client(fake_kube, token="k8s-aws-v1.never-refreshed").list_nodes()
 
 
-def test_deleting_a_job_without_a_policy_leaves_its_pods(fake_kube):  # noqa: F811
+def test_deleting_a_job_without_a_policy_leaves_its_pods(fake_kube):
     """The stand-in does what the API server does: a batch/v1 Job deleted without propagationPolicy orphans its
     pods; hpq's delete says Background, so the pods go with the job."""
     client = kube_client(fake_kube)
@@ -178,7 +178,7 @@ def test_deleting_a_job_without_a_policy_leaves_its_pods(fake_kube):  # noqa: F8
     assert fake_kube.pods == {} and fake_kube.delete_policies[-1] == ("jobs", "orphans", "Background")
 
 
-def test_validate_leaves_no_pods_behind(fake_kube):  # noqa: F811
+def test_validate_leaves_no_pods_behind(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     fake_kube.scenario.update(logs={"pod": ["GPUS 8 OK", "EFA 1 OK"]})
     run(fake_kube, "validate")
@@ -187,7 +187,7 @@ def test_validate_leaves_no_pods_behind(fake_kube):  # noqa: F811
     assert ("jobs", "hpq-validate", "Background") in fake_kube.delete_policies
 
 
-def test_leftover_job_is_replaced(fake_kube):  # noqa: F811
+def test_leftover_job_is_replaced(fake_kube):
     """A leftover MPIJob with running pods: it is deleted in the foreground (the object stays until its pods are
     gone) so the new job's pods, which take the same names, never meet the old ones."""
     from hpq.manifests.render import RenderRequest, render_objects
@@ -205,7 +205,7 @@ def test_leftover_job_is_replaced(fake_kube):  # noqa: F811
     assert fake_kube.pod_name_clashes == []
 
 
-def test_ctrl_c_still_cleans_up(fake_kube):  # noqa: F811
+def test_ctrl_c_still_cleans_up(fake_kube):
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.0)})
 
@@ -218,7 +218,7 @@ def test_ctrl_c_still_cleans_up(fake_kube):  # noqa: F811
     assert fake_kube.objects == {} and ("mpijobs", "hpq-nccl-test") in fake_kube.deleted
 
 
-def test_unschedulable_pods_end_the_run_with_the_reason(fake_kube):  # noqa: F811
+def test_unschedulable_pods_end_the_run_with_the_reason(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(unschedulable="0/2 nodes are available: 2 Insufficient vpc.amazonaws.com/efa.")
     client = kube_client(fake_kube)
@@ -236,7 +236,7 @@ def test_unschedulable_pods_end_the_run_with_the_reason(fake_kube):  # noqa: F81
     assert fake_kube.objects == {}
 
 
-def test_image_pull_errors_end_the_run(fake_kube):  # noqa: F811
+def test_image_pull_errors_end_the_run(fake_kube):
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(waiting=("ImagePullBackOff", 'Back-off pulling image "nope:1"'))
     from hpq.manifests.render import RenderRequest, render_objects
@@ -252,7 +252,7 @@ def test_image_pull_errors_end_the_run(fake_kube):  # noqa: F811
         runner.cleanup()
 
 
-def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):  # noqa: F811
+def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     # hpq's nanoGPT's own lines (scripts/nanogpt.py, rank 0), the same run-nanogpt tees on Slurm
     fake_kube.scenario.update(logs={"master": [
@@ -266,7 +266,7 @@ def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):  # noqa: F811
     assert ("configmaps", "hpq-nanogpt-program") in fake_kube.deleted and fake_kube.objects == {}
 
 
-def test_nanogpt_loss_not_falling_fails(fake_kube):  # noqa: F811
+def test_nanogpt_loss_not_falling_fails(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     fake_kube.scenario.update(logs={"master": [
         "ranks on: 0=a, 1=b", "iter 0: loss 4.1700", "iter 100: loss 4.2000",
@@ -276,7 +276,7 @@ def test_nanogpt_loss_not_falling_fails(fake_kube):  # noqa: F811
     assert not verdict.ok and verdict.exit_code == 1 and "did not fall" in verdict.message
 
 
-def test_validate_collects_every_node(fake_kube):  # noqa: F811
+def test_validate_collects_every_node(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(logs={
         "hpq-validate-0": ["HPQ-VALIDATE node=node-0 accelerators=8/8 efa=32/32 OK"],
@@ -285,7 +285,7 @@ def test_validate_collects_every_node(fake_kube):  # noqa: F811
     assert not verdict.ok and "1/2 nodes passed" in verdict.message and "efa=31/32" in verdict.message
 
 
-def test_validate_names_a_node_short_of_efa_devices(fake_kube):  # noqa: F811
+def test_validate_names_a_node_short_of_efa_devices(fake_kube):
     """The pods of both tested nodes pass, but a third p5 node exposes 16 of its 32 EFA devices: FAIL, named."""
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.add_nodes("ml.p5.48xlarge", 1, efa=16)
@@ -297,7 +297,7 @@ def test_validate_names_a_node_short_of_efa_devices(fake_kube):  # noqa: F811
     assert verdict.data["node_facts"]["efa_short"] == ["node-2: 16 of 32"]
 
 
-def test_not_enough_nodes_is_a_usage_error(fake_kube):  # noqa: F811
+def test_not_enough_nodes_is_a_usage_error(fake_kube):
     fake_kube.add_nodes("ml.g5.16xlarge", 1)
     fake_kube.add_nodes("ml.g5.16xlarge", 1, ready=False)
     with pytest.raises(UsageError, match="needs 2 Ready ml.g5.16xlarge node.*has 1"):
@@ -305,20 +305,20 @@ def test_not_enough_nodes_is_a_usage_error(fake_kube):  # noqa: F811
     assert fake_kube.created == []
 
 
-def test_missing_operator_says_so(fake_kube):  # noqa: F811
+def test_missing_operator_says_so(fake_kube):
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario["installed"] = {"configmaps", "jobs"}
     with pytest.raises(KubeError, match="MPI operator"):
         run(fake_kube, "nccl-test")
 
 
-def test_wrong_token_is_explained(fake_kube):  # noqa: F811
+def test_wrong_token_is_explained(fake_kube):
     client = kube_client(fake_kube, token="not-an-eks-token")
     with pytest.raises(KubeError, match="access entry"):
         client.list_nodes()
 
 
-def test_tls_is_verified_against_the_cluster_ca(fake_kube, tmp_path):  # noqa: F811
+def test_tls_is_verified_against_the_cluster_ca(fake_kube, tmp_path):
     (tmp_path / "other").mkdir()
     other_ca = self_signed_cert(tmp_path / "other")[2]  # a valid CA, but not the one that signed the server
     with pytest.raises(KubeError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -329,7 +329,7 @@ def test_tls_is_verified_against_the_cluster_ca(fake_kube, tmp_path):  # noqa: F
         default_trust.list_nodes()  # self-signed cluster CA is not in the system store
 
 
-def test_json_output(fake_kube, monkeypatch, capsys):  # noqa: F811
+def test_json_output(fake_kube, monkeypatch, capsys):
     """`hpq eks nccl-test ... --output json`: one JSON document on stdout (progress on stderr)."""
     from hpq.cli.main import main
 
@@ -344,7 +344,7 @@ def test_json_output(fake_kube, monkeypatch, capsys):  # noqa: F811
     assert doc["instance_type"] == "ml.g5.16xlarge" and doc["peak_busbw_gbps"] == 3.0 and doc["backend"] == "eks"
 
 
-def test_cluster_access_from_eks_api(moto_aws):  # noqa: F811
+def test_cluster_access_from_eks_api(moto_aws):
     """Endpoint and CA from eks:DescribeCluster (moto over HTTP), token presigned for that cluster."""
     from hpq.aws.session import make_session
 
@@ -359,7 +359,7 @@ def test_cluster_access_from_eks_api(moto_aws):  # noqa: F811
         cluster_access(make_session("us-west-2"), "nope")
 
 
-def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch):  # noqa: F811
+def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch):
     """EKS from moto over HTTP; SageMaker DescribeCluster through botocore's Stubber (moto does not
     return the Orchestrator block), answering like HyperPod does for an EKS-orchestrated cluster."""
     from botocore.stub import Stubber
@@ -398,7 +398,7 @@ def test_hyperpod_cluster_name_resolves_to_its_eks_cluster(moto_aws, monkeypatch
 
 
 @pytest.mark.parametrize("busbw, code", [(3.0, 0), (1.49, 1)])
-def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, code):  # noqa: F811
+def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, code):
     """`hpq eks nccl-test CLUSTER 2` end to end through the click app; only connect() is redirected
     to the local API server (its EKS/STS half is tested above against moto)."""
     from hpq.cli.main import main
@@ -416,7 +416,7 @@ def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, cod
 
 @pytest.mark.parametrize("nodes, busbw, outcome", [(2, 78.33, "PASS"), (2, 41.0, "FAIL"), (4, 60.0, "INCONCLUSIVE"),
                                                     (2, 3.1, "FAIL")])
-def test_nccl_verdict_uses_the_run_node_count(fake_kube, nodes, busbw, outcome):  # noqa: F811
+def test_nccl_verdict_uses_the_run_node_count(fake_kube, nodes, busbw, outcome):
     """p4d against AWS's 2-node p4de figure (78.33 GB/s, awsome-distributed-ai micro-benchmarks/nccl-tests):
     a healthy pair passes, 41 GB/s (52%) and 3.1 GB/s (TCP speed) fail, and 4 nodes, for which nothing is
     published, are INCONCLUSIVE (exit 3). Logs in nccl-tests' format with the INIT,NET lines the manifest's
@@ -433,7 +433,7 @@ def test_nccl_verdict_uses_the_run_node_count(fake_kube, nodes, busbw, outcome):
         assert "EFA was not used" in verdict.message
 
 
-def test_nccl_verdict_socket_on_p5_fails(fake_kube):  # noqa: F811
+def test_nccl_verdict_socket_on_p5_fails(fake_kube):
     """Issue 19: the transport is judged from the log: NET/Socket on an EFA type fails whatever the bandwidth."""
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     hosts = ["hpq-nccl-test-worker-0", "hpq-nccl-test-worker-1"]
@@ -451,8 +451,8 @@ def test_nccl_verdict_socket_on_p5_fails(fake_kube):  # noqa: F811
      "node-2 (sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement)"),
     ({"health": "Unschedulable"}, "INCONCLUSIVE", "deep health checks"),
 ])
-def test_validate_checks_efa_devices_and_hyperpod_health(fake_kube, twin, outcome, words):  # noqa: F811
-    """Issue 19 item 7 on the fake API server's HyperPod-shaped nodes (fixtures_eks.add_nodes): a healthy pair
+def test_validate_checks_efa_devices_and_hyperpod_health(fake_kube, twin, outcome, words):
+    """Issue 19 item 7 on the fake API server's HyperPod-shaped nodes (kube_standins.FakeKube.add_nodes): a healthy pair
     passes; its broken twins (a node exposing fewer vpc.amazonaws.com/efa than p5's 32, a node HyperPod marked
     for replacement) fail, and one still in deep health checks is INCONCLUSIVE."""
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
@@ -465,7 +465,7 @@ def test_validate_checks_efa_devices_and_hyperpod_health(fake_kube, twin, outcom
     assert verdict.data["outcome"] == outcome
 
 
-def test_hyperpod_health_label_decides_which_nodes_count(fake_kube):  # noqa: F811
+def test_hyperpod_health_label_decides_which_nodes_count(fake_kube):
     """Ready but labelled UnschedulablePendingReboot: not counted, so a 2-node test on one healthy node refuses."""
     fake_kube.add_nodes("ml.p5.48xlarge", 1)
     fake_kube.add_nodes("ml.p5.48xlarge", 1, health="UnschedulablePendingReboot")
@@ -475,7 +475,7 @@ def test_hyperpod_health_label_decides_which_nodes_count(fake_kube):  # noqa: F8
         eks_jobs.pick_instance_type(kube_client(fake_kube), None, 3)
 
 
-def test_fsx_claim_without_the_csi_driver_fails_before_anything_is_created(fake_kube):  # noqa: F811
+def test_fsx_claim_without_the_csi_driver_fails_before_anything_is_created(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     with pytest.raises(OperationFailed) as exc:
         run(fake_kube, "nanogpt", fsx_claim="hpq-fsx")
@@ -486,7 +486,7 @@ def test_fsx_claim_without_the_csi_driver_fails_before_anything_is_created(fake_
     assert any(p == "/apis/storage.k8s.io/v1/csidrivers/fsx.csi.aws.com" for _m, p, _q in fake_kube.requests)
 
 
-def test_fsx_claim_must_exist(fake_kube):  # noqa: F811
+def test_fsx_claim_must_exist(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     fake_kube.cluster_objects[("csidrivers", "fsx.csi.aws.com")] = FSX_CSI_DRIVER_OBJECT
     with pytest.raises(UsageError, match="no PersistentVolumeClaim 'hpq-fsx' in namespace default.*render fsx"):
@@ -494,7 +494,7 @@ def test_fsx_claim_must_exist(fake_kube):  # noqa: F811
     assert fake_kube.created == []
 
 
-def test_fsx_claim_with_driver_and_claim_mounts_fsx(fake_kube):  # noqa: F811
+def test_fsx_claim_with_driver_and_claim_mounts_fsx(fake_kube):
     fake_kube.add_nodes("ml.g5.48xlarge", 2)
     fake_kube.cluster_objects[("csidrivers", "fsx.csi.aws.com")] = FSX_CSI_DRIVER_OBJECT
     fake_kube.objects[("persistentvolumeclaims", "default", "hpq-fsx")] = {
@@ -510,7 +510,7 @@ def test_fsx_claim_with_driver_and_claim_mounts_fsx(fake_kube):  # noqa: F811
     assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "hpq-fsx"}} in spec["volumes"]
 
 
-def test_nanogpt_on_trainium_is_inconclusive(fake_kube):  # noqa: F811
+def test_nanogpt_on_trainium_is_inconclusive(fake_kube):
     """hpq's nanoGPT on a Trainium node trains on the CPUs and says so; the verdict is not a pass."""
     from hpq.scripts import nanogpt
 
@@ -525,7 +525,7 @@ def test_nanogpt_on_trainium_is_inconclusive(fake_kube):  # noqa: F811
     assert "PASS" not in verdict.message
 
 
-def test_cli_fsx_claim_without_driver_is_one_line_exit_1(fake_kube, monkeypatch, capsys):  # noqa: F811
+def test_cli_fsx_claim_without_driver_is_one_line_exit_1(fake_kube, monkeypatch, capsys):
     from hpq.cli.main import main
 
     fake_kube.add_nodes("ml.p5.48xlarge", 2)

@@ -1,7 +1,7 @@
 """At boot: FSx names from configuration (no API call racing DNS), failures that wait for CloudWatch, names checked
 before they reach fstab, and settings with one meaning.
 
-The bundle runs as shipped (tests/fixtures_node.py build_bundle, the root on_create.sh). Name resolution on the
+The bundle runs as shipped (tests/node_samples.py build_bundle, the root on_create.sh). Name resolution on the
 "node" is the host's resolver reading a private /etc/hosts: the run happens in its own mount namespace with a
 hosts file bound over /etc/hosts (as the rehearsal's nodes have it, rehearsal/image.py), so the lifecycle's
 getaddrinfo and the mount.lustre stand-in agree on what resolves. The FSx endpoint is a closed port: a call to it
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import fsx, identity, names
-from tests import fixtures_node as fn
-from tests.fixtures_slurm import make_context
+from tests import node_samples as fn
+from tests.slurm_cluster import make_context
 
 WORKER = "worker-group-1-1"
 WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
@@ -68,7 +68,7 @@ def node_env(root: Path, tmp_path: Path, srv) -> dict:
                 AWS_SHARED_CREDENTIALS_FILE=os.devnull)
 
 
-def test_fsx_names_from_hpq_cluster_json_mount_without_an_api_call(tmp_path, imds_factory):  # noqa: F811
+def test_fsx_names_from_hpq_cluster_json_mount_without_an_api_call(tmp_path, imds_factory):
     """hpq-cluster.json names the filesystem (the S3 stack writes the Storage stack's DNSName/LustreMountName):
     identify reads them, fsx mounts with them and writes fstab, and the FSx API (a closed port here) is never
     called. The same run with the names left out does call it and fails (the broken twin)."""
@@ -92,7 +92,7 @@ def test_fsx_names_from_hpq_cluster_json_mount_without_an_api_call(tmp_path, imd
     assert res.returncode == 1 and "FSx API still unreachable after 1 attempts" in res.stdout, res.stdout
 
 
-def test_a_deleted_filesystem_named_in_hpq_cluster_json_is_looked_up_by_tag(tmp_path, imds_factory):  # noqa: F811
+def test_a_deleted_filesystem_named_in_hpq_cluster_json_is_looked_up_by_tag(tmp_path, imds_factory):
     """hpq-cluster.json names a filesystem whose DNS name does not resolve within HPQ_DNS_WAIT_S: the tag lookup
     decides. Here the API is unreachable too, so the step fails naming both (never a silent continue)."""
     root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=fn.FSX_DNS,
@@ -113,7 +113,7 @@ BAD_DNS = [fn.FSX_DNS + "\nattacker@tcp:/x /etc lustre defaults 0 0", fn.FSX_DNS
 
 @pytest.mark.parametrize("bad", BAD_DNS)
 @pytest.mark.parametrize("source", [names.HPQ_CLUSTER_CONFIG, names.PROVISIONING_PARAMETERS])
-def test_a_spliced_fsx_name_is_refused_before_fstab(tmp_path, imds_factory, bad, source):  # noqa: F811
+def test_a_spliced_fsx_name_is_refused_before_fstab(tmp_path, imds_factory, bad, source):
     """fsx_dns_name with a newline, a blank or U+2028, from either file: identify fails with one line naming the
     file and the field; no fstab line, no mount."""
     if source == names.HPQ_CLUSTER_CONFIG:
@@ -168,7 +168,7 @@ def test_a_failed_run_waits_for_cloudwatch_before_exiting(tmp_path):
     assert "step identify failed" in res.stdout
 
 
-def test_a_successful_run_is_not_delayed(tmp_path, imds_factory):  # noqa: F811
+def test_a_successful_run_is_not_delayed(tmp_path, imds_factory):
     """Broken twin of the wait: the same script, a step that succeeds, a wait of 30 s that must not happen."""
     from tests.lifecycle.test_lifecycle_eks import IID, eks_node
 

@@ -1,7 +1,7 @@
 """EKS nodes: identity from HyperPod's EKS resource_config.json, containerd and kubelet data moved onto
 /opt/sagemaker, no Slurm parts; a node whose python3 is older than 3.7 stops with one line.
 
-Samples and unit files: tests/fixtures_node.py (EKS resource_config.json without InstanceId; AL2023's
+Samples and unit files: tests/node_samples.py (EKS resource_config.json without InstanceId; AL2023's
 containerd.service and kubelet.service). systemd is the lifecycle's ``direct`` manager, which reads the
 same unit files and drop-ins; IMDS the token-enforcing stand-in. The bundle runs as shipped.
 """
@@ -17,8 +17,8 @@ import pytest
 
 from hpq.lifecycle import eks_storage, identity, names
 from hpq.standins import systemctl as systemctl_standin
-from tests import fixtures_node as fn
-from tests.fixtures_slurm import make_context
+from tests import node_samples as fn
+from tests.slurm_cluster import make_context
 
 IID = list(fn.EKS_NODES)[0]
 EBS_LINE = "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0\n"
@@ -56,7 +56,7 @@ def snapshot(root: Path) -> dict:
     return out
 
 
-def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
+def test_eks_node_through_on_create(tmp_path, imds_factory):
     """identify (InstanceName hyperpod-<id>), eks-storage; install, munge, slurm, host-certs, ssh-keys skipped."""
     entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
@@ -133,7 +133,7 @@ def fresh_root(root: Path, image: str, blob: bytes, kubeconfig: str | None) -> N
 
     AL2 (awslabs/amazon-eks-ami templates/al2/provisioners/install-worker.sh): containerd from the RPM, kubelet.service
     and the containerd compat drop-in in /etc/systemd/system, /var/lib/kubelet/kubeconfig baked in. AL2023: the units of
-    tests/fixtures_node.py; the AMI's /var/lib/kubelet holds whatever the image ships (``kubeconfig`` None: empty).
+    tests/node_samples.py; the AMI's /var/lib/kubelet holds whatever the image ships (``kubeconfig`` None: empty).
     """
     for top in ("etc", "usr", "var", "run"):
         path = root / top
@@ -208,7 +208,7 @@ def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
     assert snapshot(root) == before
 
 
-def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):  # noqa: F811
+def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):
     """The same scenario end to end: the bundle's on_create.sh on an AL2 root that replaced an earlier one."""
     entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)

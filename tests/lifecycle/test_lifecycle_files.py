@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import files, fsx
-from tests import fixtures_node as fn
-from tests.fixtures_slurm import make_context
+from tests import node_samples as fn
+from tests.slurm_cluster import make_context
 
 
 def test_a_link_leaving_the_folder_is_refused_and_its_target_untouched(tmp_path):
@@ -144,7 +144,7 @@ def test_other_lines_are_kept_byte_for_byte(tmp_path):
     assert files.replace_block(out, "fsx", []) == text
 
 
-def test_the_lifecycle_fails_the_step_when_etc_environment_leaves_its_folder(tmp_path, imds_factory):  # noqa: F811
+def test_the_lifecycle_fails_the_step_when_etc_environment_leaves_its_folder(tmp_path, imds_factory):
     """End to end through the bundle's on_create.sh: nccl-env meets /etc/environment linked to a user's file; the
     step fails with one line naming the link, the user's file is untouched, the run exits 1."""
     from tests.lifecycle.test_lifecycle_eks import IID, eks_node

@@ -4,7 +4,7 @@ Real: moto_server (file systems, tags, NextToken pagination), boto3 and the aws 
 talking HTTP to it. Stand-in: a small proxy between them (``FsxProxy``) that can answer
 ThrottlingException first, force one file system per page (MaxResults=1, so pagination
 is exercised), and add the ``Lifecycle`` and ``LustreConfiguration.MountName`` fields
-moto 5.2 leaves out of DescribeFileSystems. The mount itself is tests/fixtures_node.py's
+moto 5.2 leaves out of DescribeFileSystems. The mount itself is tests/node_samples.py's
 mount.lustre stand-in (no Lustre client here): it resolves the name and records the mount
 with an IP NID, as the kernel lists it. Mount behaviour without AWS: test_lifecycle_mount.py.
 """
@@ -24,9 +24,9 @@ import boto3
 import pytest
 
 from hpq.lifecycle import context, fsx, identity, names
-from tests import fixtures_node
-from tests.fixtures_aws import set_aws_env
-from tests.fixtures_slurm import make_context
+from tests import node_samples
+from tests.moto_server import set_aws_env
+from tests.slurm_cluster import make_context
 
 pytestmark = pytest.mark.slow
 REGION = "ap-southeast-4"
@@ -113,7 +113,7 @@ class FsxProxy:
 
 
 @pytest.fixture
-def aws(moto_server, monkeypatch, tmp_path):  # noqa: F811
+def aws(moto_server, monkeypatch, tmp_path):
     set_aws_env(monkeypatch, moto_server, tmp_path, region=REGION)
     proxies: list[FsxProxy] = []
 
@@ -244,8 +244,8 @@ def node_ctx(tmp_path: Path, cluster: str = "c", hosts: dict[str, str] | None = 
              mountname: str | None = None, **env: str):
     """A worker whose node info names ``cluster`` (and explicit FSx names, as provisioning parameters do)."""
     root = tmp_path / "node"
-    calls = fixtures_node.write_fake_mount(tmp_path / "fake-mount", hosts=hosts, table=root / "proc/mounts")
-    fixtures_node.write_recorder(tmp_path / "modprobe")
+    calls = node_samples.write_fake_mount(tmp_path / "fake-mount", hosts=hosts, table=root / "proc/mounts")
+    node_samples.write_recorder(tmp_path / "modprobe")
     ctx = make_context(root, HPQ_MOUNT_CMD=str(tmp_path / "fake-mount"), HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"),
                        HPQ_DNS_WAIT_S="0", HPQ_FSX_MOUNT_RETRY_S="0", **env)
     ctx.node = identity.NodeInfo(cluster_name=cluster, instance_id="i-1", instance_name="n", group="g",
@@ -281,17 +281,17 @@ def test_step_waits_for_available_then_mounts_and_writes_fstab(aws, tmp_path):
 
 def test_explicit_dns_and_mount_name_win_over_discovery(aws, tmp_path):
     proxy = aws()
-    ctx, root, _ = node_ctx(tmp_path, "any", dns=fixtures_node.FSX_DNS, mountname="abc")
+    ctx, root, _ = node_ctx(tmp_path, "any", dns=node_samples.FSX_DNS, mountname="abc")
     assert "from provisioning parameters" in fsx.run(ctx)
     assert proxy.calls == 0
-    assert f"{fixtures_node.FSX_DNS}@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
+    assert f"{node_samples.FSX_DNS}@tcp:/abc /fsx lustre" in (root / "etc/fstab").read_text()
 
 
 def test_shared_results_directory_is_writable_by_every_user(aws, tmp_path):
     """A new Lustre root is root:root 0755: the step makes /fsx/hpq-results sticky and world-writable
     (1777, as /tmp) so a user's run-nanogpt results land on /fsx, and a second run keeps it so."""
     aws()
-    ctx, root, _ = node_ctx(tmp_path, "any", dns=fixtures_node.FSX_DNS, mountname="abc")
+    ctx, root, _ = node_ctx(tmp_path, "any", dns=node_samples.FSX_DNS, mountname="abc")
     (root / "fsx").mkdir(parents=True)
     (root / "fsx").chmod(0o755)
     fsx.run(ctx)

@@ -3,7 +3,7 @@
 Real: OpenSSH's sshd (started and reloaded through the lifecycle's ``direct`` service manager from a
 unit file, as systemd would), ssh and ssh-keygen; every node on its own loopback address with its own
 root, host key and ssh configuration. Stand-in: /fsx is a shared directory (listed as a Lustre mount with
-an IP NID in each node's mount table, tests/fixtures_node.py). The clients run with the configuration the
+an IP NID in each node's mount table, tests/node_samples.py). The clients run with the configuration the
 lifecycle wrote (``ssh -F <node>/etc/ssh/ssh_config``), ``StrictHostKeyChecking yes`` and an empty user
 known_hosts: only the CA can make a host trusted.
 """
@@ -21,8 +21,8 @@ import pytest
 
 from hpq.lifecycle import host_certs, identity
 from hpq.lifecycle.context import Degraded
-from tests import fixtures_node as fn
-from tests.fixtures_slurm import make_context
+from tests import node_samples as fn
+from tests.slurm_cluster import make_context
 from tests.support import free_port
 
 pytestmark = pytest.mark.slow
@@ -122,6 +122,8 @@ def cluster(tmp_path):
         ctx.services.stop("ssh.service")
 
 
+@pytest.mark.daemons
+@pytest.mark.root
 def test_replaced_node_is_trusted_through_the_cluster_ca(cluster):
     node, port, user_key, known, shared = cluster
     ctl = node("controller", "controller")
@@ -165,6 +167,8 @@ def test_replaced_node_is_trusted_through_the_cluster_ca(cluster):
     new.services.stop("ssh.service")
 
 
+@pytest.mark.daemons
+@pytest.mark.root
 def test_hosts_outside_the_cluster_and_impostors_are_still_checked(cluster, tmp_path):
     node, port, user_key, known, _ = cluster
     ctl = node("controller", "controller")

@@ -1,7 +1,7 @@
 """Who a node is, from HyperPod's real on-node files, through the bundle as it ships.
 
-Samples: tests/fixtures_node.py (real formats, sources in its docstring). IMDS: the token-enforcing
-stand-in (hpq.standins.imds, tests/fixtures_imds.py) answering as EC2 does (instance-type without ``ml.``). Every end-to-end
+Samples: tests/node_samples.py (real formats, sources in its docstring). IMDS: the token-enforcing
+stand-in (hpq.standins.imds, the imds_factory fixture of tests/conftest.py) answering as EC2 does (instance-type without ``ml.``). Every end-to-end
 case runs the bundle's root ``on_create.sh`` from the bundle directory, as HyperPod runs OnCreate, with
 the documented HPQ_* overrides only.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from hpq.lifecycle import identity, names, roles
 from hpq.lifecycle.resource_config import ResourceConfig
-from tests import fixtures_node as fn
+from tests import node_samples as fn
 
 SLURM_IDS = {name: iid for name, (iid, _, _) in fn.SLURM_NODES.items()}
 
@@ -37,7 +37,7 @@ def identify(entry: Path, root: Path, env: dict, *extra: str):
 
 @pytest.mark.parametrize("instance,role", [("worker-group-1-1", "worker"), ("controller-machine-1", "controller"),
                                            ("login-group-1", "login")])
-def test_documented_provisioning_parameters_give_the_role(tmp_path, bundle, imds_factory, instance, role):  # noqa: F811
+def test_documented_provisioning_parameters_give_the_role(tmp_path, bundle, imds_factory, instance, role):
     samples = tmp_path / "samples"
     rc = fn.write_json(samples / "resource_config.json", fn.slurm_resource_config())
     pp = fn.write_json(samples / "provisioning_parameters.json", fn.provisioning_parameters())
@@ -63,7 +63,7 @@ def test_documented_provisioning_parameters_give_the_role(tmp_path, bundle, imds
 
 
 @pytest.mark.parametrize("where", ["bundle", "start dir", "opt/ml/config"])
-def test_provisioning_parameters_found_where_hyperpod_or_a_user_puts_them(tmp_path, bundle, imds_factory, where):  # noqa: F811
+def test_provisioning_parameters_found_where_hyperpod_or_a_user_puts_them(tmp_path, bundle, imds_factory, where):
     root = tmp_path / "node"
     fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
     start = tmp_path / "elsewhere"
@@ -79,7 +79,7 @@ def test_provisioning_parameters_found_where_hyperpod_or_a_user_puts_them(tmp_pa
                                                                    "(provisioning_parameters.json)"
 
 
-def test_hpq_cluster_config_next_to_the_bundle(tmp_path, bundle, imds_factory):  # noqa: F811
+def test_hpq_cluster_config_next_to_the_bundle(tmp_path, bundle, imds_factory):
     """The S3 stack's hpq-cluster.json gives the roles; a provisioning_parameters.json HyperPod keeps in
     /opt/ml/config still names the FSx filesystem."""
     root = tmp_path / "node"
@@ -95,7 +95,7 @@ def test_hpq_cluster_config_next_to_the_bundle(tmp_path, bundle, imds_factory): 
     assert info["fsx_mountname"] == fn.FSX_MOUNTNAME
 
 
-def test_eks_node_without_instance_id_is_matched_by_its_hyperpod_name(tmp_path, bundle, imds_factory):  # noqa: F811
+def test_eks_node_without_instance_id_is_matched_by_its_hyperpod_name(tmp_path, bundle, imds_factory):
     """EKS: no InstanceId in resource_config.json, instances named hyperpod-i-<id>, no role file at all."""
     rc = fn.write_json(tmp_path / "samples/resource_config.json", fn.eks_resource_config())
     iid = list(fn.EKS_NODES)[1]
@@ -125,7 +125,7 @@ def test_unreachable_imds_falls_back_to_the_nodes_address(tmp_path, bundle):
     assert info["instance_type"] == "ml.p5.48xlarge"  # from the group: IMDS was not needed
 
 
-def test_a_node_in_no_entry_fails_with_one_clear_line(tmp_path, bundle, imds_factory):  # noqa: F811
+def test_a_node_in_no_entry_fails_with_one_clear_line(tmp_path, bundle, imds_factory):
     rc = fn.write_json(tmp_path / "samples/resource_config.json", fn.slurm_resource_config())
     pp = fn.write_json(tmp_path / "samples/pp.json", fn.provisioning_parameters())
     srv = imds_factory({"": fn.imds_answers("i-0ffffffffffffffff")})
@@ -137,7 +137,7 @@ def test_a_node_in_no_entry_fails_with_one_clear_line(tmp_path, bundle, imds_fac
     assert "it lists 4 instance(s): i-0c1a2b3c4d5e6f701" in res.stdout
 
 
-def test_hpqs_old_provisioning_schema_is_refused_with_the_reason(tmp_path, bundle, imds_factory):  # noqa: F811
+def test_hpqs_old_provisioning_schema_is_refused_with_the_reason(tmp_path, bundle, imds_factory):
     """hpq's former invention (cluster_name, orchestrator, worker_groups as names) under HyperPod's file name."""
     rc = fn.write_json(tmp_path / "samples/resource_config.json", fn.slurm_resource_config())
     old = fn.write_json(tmp_path / "samples/pp.json", {
@@ -152,7 +152,7 @@ def test_hpqs_old_provisioning_schema_is_refused_with_the_reason(tmp_path, bundl
 
 def test_eks_node_matched_by_address_takes_its_instance_id_from_its_hyperpod_name():
     """EKS entries may have no InstanceId; with IMDS unreachable the address match still names the
-    instance through ``InstanceName hyperpod-<id>`` (tests/fixtures_node.py eks_resource_config)."""
+    instance through ``InstanceName hyperpod-<id>`` (tests/node_samples.py eks_resource_config)."""
     iid, (ip, _) = next(iter(fn.EKS_NODES.items()))
     node = identity.identify(ResourceConfig(fn.eks_resource_config()), None, [ip], roles.RoleSources(None, None, []))
     assert node.matched_by == f"CustomerIpAddress {ip}" and node.instance_id == iid
@@ -229,7 +229,7 @@ Local:
     assert not any(ip.startswith("127.") for ip in identity.local_addresses(str(trie)))
 
 
-def test_relative_paths_are_relative_to_where_the_run_started(tmp_path, bundle, imds_factory):  # noqa: F811
+def test_relative_paths_are_relative_to_where_the_run_started(tmp_path, bundle, imds_factory):
     """on_create.sh moves into the bundle before Python starts; paths given relative to the caller still work."""
     fn.write_json(tmp_path / "samples/resource_config.json", fn.slurm_resource_config())
     fn.write_json(tmp_path / "samples/pp.json", fn.provisioning_parameters())

@@ -1,8 +1,8 @@
 """Mounting FSx the way a node shows it: IP NID in the mount table, autofs lines, modprobe, bounded retries.
 
-Stand-in: tests/fixtures_node.py's mount.lustre (resolves the MGS name, fails like mount.lustre when it
+Stand-in: tests/node_samples.py's mount.lustre (resolves the MGS name, fails like mount.lustre when it
 cannot, records ``<ip>@tcp:/<name> <target> lustre ...`` in the node's mount table). Mount table lines
-follow proc(5) and the kernel's Lustre source format (fixtures_node docstring). Discovery by tag against
+follow proc(5) and the kernel's Lustre source format (node_samples docstring). Discovery by tag against
 moto: test_lifecycle_fsx.py.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import fsx, identity, mounts
-from tests import fixtures_node as fn
-from tests.fixtures_slurm import make_context
+from tests import node_samples as fn
+from tests.slurm_cluster import make_context
 
 
 def node(tmp_path: Path, fail_first: int = 0, hosts: dict | None = None, **env: str):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from hpq.lifecycle import context, fields, files, fsx, roles
 from hpq.lifecycle.resource_config import ResourceConfig, ResourceConfigError
-from tests import fixtures_node as fn
+from tests import node_samples as fn
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import names
-from tests import fixtures_node as fn
+from tests import node_samples as fn
 
 REPO = Path(__file__).resolve().parents[2]
 LIFECYCLE_FILES = sorted((REPO / "lifecycle").glob("*.py"))
@@ -191,7 +191,7 @@ def _eks_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_eks_path_runs_on_python37(tmp_path, imds_factory):  # noqa: F811
+def test_eks_path_runs_on_python37(tmp_path, imds_factory):
     py = python37()
     if py is None:
         _without_python37()
@@ -217,7 +217,7 @@ def test_eks_path_runs_on_python37(tmp_path, imds_factory):  # noqa: F811
     assert again.returncode == 0, again.stdout + again.stderr
 
 
-def test_slurm_worker_identity_runs_on_python37(tmp_path, imds_factory):  # noqa: F811
+def test_slurm_worker_identity_runs_on_python37(tmp_path, imds_factory):
     py = python37()
     if py is None:
         _without_python37()

@@ -1,6 +1,6 @@
 """Real munged + slurmctld + two slurmd, configured only by the lifecycle (configless), run twice.
 
-Stand-ins (see tests/fixtures_slurm.py): the HyperPod agent's files, IMDS, systemd
+Stand-ins (see tests/slurm_cluster.py): the HyperPod agent's files, IMDS, systemd
 (direct process start of the same unit files) and the FSx mount (a linked directory).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures_slurm import HYPERPOD_MUNGE_KEY, NODES
+from tests.slurm_cluster import HYPERPOD_MUNGE_KEY, NODES
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
-def test_srun_runs_on_both_nodes(slurm_cluster):  # noqa: F811
+def test_srun_runs_on_both_nodes(slurm_cluster):
     res = slurm_cluster.run(["srun", "-N2", "hostname"])
     assert res.returncode == 0, res.stderr
     assert len(res.stdout.split()) == 2
@@ -43,12 +43,12 @@ def test_srun_runs_on_both_nodes(slurm_cluster):  # noqa: F811
     assert sorted(line.split(": ")[1] for line in res.stdout.splitlines()) == NODES
 
 
-def test_sinfo_shows_both_nodes_idle(slurm_cluster):  # noqa: F811
+def test_sinfo_shows_both_nodes_idle(slurm_cluster):
     states = slurm_cluster.wait_idle(30)
     assert {n: states[n] for n in NODES} == {n: "idle" for n in NODES}
 
 
-def test_workers_are_configless(slurm_cluster):  # noqa: F811
+def test_workers_are_configless(slurm_cluster):
     ctl_conf = (slurm_cluster.roots["controller"] / "opt/slurm/etc/slurm.conf").read_text()
     # The agent's value is kept, enable_configless merged in.
     assert "SlurmctldParameters=idle_on_node_suspend,enable_configless" in ctl_conf.splitlines()
@@ -67,7 +67,7 @@ def test_workers_are_configless(slurm_cluster):  # noqa: F811
         assert b"--conf-server" in cmdline and node.encode() in cmdline
 
 
-def test_each_node_masks_the_daemon_it_must_not_run(slurm_cluster):  # noqa: F811
+def test_each_node_masks_the_daemon_it_must_not_run(slurm_cluster):
     """slurmd masked on the controller, slurmctld on the workers (AWS's start_slurm.sh sets them aside; details and
     why in tests/lifecycle/test_lifecycle_slurm_daemon_roles.py), while each node's own daemon runs."""
     ctl = slurm_cluster.roots["controller"]
@@ -80,7 +80,7 @@ def test_each_node_masks_the_daemon_it_must_not_run(slurm_cluster):  # noqa: F81
         assert (root / "etc/systemd/system/slurmd.service").is_file()
 
 
-def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):  # noqa: F811
+def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):
     """The controller and node-1 booted with the same key (kept); node-2 with another (replaced). The jobs
     that ran on both workers prove munged on every node accepts the others' credentials."""
     keys = {name: (root / "etc/munge/munge.key").read_bytes() for name, root in slurm_cluster.roots.items()}
@@ -94,7 +94,7 @@ def test_one_munge_key_everywhere_and_it_is_hyperpods(slurm_cluster):  # noqa: F
     assert "MUNGE key: replaced this node's key sha256:" in logs["node-2"]
 
 
-def test_ssh_key_shared_through_fsx(slurm_cluster):  # noqa: F811
+def test_ssh_key_shared_through_fsx(slurm_cluster):
     pubs = {name: (root / "root/.ssh/id_ed25519_hpq.pub").read_text() for name, root in slurm_cluster.roots.items()}
     assert len(set(pubs.values())) == 1
     for root in slurm_cluster.roots.values():
@@ -102,7 +102,7 @@ def test_ssh_key_shared_through_fsx(slurm_cluster):  # noqa: F811
         assert auth.count(pubs["controller"].strip()) == 1
 
 
-def test_node_commands_installed(slurm_cluster):  # noqa: F811
+def test_node_commands_installed(slurm_cluster):
     root = slurm_cluster.roots["controller"]
     assert (root / "opt/hpq/hpq/lifecycle/main.py").exists()
     wrappers = sorted(p.name for p in (root / "usr/local/bin").iterdir())
@@ -112,7 +112,7 @@ def test_node_commands_installed(slurm_cluster):  # noqa: F811
         assert os.access(root / "usr/local/bin" / name, os.X_OK)
 
 
-def test_second_run_changes_nothing_and_cluster_stays_healthy(slurm_cluster):  # noqa: F811
+def test_second_run_changes_nothing_and_cluster_stays_healthy(slurm_cluster):
     before = {name: snapshot(root) for name, root in slurm_cluster.roots.items()}
     shared_before = snapshot(slurm_cluster.shared_dir)
     pids = slurm_cluster.daemon_pids()
@@ -131,7 +131,7 @@ def test_second_run_changes_nothing_and_cluster_stays_healthy(slurm_cluster):  #
     assert res.returncode == 0, res.stderr
 
 
-def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monkeypatch, tmp_path):  # noqa: F811
+def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monkeypatch, tmp_path):
     """The no-shared-filesystem path: the controller's batch job installs the pair on every worker.
 
     Uses the user ``nobody`` so the cluster's own (FSx-shared) root key stays as it is.
@@ -139,7 +139,7 @@ def test_ssh_key_handed_out_over_slurm_when_there_is_no_fsx(slurm_cluster, monke
     import time
 
     from hpq.lifecycle import identity, ssh_keys
-    from tests.fixtures_slurm import make_context
+    from tests.slurm_cluster import make_context
 
     # HPQ_SLURM_NODE_ROOT: where each node's tree is, as its jobs see it (%n: the Slurm node name).
     ctx = make_context(tmp_path / "controller", HPQ_SLURM_NODE_ROOT=f"{slurm_cluster.base}/%n")

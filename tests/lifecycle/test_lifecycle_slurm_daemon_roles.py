@@ -4,7 +4,7 @@ AWS's reference start_slurm.sh (awsome-distributed-ai 1.architectures/5.sagemake
 base-config/start_slurm.sh) renames ``/etc/systemd/system/slurmd.service`` to
 ``slurmd_DO_NOT_START_ON_CONTROLLER.service`` on the controller and ``slurmctld.service`` likewise on compute and
 login nodes. The AMI's slurmd unit deletes ``/opt/slurm/etc/slurm.conf`` in ``ExecStartPre`` (hyperpod-mental-model.md
-in the same repo; tests/fixtures_node.AMI_SLURMD_UNIT), so a slurmd started on the controller at boot would delete
+in the same repo; tests/node_samples.AMI_SLURMD_UNIT), so a slurmd started on the controller at boot would delete
 the slurm.conf the controller serves. The slurm step stops, disables and masks the other daemon (systemd.unit(5):
 a unit linked to /dev/null is masked and never started), idempotently.
 
@@ -23,7 +23,7 @@ import pytest
 
 from hpq.lifecycle import identity, services, slurm
 from hpq.standins import systemctl as systemctl_standin
-from tests.fixtures_slurm import make_context
+from tests.slurm_cluster import make_context
 
 KEEPER = f"{sys.executable} -c 'import time; time.sleep(300)'"
 # A vendor unit with an [Install] section, as Slurm's packaged units have (WantedBy=multi-user.target).

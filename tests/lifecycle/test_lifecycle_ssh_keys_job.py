@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from hpq.lifecycle import context, identity, ssh_keys
-from tests.fixtures_slurm import make_context
+from tests.slurm_cluster import make_context
 
 SBATCH = """#!/bin/sh
 # args recorded one per line; stdin (the script) kept

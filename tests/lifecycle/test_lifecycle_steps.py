@@ -16,8 +16,8 @@ import pytest
 
 from hpq.lifecycle import files, identity, install, munge, node_env, services, slurm, ssh_keys
 from hpq.standins import systemctl as systemctl_standin
-from tests import fixtures_node
-from tests.fixtures_slurm import (
+from tests import node_samples
+from tests.slurm_cluster import (
     INSTANCE_IDS,
     WORKER_GROUP,
     build_bundle,
@@ -331,19 +331,19 @@ def snapshot(root: Path) -> dict:
     return out
 
 
-def test_run_twice_changes_nothing(tmp_path, imds_factory):  # noqa: F811
+def test_run_twice_changes_nothing(tmp_path, imds_factory):
     """identify, nccl-env, fsx (documented provisioning parameters, mount.lustre stand-in), install, ssh-keys;
     daemon steps: test_lifecycle_slurm."""
-    srv = imds_factory({"": fixtures_node.imds_answers(INSTANCE_IDS["controller"], "m5.xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(INSTANCE_IDS["controller"], "m5.xlarge")})
     root = tmp_path / "node"
     params = write_node_files(root, params=dict(
-        fixtures_node.provisioning_parameters(), controller_group="controller-machine", login_group=None,
+        node_samples.provisioning_parameters(), controller_group="controller-machine", login_group=None,
         worker_groups=[{"instance_group_name": WORKER_GROUP, "partition_name": "dev"}]))
     shared = tmp_path / "shared"
     shared.mkdir()
     mount = tmp_path / "mount"
-    calls = fixtures_node.write_fake_mount(mount, shared=shared)
-    modprobe = fixtures_node.write_recorder(tmp_path / "modprobe")
+    calls = node_samples.write_fake_mount(mount, shared=shared)
+    modprobe = node_samples.write_recorder(tmp_path / "modprobe")
     env = dict(os.environ, HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_PROVISIONING_PARAMETERS=str(params),
                HPQ_MOUNT_CMD=str(mount), HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"), HPQ_DEFAULT_USER="root",
                HPQ_STEPS="identify,nccl-env,fsx,install,ssh-keys")
@@ -372,7 +372,7 @@ def test_failure_names_the_step_and_exits_nonzero(tmp_path):
     entry = build_bundle(tmp_path / "bundle")
     root = tmp_path / "node"
     role_file = write_node_files(root)
-    res = fixtures_node.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL="http://127.0.0.1:9",
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL="http://127.0.0.1:9",
                                                   HPQ_CLUSTER_CONFIG=str(role_file), HPQ_NODE_IP="10.9.9.9"))
     assert res.returncode == 1
     assert "no instance id (IMDS token request at http://127.0.0.1:9 failed after 4 attempts" in res.stdout

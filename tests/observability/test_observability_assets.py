@@ -2,7 +2,7 @@
 
 Every panel query, every dashboard variable query and every alert expression is parsed with a PromQL parser
 (promql-parser, the Rust parser of GreptimeDB) and each metric name it selects must be one the exporters emit:
-the lists under tests/data/observability/ (each file says the source it was read from: node_exporter v1.9.1's
+the lists under tests/observability/data/exporters/ (each file says the source it was read from: node_exporter v1.9.1's
 own end-to-end output, AWS's EFA exporter source, the Slurm exporter AWS builds, AWS's DCGM field files),
 the DCGM fields hpq selects (observability/dcgm-metrics.csv), ``up`` (written by the scraper for every target:
 https://prometheus.io/docs/concepts/jobs_instances) and hpq's own result metrics (scripts/result_metrics.py).
@@ -26,7 +26,7 @@ import yaml
 from hpq import observability
 from hpq.scripts import result_metrics
 
-DATA = Path(__file__).parents[1] / "data" / "observability"
+DATA = Path(__file__).parent / "data" / "exporters"
 # Grafana's built-in interval variables, replaced by a duration before parsing; user variables ($cluster,
 # $node) only ever appear inside quoted label matchers.
 GRAFANA_INTERVALS = ("$__rate_interval", "$__interval", "$__range")
@@ -400,7 +400,7 @@ def test_promtool_tells_a_wrong_expectation_so_the_alert_tests_can_fail(tmp_path
 
 def test_the_gpu_fields_hpq_selects_are_real_on_an_h200():
     """bench/nvml_dcgm_fields.py read each selected field through NVML on a lent H200 (driver 580.159.04,
-    2026-11-26; DCGM itself is not installed there): tests/data/observability/nvml_h200.json, unmodified.
+    2026-11-26; DCGM itself is not installed there): tests/observability/data/exporters/nvml_h200.json, unmodified.
     Every field hpq selects must be in that capture (a new field needs a new capture), and every field a
     dashboard or alert uses must have been read, except those NVML cannot give (Xid is an event,
     DCGM_FI_PROF_* needs DCGM's profiler) and the NVLink counters, which this one-GPU machine does not

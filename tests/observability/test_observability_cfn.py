@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpq.cfn import observability, root, s3
-from tests.fixtures_cfn import COMBOS
+from tests.cfn_render import COMBOS
 
 WORKSPACE_GETATT = {"Fn::GetAtt": ["PrometheusWorkspace", "Arn"]}
 WORKSPACE_PARAM = {"Fn::Sub": "arn:${AWS::Partition}:aps:${AWS::Region}:${AWS::AccountId}:workspace/"
@@ -76,7 +76,7 @@ def aps_widenings(template: dict) -> list[str]:
 
 
 @pytest.mark.parametrize(("variant", "size"), COMBOS)
-def test_no_rendered_template_widens_the_workspace_grant(rendered, variant, size):  # noqa: F811
+def test_no_rendered_template_widens_the_workspace_grant(rendered, variant, size):
     files = rendered[(variant, size)]
     found = {name: aps_widenings(t) for name, t in files.items()}
     assert not any(found.values()), found
@@ -105,7 +105,7 @@ def test_no_rendered_template_widens_the_workspace_grant(rendered, variant, size
     ),
     action=st.sampled_from(["aps:RemoteWrite", "aps:*", "APS:RemoteWrite", "*", "aps:QueryMetrics"]),
 )
-def test_checker_catches_every_widened_twin(rendered, variant, resource, action):  # noqa: F811
+def test_checker_catches_every_widened_twin(rendered, variant, resource, action):
     """Broken twins: the real grant made wider (another resource), or a new statement with an aps action."""
     files = copy.deepcopy(rendered[(variant, "small")])
     if variant.startswith("slurm"):
@@ -119,7 +119,7 @@ def test_checker_catches_every_widened_twin(rendered, variant, resource, action)
     assert aps_widenings(t), (action, resource)
 
 
-def test_rule_groups_namespace_holds_hpqs_rules_file(rendered):  # noqa: F811
+def test_rule_groups_namespace_holds_hpqs_rules_file(rendered):
     obs = rendered[("slurm-gpu", "small")]["Observability.json"]
     ns = obs["Resources"]["AlertRules"]
     assert ns["Type"] == "AWS::APS::RuleGroupsNamespace"
@@ -133,7 +133,7 @@ def test_rule_groups_namespace_holds_hpqs_rules_file(rendered):  # noqa: F811
     assert {"HpqGpuXidError", "HpqGpuUncorrectableEcc", "HpqEfaErrorSpike", "HpqNodeSilent"} <= alerts
 
 
-def test_eks_addon_is_configured_as_awss_module_does(rendered):  # noqa: F811
+def test_eks_addon_is_configured_as_awss_module_does(rendered):
     files = rendered[("eks-gpu", "small")]
     addon = files["Observability.json"]["Resources"]["ObservabilityAddon"]["Properties"]
     assert addon["AddonName"] == "amazon-sagemaker-hyperpod-observability"
@@ -154,7 +154,7 @@ def test_eks_addon_is_configured_as_awss_module_does(rendered):  # noqa: F811
         "Fn::GetAtt": ["HyperPodStack", "Outputs.ClusterArn"]}
 
 
-def test_slurm_root_wires_workspace_into_iam_and_the_node_config(rendered):  # noqa: F811
+def test_slurm_root_wires_workspace_into_iam_and_the_node_config(rendered):
     files = rendered[("slurm-gpu", "small")]
     res = files["root.json"]["Resources"]
     iam_param = res["IAMStack"]["Properties"]["Parameters"][observability.WORKSPACE_ID_PARAM]

@@ -1,6 +1,6 @@
 """The lifecycle's observability step (lifecycle/observability.py) on the real entry path.
 
-The bundle runs as shipped (fixtures_node.build_bundle, the root on_create.sh, ``--steps identify,observability``)
+The bundle runs as shipped (tests/node_samples.build_bundle, the root on_create.sh, ``--steps identify,observability``)
 with hpq-cluster.json naming an AMP remote-write URL as the S3 stack writes it. The artifacts come from a local
 HTTP server standing in for the GitHub release downloads (HPQ_OBSERVABILITY_MIRROR, as AWS's ParallelCluster script
 takes NODE_EXPORTER_DOWNLOAD_URL: awslabs/awsome-distributed-ai 1.architectures/2.aws-parallelcluster/
@@ -35,7 +35,7 @@ from hpq.cfn import s3 as cfn_s3
 from hpq.lifecycle import fields, names
 from hpq.lifecycle import observability as obs
 from hpq.scripts import result_metrics
-from tests import fixtures_node as fn
+from tests import node_samples as fn
 
 WORKER = "worker-group-1-1"
 WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
@@ -126,7 +126,7 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
     pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
@@ -163,7 +163,7 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         stop_services(root)
 
 
-def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):
     """The broken twin of the test above: the same tarballs against hpq's own pins (the release's checksums)."""
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
@@ -182,7 +182,7 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
     assert "lifecycle done" in out
 
 
-def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F811
+def test_download_failure_leaves_boot_going(tmp_path, imds_factory):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
@@ -193,7 +193,7 @@ def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F8
     assert "lifecycle done" in out
 
 
-def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path, url=None)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
@@ -255,7 +255,7 @@ def test_one_textfile_directory_and_one_url_shape():
         assert node_ok == template_ok, s
 
 
-def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, imds_factory, mirror):  # noqa: F811
+def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, imds_factory, mirror):
     """The controller (and only it) gets hpq-slurm-metrics.service: the writer from /opt/hpq, run by the node's
     python3, writing into node_exporter's textfile directory. No Slurm answers here, so what it writes says
     ``slurm_metrics_up 0`` (no made-up node counts); tests/observability/test_slurm_metrics.py runs it on real
@@ -264,7 +264,7 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(ctl_id, "m5.12xlarge")})
     pins = f"node_exporter={sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])}"
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct",
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root),
                 HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins,
                 HPQ_BIN_DIR="/usr/local/bin")
     try:

@@ -48,7 +48,7 @@ def test_output_names_are_the_root_stacks():
     assert set(endpoints.OUTPUT_KEYS.values()) == {name for name, _ in root.OBSERVABILITY_OUTPUTS}
 
 
-def test_observe_json_from_the_stack_outputs(aws_env, capsys):  # noqa: F811
+def test_observe_json_from_the_stack_outputs(aws_env, capsys):
     make_stack("obs-on", VALUES)
     code, out, err = run_cli(["observe", "obs-on", "--region", REGION, "--output", "json"], capsys)
     assert code == 0, err
@@ -63,7 +63,7 @@ def test_observe_json_from_the_stack_outputs(aws_env, capsys):  # noqa: F811
     assert code == 0 and WS in out and "hpq: GPUs (DCGM)" in out and "/api/dashboards/db" in out
 
 
-def test_observe_without_observability_is_one_line_exit_2(aws_env, capsys):  # noqa: F811
+def test_observe_without_observability_is_one_line_exit_2(aws_env, capsys):
     make_stack("obs-off", {"ClusterName": "obs-off"})
     code, out, err = run_cli(["observe", "obs-off", "--region", REGION], capsys)
     assert code == 2 and out == ""
@@ -153,7 +153,7 @@ class _SageMaker:
 
 
 def test_check_lists_every_node_and_is_inconclusive_when_the_workspace_cannot_be_asked(aws_env, capsys,
-                                                                                        monkeypatch):  # noqa: F811
+                                                                                        monkeypatch):
     """``--check`` wiring: the cluster's nodes read (ListClusterNodes, with the stack's ClusterName), the
     workspace asked at the stack's query URL; that URL is AWS's (unreachable here), so the verdict is
     INCONCLUSIVE with the endpoint named, exit 1, never PASS."""

@@ -29,7 +29,7 @@ from tests.observability.test_observability_assets import dashboard_queries, sel
 from tests.observability.test_result_metrics import doctor_result, nanogpt_result, nccl_result, sweep_result
 from tests.support import free_ports, stop_process, wait_until_ready
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemons]  # Prometheus and the exporters
 
 NODE = "node-a"
 # Panels whose data cannot exist on this host, and why (anything else without data fails the test).

@@ -1,8 +1,8 @@
 """scripts/slurm_metrics.py: Slurm's node and queue state as the Slurm exporter's series.
 
-The names must be the ones SckyzO/slurm_exporter v1.1.0 emits (tests/data/observability/slurm_exporter.txt,
+The names must be the ones SckyzO/slurm_exporter v1.1.0 emits (tests/observability/data/exporters/slurm_exporter.txt,
 read from its internal/collector/*.go), so the dashboards and alerts written for AWS's exporter work unchanged.
-The real test (slow) runs the writer's own commands against the real two-node Slurm of tests/fixtures_slurm.py
+The real test (slow) runs the writer's own commands against the real two-node Slurm of tests/slurm_cluster.py
 (Debian's Slurm 22.05) with a held job in the queue, and reads the output back with prometheus_client's parser.
 The fast tests check the parsing rules the exporter's source states (nodes.go's prefix switch, queue.go's
 states) on output in the formats the commands are given (sinfo(1) ``%D|%T|%b``, ``-O`` fields; squeue(1)
@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hpq.scripts import slurm_metrics as sm
 from tests.support import CHECKOUT
 
-EXPORTER_NAMES = {line.strip() for line in (Path(CHECKOUT) / "tests/data/observability/slurm_exporter.txt").read_text()
+EXPORTER_NAMES = {line.strip() for line in (Path(CHECKOUT) / "tests/observability/data/exporters/slurm_exporter.txt").read_text()
                   .splitlines() if line.strip() and not line.startswith("#")}
 
 
@@ -119,7 +119,7 @@ def test_bad_interval_is_one_line_and_exit_2(args):
 
 
 @pytest.mark.slow
-def test_against_real_slurm(slurm_cluster, tmp_path):  # noqa: F811
+def test_against_real_slurm(slurm_cluster, tmp_path):
     """The writer's own commands against Debian's Slurm: two idle nodes, then a held job in the queue."""
     slurm_cluster.wait_idle()
 

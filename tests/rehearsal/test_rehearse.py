@@ -34,22 +34,9 @@ from hpq.rehearsal.run import DEFAULT_NCCL_ARGS
 from hpq.rehearsal.stages import progress
 from tests.support import CHECKOUT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root, pytest.mark.torch]
 
 STATE_DIR = Path("/run/hpq-rehearse")
-
-
-@pytest.fixture(autouse=True)
-def _root():
-    if os.geteuid() != 0:
-        pytest.fail("hpq rehearse needs root (namespaces, a bridge, mounts); CI runs the suite as root")
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HPQ_", "SLURM_"))}
-    e["HPQ_REHEARSE_LOG_DIR"] = str(tmp_path / "logs")
-    return e
 
 
 def _table() -> dict[int, tuple[str, str, int, int]]:

@@ -1,6 +1,6 @@
 """The NCCL and nanoGPT stages say their progress while the node program runs (issue 25 item 6).
 
-What is real: OpenSSH (tests/fixtures_sshd.py) as the controller's shell, the rehearsal's backend and the
+What is real: OpenSSH (tests/sshd.py) as the controller's shell, the rehearsal's backend and the
 validation interface, the judges, the timing. The node programs are scripts that print, at a real program's pace,
 what the real ones print: the rows of tests/data/nccl/h100x1_run-nccl-test_builtin.txt (run-nccl-test's built-in
 benchmark) and scripts/nanogpt.py's ``iter N: loss ...`` lines and ``# result: PATH`` line.
@@ -21,7 +21,7 @@ from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal.stages import progress, workloads
 from hpq.rehearsal.stages.base import Failure
 from hpq.validation.slurm import SshShell
-from tests.fixtures_sshd import Sshd
+from tests.sshd import Sshd
 from tests.support import CHECKOUT
 
 pytestmark = pytest.mark.slow

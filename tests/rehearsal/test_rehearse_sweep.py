@@ -18,7 +18,9 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.rehearsal import netns, throttle
-from tests.rehearsal.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
+from tests.rehearsal.test_rehearse import leftovers, rehearse
+
+pytestmark = [pytest.mark.daemons, pytest.mark.root]  # network namespaces, tc, the rehearsal
 
 GBPS_30MBIT = 30e6 / 8 / 1e9  # 0.00375 GB/s
 
@@ -48,7 +50,7 @@ def test_rates_are_read_as_tc_reads_them(scratch_netns):
 
 
 @pytest.mark.slow
-def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
+def test_sweep_names_exactly_the_throttled_worker(env):
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
                    "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
@@ -74,7 +76,7 @@ def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_unthrottled_sweep_names_none(env):  # noqa: F811
+def test_unthrottled_sweep_names_none(env):
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)

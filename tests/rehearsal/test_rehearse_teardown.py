@@ -78,6 +78,7 @@ def test_broken_twin_a_pid_list_taken_once_misses_what_teardown_forks():
     # and the search of the real stop takes the survivors down (they are this harness's descendants)
 
 
+@pytest.mark.root
 def test_in_namespaces_finds_a_process_by_its_network_namespace_only(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("needs root (unshare --net); CI runs the suite as root")
@@ -114,6 +115,8 @@ def _state(tmp_path: Path, run_id: str = "abcdef") -> state_mod.RunState:
                               nodes=[state_mod.NodeState("worker-1", f"hpq-{run_id}-worker-1", f"hpq{run_id}n0")])
 
 
+@pytest.mark.daemons
+@pytest.mark.root
 def test_teardown_stops_the_processes_of_a_node_namespace_and_checks_everything_gone(tmp_path, monkeypatch):
     """A node made the way the rehearsal makes one (a named netns, a veth end, a process in it that
     ignores TERM and forks on it): teardown returns [] only when none of it is left."""

@@ -11,7 +11,7 @@ Slurm TaskProlog's, ``start_slurm.sh``, which runs on the compute node), and its
   shells or Slurm read it, and removes what an earlier hpq wrote there (its block, its file, nothing
   else); accelerated workers keep theirs (unchanged);
 - every hpq launch removes inherited transport variables the worker does not set: checked with real
-  Slurm (tests/fixtures_slurm.py), where a submitter's ``NCCL_NET_PLUGIN=none`` must not reach a rank,
+  Slurm (tests/slurm_cluster.py), where a submitter's ``NCCL_NET_PLUGIN=none`` must not reach a rank,
   and on its broken twin (tests/faults: the launcher merging as before), where the job's own
   environment check must name it.
 """
@@ -28,7 +28,7 @@ import pytest
 
 from hpq.lifecycle import files, identity, node_env
 from tests.faults import FAULTS_DIR
-from tests.fixtures_slurm import WORKER_GROUP, make_context
+from tests.slurm_cluster import WORKER_GROUP, make_context
 
 # Where login shells, PAM and Slurm (daemons, units, prologs) pick up variables on a node.
 SHELL_AND_SLURM_PLACES = (
@@ -168,7 +168,7 @@ def run_leaky_submit(cluster, tmp_path: Path, fault: bool) -> tuple[subprocess.C
 
 
 @pytest.mark.slow
-def test_real_slurm_controller_exports_nothing_worker_keeps_its_own(slurm_cluster):  # noqa: F811
+def test_real_slurm_controller_exports_nothing_worker_keeps_its_own(slurm_cluster):
     """The whole lifecycle (on_create.sh, every step, slurmctld/slurmd started) on a controller (ml.m5.xlarge)
     and a worker (ml.g5.16xlarge, TCP): nothing for shells or Slurm on the controller, the worker's own values
     on the worker."""
@@ -178,7 +178,7 @@ def test_real_slurm_controller_exports_nothing_worker_keeps_its_own(slurm_cluste
 
 
 @pytest.mark.slow
-def test_real_srun_ranks_get_the_worker_environment_not_the_submitters(slurm_cluster, tmp_path):  # noqa: F811
+def test_real_srun_ranks_get_the_worker_environment_not_the_submitters(slurm_cluster, tmp_path):
     """srun passes the launching process's environment to the tasks (--export=ALL); run-nccl-test removes the
     submitter's NCCL_NET_PLUGIN=none and NCCL_P2P_DISABLE=1 first, so each rank's own hpq-env block (printed on
     node-1 and node-2 by real Slurm tasks) is p4d's EFA environment, and the check agrees."""
@@ -196,7 +196,7 @@ def test_real_srun_ranks_get_the_worker_environment_not_the_submitters(slurm_clu
 
 
 @pytest.mark.slow
-def test_real_srun_leak_fails_the_job(slurm_cluster, tmp_path):  # noqa: F811
+def test_real_srun_leak_fails_the_job(slurm_cluster, tmp_path):
     """Broken twin: the same submit with the launcher merging as before issue 19 (tests/faults). Real srun carries
     NCCL_NET_PLUGIN=none into the ranks, and run-nccl-test fails naming it and where it came from."""
     res, doc = run_leaky_submit(slurm_cluster, tmp_path, fault=True)
@@ -211,7 +211,7 @@ def test_real_srun_leak_fails_the_job(slurm_cluster, tmp_path):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_documented_sbatch_pattern_keeps_the_submitters_transport_out(slurm_cluster, tmp_path):  # noqa: F811
+def test_documented_sbatch_pattern_keeps_the_submitters_transport_out(slurm_cluster, tmp_path):
     """docs/validation.md's sbatch script, submitted with NCCL_NET_PLUGIN=none and FI_PROVIDER=tcp in the
     submitting environment: the srun step on both workers has the worker's own settings (g5.16xlarge, TCP: its
     NCCL_SOCKET_IFNAME, no FI_PROVIDER) and PATH. Broken twin: the same script without the --export line; the

@@ -4,7 +4,7 @@ Real: the probe's own file walking and subprocess call, the IMDS client's HTTP (
 v1). Stand-ins: a sysfs tree in a temp folder laid out like the kernel's (/sys/class/infiniband/<dev>/
 device/driver -> .../drivers/efa), an ``fi_info`` script printing what libfabric's prints (``provider:
 efa`` blocks; with no efa provider it prints ``fi_getinfo: -61 (No data available)`` on stderr and exits
-non-zero), and tests/fixtures_imds.py (hpq.standins.imds) for IMDS.
+non-zero), and the imds_factory fixture of tests/conftest.py (hpq.standins.imds) for IMDS.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_no_fi_info_means_unknown_not_tcp(tmp_path, monkeypatch):
     assert transport.node_environment("ml.g5.48xlarge", probe, "default").transport == transport.EFA_SENDRECV
 
 
-def test_imds_client_uses_a_token(imds_factory, monkeypatch):  # noqa: F811
+def test_imds_client_uses_a_token(imds_factory, monkeypatch):
     """HyperPod enforces IMDSv2: the node commands ask for a token and send it (v1 is refused here)."""
     imds = imds_factory({"": {"instance-type": "p5.48xlarge"}})
     monkeypatch.setenv("HPQ_IMDS_ENDPOINT", imds.url)
@@ -87,7 +87,7 @@ def test_imds_client_uses_a_token(imds_factory, monkeypatch):  # noqa: F811
     assert ("GET", "/latest/meta-data/instance-type", True) in imds.log
 
 
-def test_imds_client_falls_back_to_v1(imds_factory, monkeypatch):  # noqa: F811
+def test_imds_client_falls_back_to_v1(imds_factory, monkeypatch):
     imds = imds_factory({"": {"instance-type": "g5.48xlarge"}}, v1_enabled=True, refuse_token=403)
     monkeypatch.setenv("HPQ_IMDS_ENDPOINT", imds.url)
     assert nodeinfo.imds_instance_type() == "g5.48xlarge"
@@ -112,7 +112,7 @@ def test_imds_unreachable_or_off_is_none_quickly(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("mode", [{"fail_status": 500, "fail_requests": 5}])
-def test_imds_errors_are_none(imds_factory, monkeypatch, mode):  # noqa: F811
+def test_imds_errors_are_none(imds_factory, monkeypatch, mode):
     imds = imds_factory({"": {"instance-type": "p5.48xlarge"}}, **mode)
     monkeypatch.setenv("HPQ_IMDS_ENDPOINT", imds.url)
     assert nodeinfo.imds_instance_type() is None

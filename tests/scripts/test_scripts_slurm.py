@@ -1,6 +1,6 @@
 """run-nccl-test and run-nanogpt launched through real Slurm across two slurmd (``srun -N2``).
 
-Real: slurmctld + two slurmd + munged set up by the lifecycle (tests/fixtures_slurm.py), the
+Real: slurmctld + two slurmd + munged set up by the lifecycle (tests/slurm_cluster.py), the
 commands exactly as the lifecycle installed them on the controller (<root>/opt/hpq/hpq/scripts/bin)
 run by the system python with no hpq installed, salloc/srun/scontrol, the worker probe
 (``srun -N1``) reading the node-info file the lifecycle wrote, gloo across the two nodes.
@@ -33,7 +33,7 @@ def command(cluster, name: str):
     return str(path), env
 
 
-def test_run_nccl_test_srun_two_nodes(slurm_cluster):  # noqa: F811
+def test_run_nccl_test_srun_two_nodes(slurm_cluster):
     exe, env = command(slurm_cluster, "run-nccl-test")
     faulty = python_with_corruption(sys.executable, "2048:3", slurm_cluster.shared_dir)  # tests/faults
     res = subprocess.run([exe, "2", "2", "--python", faulty, "-e", "64K", "-n", "2", "-w", "1"],
@@ -52,7 +52,7 @@ def test_run_nccl_test_srun_two_nodes(slurm_cluster):  # noqa: F811
     assert doc["environment"]["NCCL_NET_PLUGIN"] == "none" and doc["environment"]["HPQ_TORCH_BACKEND"] == "gloo"
 
 
-def test_run_nanogpt_srun_two_nodes(slurm_cluster):  # noqa: F811
+def test_run_nanogpt_srun_two_nodes(slurm_cluster):
     exe, env = command(slurm_cluster, "run-nanogpt")
     res = subprocess.run([exe, "2", "1", "--python", sys.executable, "--iters", "20", "--ckpt-every", "10",
                           "--log-every", "10", "--fresh"], env=env, cwd=str(slurm_cluster.shared_dir),
@@ -64,7 +64,7 @@ def test_run_nanogpt_srun_two_nodes(slurm_cluster):  # noqa: F811
     assert ckpts == ["ckpt-00000010.pt", "ckpt-00000020.pt"]
 
 
-def test_run_nccl_test_sweep_srun_per_pair(slurm_cluster):  # noqa: F811
+def test_run_nccl_test_sweep_srun_per_pair(slurm_cluster):
     """--sweep with no NODES: every idle node (sinfo), one salloc, then the pair as its own srun step
     (-N 2 -w node-1,node-2) with its own rendezvous, gloo across the two slurmd; the JSON verdict on stdout."""
     exe, env = command(slurm_cluster, "run-nccl-test")

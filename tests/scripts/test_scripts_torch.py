@@ -19,7 +19,7 @@ import pytest
 from hpq.scripts import nccl_report
 from tests.faults import python_with_corruption
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
 def env_for(tmp_path: Path) -> dict:

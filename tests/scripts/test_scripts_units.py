@@ -79,6 +79,7 @@ class _NoTransfer:
         pass
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "int32"])
 def test_builtin_checker_sees_a_collective_that_moved_nothing(dtype_name):
     """Real: the built-in benchmark's buffers, fill patterns, expected values and element check. Stand-in: the
@@ -98,6 +99,7 @@ def test_builtin_checker_sees_a_collective_that_moved_nothing(dtype_name):
             assert bench.count_wrong(result, expected) > 0, (op, in_place)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 def test_builtin_data_sums_exactly_at_32_ranks(dtype_name):
     """A sum accumulated rank by rank in the data type itself (what a ring all-reduce does; the stand-in for
@@ -473,6 +475,7 @@ def test_unused_neuron_devices_from_dev_and_transport(tmp_path, monkeypatch):
     assert distenv.unused_neuron_devices(Torch(False), str(tmp_path / "none")) == -1
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("shared_ready", [True, False], ids=["lifecycle-made-it", "root-only-fsx"])
 def test_results_go_to_fsx_for_a_normal_user(request, shared_ready):
     """As a non-root user on a mounted /fsx whose root is root:root 0755 (a new Lustre filesystem), results

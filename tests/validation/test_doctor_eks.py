@@ -1,7 +1,7 @@
 """`hpq doctor` on an EKS cluster: node_doctor as one Job per node, judged by the same judge as on Slurm, and the
 fix loop with cordon/uncordon and HyperPod's Batch APIs.
 
-The Kubernetes API is the local HTTPS stand-in of tests/fixtures_eks.FakeKube (no real API server runs here):
+The Kubernetes API is the local HTTPS stand-in of tests/kube_standins.FakeKube (no real API server runs here):
 it plays each Job out (a pod pinned with ``nodeName`` prints the log given for that node, the Job ends as the
 node's scenario says, or never), and serves ``PATCH /api/v1/nodes/NAME`` as the API server does (patch media
 types only, 404 for an unknown node). HyperPod's node API is standins/hyperpod_api.EmulatedHyperPodApi, which
@@ -27,7 +27,7 @@ from hpq.validation import doctor_fix, eks_doctor
 from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import DOCTOR, TestRequest
-from tests.fixtures_eks import create_eks_cluster, kube_client
+from tests.kube_standins import create_eks_cluster, kube_client
 from tests.validation.test_doctor_judge import XID_79, _report
 from tests.validation.test_validation_eks import REGION, api_to, described, run_cli, stub_describe
 

@@ -13,16 +13,16 @@ import json
 
 import pytest
 
-from tests.rehearsal.test_rehearse import _root, env, leftovers, rehearse  # noqa: F401
+from tests.rehearsal.test_rehearse import leftovers, rehearse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemons, pytest.mark.root]
 
 
 def _findings(r: dict) -> set[tuple[str, str, str]]:
     return {(f["node"], f["kind"], f["action"]) for f in r["doctor"]["findings"]}
 
 
-def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # noqa: F811
+def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):
     res = rehearse(env, "slurm-gpu", "--workers", "3", "--no-validate", "--fault", "worker-2:xid79",
                    "--fault", "worker-3:disk-full", "--fault", "worker-1:nccl-drift", "--output", "json")
     r = json.loads(res.stdout)
@@ -44,7 +44,7 @@ def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # no
     assert leftovers(r["run_id"], res) == []
 
 
-def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):  # noqa: F811
+def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):
     """ml.g5.8xlarge has one EFA: the stand-in fi_info answers for it, so its EFA checks are judged (a healthy
     worker-4 PASSes with nothing unchecked) and fi_info failing is named; several faults share one rehearsal."""
     res = rehearse(env, "slurm-gpu", "--workers", "4", "--instance-type", "ml.g5.8xlarge", "--no-validate",
@@ -65,7 +65,7 @@ def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env): 
     assert leftovers(r["run_id"], res) == []
 
 
-def test_a_clean_rehearsal_reports_nothing(env):  # noqa: F811
+def test_a_clean_rehearsal_reports_nothing(env):
     res = rehearse(env, "slurm-gpu", "--workers", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]

@@ -1,6 +1,6 @@
 """run-node-doctor through real Slurm: node_doctor on every node at once, each report tagged with its node.
 
-Real: slurmctld + two slurmd + munged set up by the lifecycle (tests/fixtures_slurm.py), run-node-doctor as
+Real: slurmctld + two slurmd + munged set up by the lifecycle (tests/slurm_cluster.py), run-node-doctor as
 the lifecycle installed it on the controller, sinfo/srun/scontrol, the system python3 on the nodes.
 The fixture's type is ml.g5.16xlarge and this host has no nvidia-smi: each node's report says the GPUs
 could not be read, so the verdict is INCONCLUSIVE, never PASS. A drained node is not waited for: it is
@@ -23,7 +23,7 @@ from tests.scripts.test_scripts_slurm import command
 pytestmark = pytest.mark.slow
 
 
-def test_every_node_answers_tagged_and_a_drained_node_is_inconclusive(slurm_cluster):  # noqa: F811
+def test_every_node_answers_tagged_and_a_drained_node_is_inconclusive(slurm_cluster):
     exe, env = command(slurm_cluster, "run-node-doctor")
     args = [exe, "--output", "json", "--fsx", "", "--efa-window", "0", "--node-timeout", "60"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)

@@ -7,7 +7,7 @@ https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterOrchestrato
 https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterOrchestratorEksConfig.html). moto does not
 return the Orchestrator block, so SageMaker's DescribeCluster is answered through botocore's Stubber, which
 checks each answer against botocore's own SageMaker model (a wrong shape is refused, as AWS would never send
-it); EKS and STS are moto over HTTP; the Kubernetes API is the local HTTPS stand-in of fixtures_eks.FakeKube.
+it); EKS and STS are moto over HTTP; the Kubernetes API is the local HTTPS stand-in of tests/kube_standins.FakeKube.
 A Slurm cluster without an Orchestrator block (configured through provisioning_parameters.json) is moto's own.
 """
 
@@ -32,7 +32,7 @@ from hpq.validation import pick
 from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.slurm import SlurmBackend
-from tests.fixtures_eks import (
+from tests.kube_standins import (
     create_eks_cluster,
     kube_client,
     nccl_tests_output,
@@ -137,8 +137,8 @@ def test_a_non_eks_arn_is_refused(arn):
 # ---------------------------------------------------------------------------------------------- routing
 
 
-def test_hpq_test_nccl_on_an_eks_described_cluster_runs_as_kubernetes_jobs(  # noqa: F811
-        moto_aws, fake_kube, monkeypatch, capsys):  # noqa: F811
+def test_hpq_test_nccl_on_an_eks_described_cluster_runs_as_kubernetes_jobs(
+        moto_aws, fake_kube, monkeypatch, capsys):
     """`hpq test nccl my-hp 2`: DescribeCluster names an EKS cluster; its endpoint and CA come from
     eks:DescribeCluster (moto), the MPIJob is created on the cluster's API and the verdict is PASS."""
     eks = create_eks_cluster("hp-eks-for-test")
@@ -171,7 +171,7 @@ def make_slurm_cluster() -> None:
         for g, t in ((names.CONTROLLER_GROUP, "ml.m5.xlarge"), (names.WORKER_GROUP, G5))])
 
 
-def test_hpq_test_on_a_slurm_cluster_does_not_go_to_eks(moto_aws, monkeypatch):  # noqa: F811
+def test_hpq_test_on_a_slurm_cluster_does_not_go_to_eks(moto_aws, monkeypatch):
     """A cluster without Orchestrator.Eks (moto's, like a Slurm cluster set up with provisioning_parameters)
     gets the Slurm backend, reached at its controller; no Kubernetes client is ever made."""
     make_slurm_cluster()
@@ -197,7 +197,7 @@ def test_eks_options_on_a_slurm_cluster_are_one_line_exit_2(capsys, argv, words)
     assert err.startswith("hpq: error: ") and "Traceback" not in err
 
 
-def test_eks_options_on_a_moto_slurm_cluster_are_refused(moto_aws, capsys):  # noqa: F811
+def test_eks_options_on_a_moto_slurm_cluster_are_refused(moto_aws, capsys):
     """The same refusal when DescribeCluster (moto) is what says the cluster runs Slurm."""
     make_slurm_cluster()
     code, _, err = run_cli(capsys, "test", "nccl", SLURM, "2", "--region", REGION,
@@ -211,8 +211,8 @@ def test_eks_options_on_a_moto_slurm_cluster_are_refused(moto_aws, capsys):  # n
     (["sweep", "my-hp"], "sweep on an EKS cluster: not available yet"),
     (["nccom", "my-hp", "2"], "nccom runs nccom-test on Trainium"),
 ])
-def test_what_an_eks_cluster_cannot_do_is_one_line_exit_2(  # noqa: F811
-        moto_aws, fake_kube, monkeypatch, capsys, argv, words):  # noqa: F811
+def test_what_an_eks_cluster_cannot_do_is_one_line_exit_2(
+        moto_aws, fake_kube, monkeypatch, capsys, argv, words):
     eks = create_eks_cluster("hp-eks-for-test")
     stub_describe(monkeypatch, described("my-hp", {"Eks": {"ClusterArn": eks["arn"]}}))
     api_to(monkeypatch, fake_kube)
@@ -255,7 +255,7 @@ def _both(kube: Any, log: str, itype: str, job_final: str = "Succeeded") -> tupl
 
 @pytest.mark.parametrize("itype", [G5, "ml.p5.48xlarge"])
 @pytest.mark.parametrize("name", LOGS)
-def test_the_same_log_reaches_the_same_verdict_on_slurm_and_eks(fake_kube, name, itype):  # noqa: F811
+def test_the_same_log_reaches_the_same_verdict_on_slurm_and_eks(fake_kube, name, itype):
     """Every real log in tests/data/nccl, as the EKS launcher's log and as run-nccl-test's stdout on the
     controller: the same outcome, exit code, headline and figures, whatever the log holds (PASS, FAIL on
     bandwidth or transport, INCONCLUSIVE without a table or a published figure)."""
@@ -268,7 +268,7 @@ def test_the_same_log_reaches_the_same_verdict_on_slurm_and_eks(fake_kube, name,
 
 
 @pytest.mark.parametrize("name", ["seed004_slurm_2x_g5.16xlarge_excerpt.txt", "aws_2x_p5_eks_all_reduce_perf.txt"])
-def test_a_job_that_failed_is_a_fail_like_a_program_that_exited_1(fake_kube, name):  # noqa: F811
+def test_a_job_that_failed_is_a_fail_like_a_program_that_exited_1(fake_kube, name):
     """The broken twin: the same logs from a job that ended Failed (EKS) and a node program that exited 1
     (Slurm): FAIL, exit 1 on both, whatever the table says."""
     eks, slurm = _both(fake_kube, (DATA / name).read_text(), G5, job_final="Failed")

@@ -1,6 +1,6 @@
 """`hpq test` on a Slurm cluster: the command, the Slurm backend and the judges over a real OpenSSH sshd.
 
-The controller is the sshd of tests/fixtures_sshd.py (reached with --proxy-command, the stand-in for the
+The controller is the sshd of tests/sshd.py (reached with --proxy-command, the stand-in for the
 SSM hop); the node programs are small scripts that print what run-nccl-test / run-nanogpt print (the
 nccl-tests table of tests/data/nccl's seed-004 excerpt, run-nanogpt's `# result: PATH` line and its JSON
 written on the "node" and read back over SSH). What is real: SSH, the remote exit status, coreutils
@@ -19,7 +19,7 @@ import pytest
 from hpq.cli.main import main
 from hpq.validation import slurm
 from tests.aws.test_aws_remote import NCCL_OK, cli_args
-from tests.fixtures_sshd import Sshd
+from tests.sshd import Sshd
 
 pytestmark = pytest.mark.slow
 

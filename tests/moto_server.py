@@ -1,4 +1,4 @@
-"""moto in server mode over HTTP for the AWS-side tests.
+"""moto in server mode over HTTP for the AWS-side tests (the fixtures of tests/conftest.py and tests/aws/conftest.py).
 
 ``moto_server`` starts the real ``moto_server`` binary on 127.0.0.1 and a free port, waits until
 it answers, and stops it by PID. ``aws_env`` points boto3 at it through AWS_ENDPOINT_URL with
@@ -55,7 +55,6 @@ def _moto_cmd() -> list[str]:
     return [sys.executable, "-m", "moto.server"]
 
 
-@pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a plain ``moto_server`` (session-wide; tests use unique resource names)."""
     proc, url = _start(_moto_cmd(), str(tmp_path_factory.mktemp("moto") / "moto.log"))
@@ -65,7 +64,6 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _stop(proc)
 
 
-@pytest.fixture(scope="session")
 def moto_server_paging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of moto with the ListClusterNodes pagination fix (see module docstring)."""
     cmd = [sys.executable, "-m", "hpq.standins.moto"]
@@ -89,14 +87,3 @@ def set_aws_env(monkeypatch: pytest.MonkeyPatch, url: str, tmp_path, region: str
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
 
-
-@pytest.fixture
-def aws_env(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> str:
-    set_aws_env(monkeypatch, moto_server, tmp_path)
-    return moto_server
-
-
-@pytest.fixture
-def aws_env_paging(moto_server_paging: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> str:
-    set_aws_env(monkeypatch, moto_server_paging, tmp_path)
-    return moto_server_paging

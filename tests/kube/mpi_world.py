@@ -92,8 +92,8 @@ def _missing() -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def mpi_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpiWorld]:
+def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MpiWorld]:
+    """The two worker "pods" (sshd in a mount namespace without Open MPI on its PATH); stopped after."""
     missing = _missing()
     if missing or os.geteuid() != 0:
         pytest.fail("the MPI launch test needs root and " + (", ".join(missing) or "nothing else")

@@ -4,7 +4,7 @@
 temporary AuthorizedKeysFile holding a temporary user key; it is stopped by PID. The SSM
 ProxyCommand (``aws ssm start-session ... AWS-StartSSHSession``) cannot run here, so the
 stand-in is this module's byte relay, which does the same job: stdin/stdout <-> TCP to sshd.
-Run as ``python -m tests.fixtures_sshd HOST PORT``.
+Run as ``python -m tests.sshd HOST PORT``. The ``sshd`` fixture (tests/conftest.py) is ``start``.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def _banner(port: int) -> bool:
         return s.recv(4).startswith(b"SSH-")
 
 
-@pytest.fixture(scope="session", name="sshd")
-def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A running sshd on 127.0.0.1 and a free port, the relay as its ProxyCommand; stopped by PID after."""
     exe = next((p for p in SSHD_CANDIDATES if os.path.exists(p)), None) or shutil.which("sshd")
     if not exe or not shutil.which("ssh-keygen"):
         pytest.fail("OpenSSH server not installed (dev/test.sh installs openssh-server)")
@@ -75,7 +75,7 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
                             start_new_session=True)
     try:
         wait_until_ready(lambda: _banner(port), proc, "sshd", timeout=15.0, poll=0.05)
-        relay = module_command("fixtures_sshd", "%h", "%p")
+        relay = module_command("sshd", "%h", "%p")
         yield Sshd("127.0.0.1", port, user, str(d / "user_key"), str(d / "known_hosts"), relay)
     finally:
         stop_process(proc)

@@ -1,4 +1,4 @@
-"""``slurm_cluster``: a real two-node Slurm cluster on this machine, configured only by the lifecycle.
+"""``slurm_cluster`` (the fixture of tests/conftest.py is ``start``): a real two-node Slurm cluster on this machine, configured only by the lifecycle.
 
 What is real: munged, slurmctld and two slurmd (Debian's Slurm 22.05), configless:
 the workers have no slurm.conf and fetch it from slurmctld through the
@@ -9,9 +9,9 @@ on_create.sh, from the bundle directory, with hpq-cluster.json next to it (as th
 writes it) and the documented provisioning_parameters.json (FSx names) in /opt/ml/config.
 What is a stand-in: the HyperPod agent (this fixture writes what it would: the controller's
 slurm.conf with NodeName lines, resource_config.json in HyperPod's format
-(tests/fixtures_node.py), the vendor unit files in the AMI's form with $SLURMD_OPTIONS),
+(tests/node_samples.py), the vendor unit files in the AMI's form with $SLURMD_OPTIONS),
 IMDS (hpq.standins.imds), systemd (hpq's systemctl stand-in, first on each node's PATH, starts the
-units' ExecStart), and FSx (``HPQ_MOUNT_CMD`` is tests/fixtures_node.py's mount.lustre
+units' ExecStart), and FSx (``HPQ_MOUNT_CMD`` is tests/node_samples.py's mount.lustre
 stand-in: it resolves the FSx name, links the shared directory and records the mount with
 an IP NID in ``<root>/proc/mounts``, as the kernel shows it).
 
@@ -61,7 +61,7 @@ from hpq.lifecycle import names
 from hpq.standins import hyperpod
 from hpq.standins import imds as imds_standin
 from hpq.standins.systemctl import pid_alive
-from tests import fixtures_node
+from tests import node_samples
 from tests.support import free_ports
 
 CLUSTER = "hpq-test"
@@ -107,14 +107,14 @@ def agent_slurm_conf(base: Path, ctl_root: Path, ctl_port: int, node_ports: dict
              for node, port in node_ports.items()]
     partition = ["PartitionName=dev Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"]
     return hyperpod.agent_slurm_conf(CLUSTER, f"{socket.gethostname()}(127.0.0.1)", nodes, partition, settings,
-                                     source="tests/fixtures_slurm.py")
+                                     source="tests/slurm_cluster.py")
 
 
 def resource_config() -> dict:
-    """resource_config.json in HyperPod's format (tests/fixtures_node.py) for this one-host cluster."""
+    """resource_config.json in HyperPod's format (tests/node_samples.py) for this one-host cluster."""
     nodes = {INSTANCE_NAMES[n]: (INSTANCE_IDS[n], NODE_IPS[n], f"172.16.0.{i + 10}")
              for i, n in enumerate(["controller"] + NODES)}
-    rc = fixtures_node.slurm_resource_config(nodes, controller_ip=NODE_IPS["controller"])
+    rc = node_samples.slurm_resource_config(nodes, controller_ip=NODE_IPS["controller"])
     rc["ClusterConfig"]["ClusterName"] = CLUSTER
     for group in rc["InstanceGroups"]:
         group["InstanceType"] = CONTROLLER_TYPE if group["Name"] == CONTROLLER_GROUP else NODE_TYPE
@@ -123,7 +123,7 @@ def resource_config() -> dict:
 
 def cluster_config() -> dict:
     """hpq-cluster.json as the S3 stack writes it next to the bundle."""
-    return dict(fixtures_node.hpq_cluster_config(cluster=CLUSTER), controller_group=CONTROLLER_GROUP,
+    return dict(node_samples.hpq_cluster_config(cluster=CLUSTER), controller_group=CONTROLLER_GROUP,
                 login_group=None, worker_groups=[WORKER_GROUP])
 
 
@@ -143,10 +143,10 @@ def write_units(root: Path, node: str, ctl_conf: str) -> None:
             "[Unit]\nDescription=Slurm controller (test vendor unit)\n\n[Service]\nType=simple\n"
             f"ExecStart=/usr/sbin/slurmctld -D -f {ctl_conf}\n")
     else:
-        # The AMI's form (tests/fixtures_node.AMI_SLURMD_UNIT: /etc/systemd/system, $SLURMD_OPTIONS in ExecStart)
+        # The AMI's form (tests/node_samples.AMI_SLURMD_UNIT: /etc/systemd/system, $SLURMD_OPTIONS in ExecStart)
         # with Debian's binary and, for one host, -N; without the ExecStartPre that deletes a local slurm.conf
         # (the systemctl stand-in runs ExecStart only, and that path is the host's).
-        unit = fixtures_node.AMI_SLURMD_UNIT.replace("ExecStartPre=-/usr/bin/rm -f /opt/slurm/etc/slurm.conf\n", "")
+        unit = node_samples.AMI_SLURMD_UNIT.replace("ExecStartPre=-/usr/bin/rm -f /opt/slurm/etc/slurm.conf\n", "")
         unit = unit.replace("/opt/slurm/sbin/slurmd -D $SLURMD_OPTIONS", f"/usr/sbin/slurmd -D -s -N {node} $SLURMD_OPTIONS")
         assert f"-N {node} $SLURMD_OPTIONS" in unit
         (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
@@ -257,11 +257,10 @@ def _check_host() -> None:
         pytest.fail(f"missing binaries {', '.join(missing)}: run dev/test.sh (apt-get install slurm* munge)")
 
 
-build_bundle = fixtures_node.build_bundle
+build_bundle = node_samples.build_bundle
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
+def start(tmp_path_factory):
     """A running configless Slurm cluster (controller + node-1 + node-2) set up by the lifecycle. See module doc."""
     _check_host()
     base = tmp_path_factory.mktemp("slurm")
@@ -287,7 +286,7 @@ def slurm_cluster(tmp_path_factory):
         (root / "opt/ml/config").mkdir(parents=True)
         (root / "opt/ml/config/resource_config.json").write_text(json.dumps(resource_config(), indent=1))
         # The documented legacy file where HyperPod keeps it, here only for the FSx names.
-        pp = dict(fixtures_node.provisioning_parameters(), controller_group=CONTROLLER_GROUP, login_group=None,
+        pp = dict(node_samples.provisioning_parameters(), controller_group=CONTROLLER_GROUP, login_group=None,
                   worker_groups=[{"instance_group_name": WORKER_GROUP, "partition_name": "dev"}])
         (root / names.NODE_PROVISIONING_PARAMETERS.lstrip("/")).write_text(json.dumps(pp, indent=1))
     ctl_conf = roots["controller"] / "opt/slurm/etc/slurm.conf"
@@ -300,14 +299,14 @@ def slurm_cluster(tmp_path_factory):
     node_ns.write_text(NODE_NS)
     node_ns.chmod(0o755)
     fake_mount = base / "bin/fake-mount"
-    fixtures_node.write_fake_mount(fake_mount, shared=shared)
+    node_samples.write_fake_mount(fake_mount, shared=shared)
     modprobe = base / "bin/modprobe"
-    fixtures_node.write_recorder(modprobe)  # no Lustre modules on this host
+    node_samples.write_recorder(modprobe)  # no Lustre modules on this host
     on_create = build_bundle(base / "bundle")
     (on_create.parent / names.HPQ_CLUSTER_CONFIG).write_text(json.dumps(cluster_config(), indent=1))
 
     imds = imds_standin.start({name: imds_standin.Metadata.of(
-        fixtures_node.imds_answers(iid, NODE_TYPE[3:] if name in NODES else CONTROLLER_TYPE[3:]))
+        node_samples.imds_answers(iid, NODE_TYPE[3:] if name in NODES else CONTROLLER_TYPE[3:]))
         for name, iid in INSTANCE_IDS.items()})
     client_conf = base / "client/slurm.conf"
     client_conf.parent.mkdir()
@@ -320,7 +319,7 @@ def slurm_cluster(tmp_path_factory):
         lifecycle_env[name] = dict(
             env, HPQ_ROOT=str(root), HPQ_IMDS_URL=imds.node_url(name),
             HPQ_SLURM_PREFIX="/usr", HPQ_SLURM_CONF_DIR="/opt/slurm/etc", HPQ_SLURMCTLD_PORT=str(ctl_port),
-            PATH=os.path.dirname(fixtures_node.systemctl_standin_for(root)) + os.pathsep + env.get("PATH", ""),
+            PATH=os.path.dirname(node_samples.systemctl_standin_for(root)) + os.pathsep + env.get("PATH", ""),
             HPQ_MOUNT_CMD=str(fake_mount), HPQ_MODPROBE_CMD=str(modprobe),
             HPQ_FAIL_LOG_WAIT_S="0",  # no CloudWatch agent here: a failing run need not wait for one
             HPQ_SLURM_NODE_ROOT=f"{base}/%n", HPQ_DEFAULT_USER="root",
@@ -379,5 +378,5 @@ def make_context(root: Path, **env: str):
     from hpq.lifecycle import context
 
     settings = context.Settings.from_env(
-        {"HPQ_ROOT": str(root), "HPQ_SYSTEMCTL_CMD": fixtures_node.systemctl_standin_for(root), **env})
+        {"HPQ_ROOT": str(root), "HPQ_SYSTEMCTL_CMD": node_samples.systemctl_standin_for(root), **env})
     return context.Context(settings, logging.getLogger("hpq-test.lifecycle"))
