@@ -29,9 +29,9 @@ HINTS: tuple[tuple[str, str], ...] = (
     ("has dependencies and cannot be deleted", "something outside the stack still uses it (ENIs of Lambda, "
      "EKS or HyperPod nodes take minutes to go): wait and run `hpq destroy STACK` again"),
     ("dependencyviolation", "something outside the stack still uses it: wait a few minutes and retry the delete"),
-    ("resourcelimitexceeded", "a service quota is too low: run `hpq check-quotas INSTANCE COUNT`"),
-    ("limitexceeded", "a service quota is too low: run `hpq check-quotas INSTANCE COUNT`"),
-    ("quota", "a service quota is too low: run `hpq check-quotas INSTANCE COUNT`"),
+    ("resourcelimitexceeded", "a service quota is too low: run `hpq check-quotas INSTANCE_TYPE NODES`"),
+    ("limitexceeded", "a service quota is too low: run `hpq check-quotas INSTANCE_TYPE NODES`"),
+    ("quota", "a service quota is too low: run `hpq check-quotas INSTANCE_TYPE NODES`"),
     ("insufficient capacity", "no capacity for that instance type in the AZ: try another AvailabilityZoneId"),
     ("insufficientinstancecapacity", "no capacity for that instance type in the AZ: try another AvailabilityZoneId"),
     ("efa health check", "EFA health checks need the security group to allow all traffic to and from itself"),

@@ -47,7 +47,7 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @click.option("--timeout", "timeout_s", type=inputs.TIMEOUT, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Stop the checks after this many seconds (each node is bounded to 120 s on its own).")
 @click.option("--fix", is_flag=True, help="Apply the plan: drain, then reboot or replace through HyperPod.")
-@click.option("--yes", is_flag=True, help="With --fix: do not ask before acting.")
+@click.option("--yes", "-y", is_flag=True, help="With --fix: do not ask before acting.")
 @click.option("--wait", "wait_s", type=inputs.TIMEOUT, default=DEFAULT_WAIT_S, show_default=True,
               help="With --fix: seconds to wait for rebooted or replaced nodes to be Running again.")
 @output_option

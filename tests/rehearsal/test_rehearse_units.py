@@ -315,7 +315,7 @@ def run_hpq(*args: str) -> subprocess.CompletedProcess:
     (["rehearse", "--workers", "٣"], "'٣' is not a whole number"),
     (["rehearse", "eks-gpu", "--sweep"], "eks-gpu has no Slurm"),
     (["rehearse", "--workers", "1", "--sweep"], "--sweep needs at least 2 workers"),
-    (["rehearse", "--workers", "4", "--sweep", "--throttle", "4=30mbit"], "no worker 4; with --workers 4 INDEX is 0 to 3"),
+    (["rehearse", "--workers", "4", "--sweep", "--throttle", "4=30mbit"], "no worker 4; with --nodes 4 INDEX is 0 to 3"),
     (["rehearse", "--workers", "4", "--sweep", "--throttle", "-1=30mbit"], "expected INDEX=RATE"),
     (["rehearse", "--workers", "4", "--sweep", "--throttle", "worker-3=30mbit"], "expected INDEX=RATE"),
     (["rehearse", "--workers", "4", "--sweep", "--throttle", "2"], "expected INDEX=RATE"),
