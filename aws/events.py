@@ -36,11 +36,12 @@ HINTS: tuple[tuple[str, str], ...] = (
     ("insufficientinstancecapacity", "no capacity for that instance type in the AZ: try another AvailabilityZoneId"),
     ("efa health check", "EFA health checks need the security group to allow all traffic to and from itself"),
     ("lifecycle", "a lifecycle script failed on a node: read CloudWatch log group /aws/sagemaker/Clusters/<name>/<id>"),
+    # before the generic 'access denied' below: the first phrase found wins (hint_for)
+    ("templateurl", "CloudFormation could not read a nested template: check the bucket policy and region"),
+    ("s3 error: access denied", "CloudFormation could not read a nested template: check the bucket policy and region"),
     ("not authorized", "the deploying identity or the execution role lacks a permission named in the reason"),
     ("accessdenied", "the deploying identity or the execution role lacks a permission named in the reason"),
     ("access denied", "the deploying identity or the execution role lacks a permission named in the reason"),
-    ("templateurl", "CloudFormation could not read a nested template: check the bucket policy and region"),
-    ("s3 error: access denied", "CloudFormation could not read a nested template: check the bucket policy and region"),
     ("failed to receive", "a custom resource did not answer: read its Lambda's CloudWatch logs"),
     ("custom resource", "a custom resource failed: read its Lambda's CloudWatch logs"),
 )
