@@ -49,7 +49,7 @@ def test_rates_are_read_as_tc_reads_them(scratch_netns):
 
 @pytest.mark.slow
 def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
-    res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
+    res = rehearse(env, "slurm-gpu", "--nodes", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
                    "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
@@ -75,7 +75,7 @@ def test_sweep_names_exactly_the_throttled_worker(env):  # noqa: F811
 
 @pytest.mark.slow
 def test_unthrottled_sweep_names_none(env):  # noqa: F811
-    res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--output", "json")
+    res = rehearse(env, "slurm-gpu", "--nodes", "4", "--no-validate", "--sweep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
     s = r["sweep"]

@@ -23,7 +23,7 @@ def _findings(r: dict) -> set[tuple[str, str, str]]:
 
 
 def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # noqa: F811
-    res = rehearse(env, "slurm-gpu", "--workers", "3", "--no-validate", "--fault", "worker-2:xid79",
+    res = rehearse(env, "slurm-gpu", "--nodes", "3", "--no-validate", "--fault", "worker-2:xid79",
                    "--fault", "worker-3:disk-full", "--fault", "worker-1:nccl-drift", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
@@ -45,7 +45,7 @@ def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):  # no
 
 
 def test_a_clean_rehearsal_reports_nothing(env):  # noqa: F811
-    res = rehearse(env, "slurm-gpu", "--workers", "2", "--no-validate", "--doctor", "--output", "json")
+    res = rehearse(env, "slurm-gpu", "--nodes", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
     doc = r["doctor"]
