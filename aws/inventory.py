@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from hpq.aws import hyperpod, pricing
-from hpq.aws.session import NotFound, aws_errors, client, error_code
+from hpq.aws.session import NotFound, aws_errors, client, error_code, make_session
 from hpq.lifecycle import catalog, names
 
 VARIANT_TAG_KEY = "hpq:variant"
@@ -256,3 +256,21 @@ def fsx_detail(session: Any, region: str, fsx_id: str) -> dict[str, Any]:
             "throughput_per_tib": lustre.get("PerUnitStorageThroughput"),
             "deployment_type": lustre.get("DeploymentType"), "dns_name": fs.get("DNSName"),
             "mount_name": lustre.get("MountName")}
+
+
+def completion_names(kind: str, region: str | None, profile: str | None) -> list[str]:
+    """hpq's cluster names (``kind`` "cluster") or root stack names ("stack") for shell completion.
+
+    A TAB must never hang or print an error: one attempt, 2 s to connect, 4 s to read, and any failure
+    (no credentials, no network, no region) answers nothing.
+    """
+    import botocore.config
+
+    try:
+        session = make_session(region, profile)
+        cfn = session.client("cloudformation", config=botocore.config.Config(
+            connect_timeout=2, read_timeout=4, retries={"max_attempts": 1, "mode": "standard"}))
+        stacks = hpq_stacks(cfn)
+    except Exception:  # noqa: BLE001 - completion answers what it can, never a traceback on a TAB
+        return []
+    return sorted(stacks) if kind == "cluster" else sorted(v["stack"] for v in stacks.values())

@@ -24,7 +24,7 @@ STAGE_ORDER = ("network", "aws", "nodes", "lifecycle", "slurm", "ssh", "nccl", "
 
 def run_once(extra: list[str]) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--workers", "2", "--output", "json",
+    res = subprocess.run([sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--nodes", "2", "--output", "json",
                           *extra], capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t0
     if res.returncode != 0:

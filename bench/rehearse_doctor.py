@@ -19,7 +19,7 @@ import time
 
 
 def run_once(workers: int) -> str:
-    argv = [sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--workers", str(workers), "--no-validate",
+    argv = [sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--nodes", str(workers), "--no-validate",
             "--doctor", "--output", "json"]
     t0 = time.perf_counter()
     res = subprocess.run(argv, capture_output=True, text=True, timeout=1800)

@@ -22,7 +22,7 @@ THROTTLE = "2=30mbit"
 
 
 def run_once(throttled: bool, full: bool) -> tuple[float, dict, int]:
-    argv = [sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--workers", "4", "--sweep", "--output", "json"]
+    argv = [sys.executable, "-m", "hpq", "rehearse", "slurm-gpu", "--nodes", "4", "--sweep", "--output", "json"]
     if not full:
         argv.append("--no-validate")
     if throttled:

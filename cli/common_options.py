@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource, augment_usage_errors
 
 from hpq.aws.session import aws_errors
 from hpq.aws.settings import check_aws_inputs
@@ -59,3 +60,50 @@ def output_option(func: F) -> F:
         "--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
         help="Output format.",
     )(func)
+
+
+# One spelling per concept (issue 25 item 5; the table users read is docs/cli.md, checked against this one by
+# tests/cli/test_spellings.py, which walks every command and fails on a second spelling).
+# concept -> (canonical option strings, or the positional argument's name, what it means)
+SPELLINGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "output format": (("--output",), "table or json (nccl-env: sh, json or k8s) on stdout"),
+    "output file or folder": (("-o", "--out"), "where a command writes files (synth: a folder; report, "
+                                               "prices refresh: a file)"),
+    "AWS profile": (("--profile",), "the AWS CLI profile credentials and region come from"),
+    "NCCL profile": (("--nccl-profile",), "nccl-env's variable set: default or legacy"),
+    "AWS region": (("--region",), "an AWS region, e.g. us-west-2"),
+    "instance type": (("-t", "--instance-type"), "an ml.* instance type (INSTANCE_TYPE where it is positional)"),
+    "node count": (("-n", "--nodes"), "how many (worker) nodes (NODES where it is positional)"),
+    "assume yes": (("-y", "--yes"), "do not ask before acting"),
+    "stack": (("stack",), "STACK: a CloudFormation stack name or ARN (status, destroy, stack-errors, observe)"),
+    "cluster": (("cluster",), "CLUSTER: a HyperPod (or EKS) cluster name or ARN (test, doctor, connect, remote)"),
+}
+
+
+class DeprecatedSpelling(click.Option):
+    """An old spelling kept for one release: hidden from help, it fills ``canonical``'s value and says so on
+    stderr in one line. Giving both spellings is refused (which one was meant is a guess)."""
+
+    def __init__(self, decls: list[str], canonical: str, new_flag: str, **kwargs: Any) -> None:
+        super().__init__([*decls, f"deprecated_{canonical}"], hidden=True, expose_value=False, **kwargs)
+        self.canonical = canonical
+        self.new_flag = new_flag
+
+    def handle_parse_result(self, ctx: click.Context, opts: Any, args: list[str]) -> tuple[Any, list[str]]:
+        if self.name not in opts or ctx.resilient_parsing:
+            return None, args
+        old = "/".join(self.opts)
+        if self.canonical in opts or ctx.get_parameter_source(self.canonical) == ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{old} is the old spelling of {self.new_flag}; give {self.new_flag} only", ctx)
+        with augment_usage_errors(ctx, param=self):
+            value = self.type_cast_value(ctx, opts[self.name])
+        click.echo(f"hpq: note: {old} is deprecated and goes in the next release; use {self.new_flag}", err=True)
+        ctx.params[self.canonical] = value
+        ctx.set_parameter_source(self.canonical, ParameterSource.COMMANDLINE)
+        return value, args
+
+
+def deprecated_spelling(*decls: str, canonical: str, new_flag: str, **kwargs: Any) -> Callable[[F], F]:
+    """``@deprecated_spelling("--format", canonical="output", new_flag="--output", type=...)``: see
+    DeprecatedSpelling. Put it ABOVE the canonical option so help lists the canonical one only."""
+    return click.option(*decls, cls=DeprecatedSpelling, canonical=canonical, new_flag=new_flag, **kwargs)

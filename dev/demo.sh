@@ -26,5 +26,5 @@ echo "templates: $(cd "$OUT" && pwd)  (one folder per size, then per variant: ro
 # 2. The rehearsal: Slurm, MUNGE and OpenSSH from Debian, torch's CPU wheel for the validation runs.
 bash dev/system-packages.sh slurmctld slurmd slurm-client munge openssh-server openssh-client procps iproute2
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q -c dev/constraints.txt "torch==2.13.0"
-echo "== hpq rehearse slurm-gpu --workers 2 (docs/rehearse.md)"
-exec $SUDO "$(command -v "$PY" || echo "$PY")" -m hpq rehearse slurm-gpu --workers 2
+echo "== hpq rehearse slurm-gpu --nodes 2 (docs/rehearse.md)"
+exec $SUDO "$(command -v "$PY" || echo "$PY")" -m hpq rehearse slurm-gpu --nodes 2

@@ -87,7 +87,7 @@ class NodeEnvironment:
         return "\n".join(lines) + "\n"
 
     def k8s_env(self) -> List[Dict[str, str]]:
-        """Container ``env:`` entries, in a stable order (EKS manifests, ``hpq nccl-env --format k8s``)."""
+        """Container ``env:`` entries, in a stable order (EKS manifests, ``hpq nccl-env --output k8s``)."""
         return [{"name": k, "value": v} for k, v in sorted(self.variables.items())]
 
 

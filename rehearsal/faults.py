@@ -101,7 +101,7 @@ def check_applicable(faults: list[tuple[str, str]], workers: int, worker_type: s
         if needs == "efa" and not entry.efa_interfaces:
             raise UsageError(f"--fault {node}:{kind}: {worker_type} has no EFA (pick --instance-type with EFA)")
         if needs == "3 workers" and workers < 3:
-            raise UsageError(f"--fault {node}:{kind}: drift needs a majority to differ from: --workers 3 or more")
+            raise UsageError(f"--fault {node}:{kind}: drift needs a majority to differ from: --nodes 3 or more")
 
 
 def smi_xml(count: int, model: str) -> str:

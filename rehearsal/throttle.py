@@ -62,7 +62,7 @@ def parse(values: tuple[str, ...] | list[str], workers: int) -> dict[int, str]:
                              "from 0)")
         i = int(index)
         if i >= workers:
-            raise UsageError(f"--throttle {v!r}: no worker {i}; with --workers {workers} INDEX is 0 to "
+            raise UsageError(f"--throttle {v!r}: no worker {i}; with --nodes {workers} INDEX is 0 to "
                              f"{workers - 1} (0 is worker-1)")
         if i in out:
             raise UsageError(f"--throttle {v!r}: worker {i} is already throttled ({i}={out[i]})")
@@ -70,7 +70,7 @@ def parse(values: tuple[str, ...] | list[str], workers: int) -> dict[int, str]:
         out[i] = rate.strip()
     if out:
         if workers < 3:
-            raise UsageError(f"--throttle needs at least 3 workers (--workers {workers}): with two, each node meets "
+            raise UsageError(f"--throttle needs at least 3 workers (--nodes {workers}): with two, each node meets "
                              "only the other, so no sweep can tell which of them is slow")
         most = (workers - 1) // 2
         if len(out) > most:

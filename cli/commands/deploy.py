@@ -52,7 +52,7 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (every parameter old -> new, and for an update the change set's resource "
                    "actions) and stop: no stack, no change set and no uploaded object is left behind.")
-@click.option("--yes", "assume_yes", is_flag=True,
+@click.option("--yes", "-y", "assume_yes", is_flag=True,
               help="Do not ask: create the stack at the estimated cost, and allow an update that replaces or removes "
                    "the FSx file system, the HyperPod cluster or the EKS cluster. Without it both are asked on a "
                    "terminal and refused otherwise (exit 2).")

@@ -52,7 +52,7 @@ def _rows(nodes: list[dict[str, Any]], view: dict[str, doctor_fix.NodeView] | No
 @click.option("--sweep-result", "sweep_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="JSON of `hpq test sweep --output json`: its slow nodes join the findings (action reboot).")
 @click.option("--fix", is_flag=True, help="Apply the plan: drain, then reboot or replace through HyperPod.")
-@click.option("--yes", is_flag=True, help="With --fix: do not ask before acting.")
+@click.option("--yes", "-y", is_flag=True, help="With --fix: do not ask before acting.")
 @click.option("--wait", "wait_s", type=inputs.TIMEOUT, default=DEFAULT_WAIT_S, show_default=True,
               help="With --fix: seconds to wait for rebooted or replaced nodes to be Running again.")
 @output_option

@@ -7,6 +7,7 @@ import json
 import click
 
 from hpq.cli import inputs
+from hpq.cli.common_options import deprecated_spelling
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests import yamlsafe
@@ -30,10 +31,12 @@ def render_environment(env: transport.NodeEnvironment, fmt: str) -> str:
 @click.argument("instance_type", type=inputs.INSTANCE_TYPE)
 @click.option("--efa/--no-efa", default=None,
               help="Pretend the node probe found (or did not find) EFA devices. Default: trust the catalog.")
-@click.option("--profile", type=click.Choice(transport.PROFILES), default="default", show_default=True,
+@deprecated_spelling("--profile", canonical="profile", new_flag="--nccl-profile", type=click.Choice(transport.PROFILES))
+@click.option("--nccl-profile", "profile", type=click.Choice(transport.PROFILES), default="default", show_default=True,
               help="'legacy' adds NCCL_BUFFSIZE/NCCL_P2P_NET_CHUNKSIZE (AWS dropped them as neutral).")
 @click.option("--iface", default=None, type=inputs.IFACE, help="Default-route interface for the TCP path (else ^docker,lo,veth).")
-@click.option("--format", "fmt", type=click.Choice(["sh", "json", "k8s"]), default="sh", show_default=True,
+@deprecated_spelling("--format", canonical="fmt", new_flag="--output", type=click.Choice(["sh", "json", "k8s"]))
+@click.option("--output", "fmt", type=click.Choice(["sh", "json", "k8s"]), default="sh", show_default=True,
               help="sh: export lines; json: an object; k8s: a container env: list.")
 def nccl_env(instance_type: str, efa: bool | None, profile: str, iface: str | None, fmt: str) -> None:
     """Print the EFA transport and NCCL environment a node of INSTANCE_TYPE gets.
@@ -41,7 +44,7 @@ def nccl_env(instance_type: str, efa: bool | None, profile: str, iface: str | No
     \b
     Examples:
       hpq nccl-env ml.p5.48xlarge
-      hpq nccl-env g5.16xlarge --format json
+      hpq nccl-env g5.16xlarge --output json
       hpq nccl-env ml.g5.48xlarge --no-efa --iface ens5
       eval "$(hpq nccl-env ml.p4d.24xlarge)"    # apply for a manual mpirun
     """

@@ -34,7 +34,7 @@ def prices() -> None:
 @click.option("--profile", default=None, metavar="NAME", help="AWS profile (needs pricing:GetProducts).")
 @click.option("--region", "regions", multiple=True, metavar="REGION",
               help="Only this region (repeatable; default: every HyperPod region).")
-@click.option("--out", "out", default=None, metavar="FILE",
+@click.option("--out", "-o", "out", default=None, metavar="FILE",
               help="Write here (default: the price file in the installed package; in a checkout, aws/prices.json).")
 def refresh(profile: str | None, regions: tuple[str, ...], out: str | None) -> None:
     """Rebuild the price file from the AWS Price List API (pricing:GetProducts, us-east-1 endpoint).

@@ -17,7 +17,7 @@ from hpq.vocab import ORCHESTRATORS, SLURM
 
 @click.command("check-quotas")
 @click.argument("instance_type", type=inputs.INSTANCE_TYPE)
-@click.argument("count", type=inputs.INSTANCE_COUNT)
+@click.argument("nodes", type=inputs.INSTANCE_COUNT)
 @aws_options(services=inputs.SERVICES_QUOTAS)
 @click.option("--orchestrator", type=click.Choice(ORCHESTRATORS), default=SLURM, show_default=True,
               help="Slurm adds a controller node; EKS adds an EKS cluster.")
@@ -27,9 +27,9 @@ from hpq.vocab import ORCHESTRATORS, SLURM
               help="FSx for Lustre capacity the deploy creates (0: none).")
 @click.option("--ebs-gib", default=500, show_default=True, type=inputs.EBS_GIB, help="EBS volume per node.")
 @output_option
-def check_quotas(instance_type: str, count: int, region: str | None, profile: str | None, orchestrator: str,
+def check_quotas(instance_type: str, nodes: int, region: str | None, profile: str | None, orchestrator: str,
                  controller_type: str, fsx_gib: int, ebs_gib: int, output: str) -> None:
-    """Check the service quotas a deploy of COUNT INSTANCE_TYPE nodes needs.
+    """Check the service quotas a deploy of NODES INSTANCE_TYPE nodes needs.
 
     Reads each quota through the Service Quotas API (applied value, else the AWS default)
     and compares it with what the deploy needs plus what the account already uses.
@@ -40,7 +40,7 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
       hpq check-quotas ml.g5.16xlarge 2 --region us-west-2
       hpq check-quotas p5.48xlarge 16 --orchestrator eks --output json
     """
-    if count < 1:
+    if nodes < 1:
         raise UsageError("COUNT must be at least 1")
     try:
         itype = catalog.lookup(instance_type).name
@@ -49,7 +49,7 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
         raise UsageError(str(exc)) from None
     session = make_session(region, profile)
     with aws_errors("servicequotas:GetServiceQuota"):
-        report = quotas.check_quotas(session, itype, count, orchestrator, ctype, fsx_gib, ebs_gib)
+        report = quotas.check_quotas(session, itype, nodes, orchestrator, ctype, fsx_gib, ebs_gib)
     if output == "json":
         printing.echo_json(report.as_dict())
     else:
@@ -57,7 +57,7 @@ def check_quotas(instance_type: str, count: int, region: str | None, profile: st
         for r in report.results:
             rows.append([r.spec.title, f"{r.spec.service}/{r.code or '?'}", _num(r.needed), _num(r.applied),
                          r.status.upper(), r.note])
-        printing.table(f"Quotas for {count} x {itype} ({orchestrator}) in {report.region}",
+        printing.table(f"Quotas for {nodes} x {itype} ({orchestrator}) in {report.region}",
                        ["Quota", "Code", "Needed", "Applied", "Result", "Note"], rows)
         fails = sum(r.status == quotas.FAIL for r in report.results)
         unknown = sum(r.status == quotas.UNKNOWN for r in report.results)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
+from hpq.cli.common_options import deprecated_spelling
 from hpq.errors import OperationFailed, UsageError
 from hpq.rehearsal import faults, prereqs, report, state, throttle, validate
 from hpq.scripts import run_nanogpt, run_nccl_test
@@ -19,10 +20,10 @@ RUN_EXAMPLES = """
 \b
 Examples:
   sudo hpq rehearse                                  slurm-gpu, controller + 2 workers, all checks
-  sudo hpq rehearse slurm-gpu --workers 3 --login    a login node too
+  sudo hpq rehearse slurm-gpu --nodes 3 --login    a login node too
   sudo hpq rehearse --output json > rehearsal.json   one JSON object on stdout
   sudo hpq rehearse --keep && sudo hpq rehearse shell worker-1
-  sudo hpq rehearse --workers 4 --sweep --throttle 2=30mbit   the sweep must name worker-3
+  sudo hpq rehearse --nodes 4 --sweep --throttle 2=30mbit   the sweep must name worker-3
   sudo hpq rehearse --without-fsx                    a cluster whose FSx is gone: the no-FSx path
   sudo hpq rehearse down                             remove a kept rehearsal
   sudo hpq rehearse eks-gpu                          EKS nodes' lifecycle + manifests (no API server)
@@ -89,8 +90,9 @@ def _list_faults(ctx: click.Context, param: Any, value: bool) -> None:
 
 @rehearse.command("run", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("variant", required=False, default="slurm-gpu", metavar="[VARIANT]", type=inputs.VARIANT)
-@click.option("--workers", default=2, show_default=True, type=inputs.Count(1, 16, "worker nodes"), help="Worker nodes.")
-@click.option("--instance-type", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
+@deprecated_spelling("--workers", canonical="workers", new_flag="-n/--nodes", type=inputs.Count(1, 16, "worker nodes"))
+@click.option("--nodes", "-n", "workers", default=2, show_default=True, type=inputs.Count(1, 16, "worker nodes"), help="Worker nodes.")
+@click.option("--instance-type", "-t", default=None, metavar="TYPE", type=inputs.ACCELERATED_TYPE,
               help="Worker instance type (default: the variant's type with the lowest bandwidth expectation, "
                    "ml.g5.xlarge for GPU variants; see docs/rehearse.md).")
 @click.option("--login", is_flag=True, help="Add a login node (Slurm variants).")
@@ -143,9 +145,9 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
 
     \b
     Examples:
-      sudo hpq rehearse run slurm-gpu --workers 3 --login
+      sudo hpq rehearse run slurm-gpu --nodes 3 --login
       sudo hpq rehearse run eks-gpu --output json
-      sudo hpq rehearse run slurm-gpu --workers 4 --sweep --throttle 2=30mbit
+      sudo hpq rehearse run slurm-gpu --nodes 4 --sweep --throttle 2=30mbit
     """
     ctx = click.get_current_context()
     inputs.refuse_inapplicable(ctx, {"login": orchestrator_of(variant) == SLURM}, f"to {variant}",

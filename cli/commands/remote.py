@@ -53,7 +53,7 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
 @click.argument("gpus", required=False, type=inputs.GPUS)
 @aws_options(services=inputs.SERVICES_NODES)
 @ssh_options
-@click.option("--instance-type", default=None, type=inputs.ACCELERATED_TYPE,
+@click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
               help="Judge against this type (default: the cluster's worker type).")
 @click.option("--expect", default=None, metavar="catalog|none|GBPS",
               help="Judge the bandwidth against the catalog (default), not at all (none), or your own figure in "

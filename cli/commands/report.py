@@ -7,6 +7,7 @@ import sys
 import click
 
 from hpq.cli import inputs
+from hpq.cli.common_options import deprecated_spelling
 from hpq.errors import UsageError
 from hpq.scripts import outcome
 from hpq.scripts.nccl_report import (
@@ -21,7 +22,8 @@ from hpq.scripts.nccl_report import (
 
 @click.command("nccl-report")
 @click.argument("file", type=inputs.InputFile(allow_dash=True, max_bytes=64 << 20))
-@click.option("--instance-type", "-i", default=None, type=inputs.ACCELERATED_TYPE,
+@deprecated_spelling("-i", canonical="instance_type", new_flag="-t/--instance-type", type=inputs.ACCELERATED_TYPE)
+@click.option("--instance-type", "-t", default=None, type=inputs.ACCELERATED_TYPE,
               help="Compare the peak against the catalog's expected busbw for this type (e.g. ml.p5.48xlarge).")
 @click.option("--nodes", "-n", type=inputs.NODES, default=None,
               help="Nodes the run used, when the log has no nccl-tests rank lines (they win when present).")
@@ -29,7 +31,8 @@ from hpq.scripts.nccl_report import (
               help="What the peak is judged against: the catalog's figure for --instance-type and the node count, "
                    "none (bandwidth reported, not judged; still fails on #wrong or a cut-off log), or your own "
                    "figure in GB/s (pass at 70%, 80% on one node).")
-@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@deprecated_spelling("-o", canonical="output", new_flag="--output", type=click.Choice(["table", "json"]))
+@click.option("--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
 def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect: str, output: str) -> int:
     """Parse collective benchmark output in FILE ('-' for stdin) and judge it.
@@ -58,12 +61,12 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
 
     \b
     Examples:
-      hpq nccl-report nccl-test.log -i ml.p5.48xlarge
-      hpq nccl-report nccom.log -i trn1.32xlarge --nodes 2
+      hpq nccl-report nccl-test.log -t ml.p5.48xlarge
+      hpq nccl-report nccom.log -t trn1.32xlarge --nodes 2
       hpq nccl-report nccl-test.log --output json | jq .peak_busbw_gbps
       hpq nccl-report nccl-test.log --expect 350          your own baseline, GB/s
       hpq nccl-report nccl-test.log --expect none         completion and #wrong only
-      srun -N 2 --ntasks-per-node 8 all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -i p4d.24xlarge
+      srun -N 2 --ntasks-per-node 8 all_reduce_perf -b 8 -e 16G -f 2 | hpq nccl-report - -t p4d.24xlarge
 
     nccl-test.log and nccom.log stand for your saved logs (run-nccl-test keeps them
     in /fsx/hpq-results/ on the cluster).

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from hpq.cli.inputs.completion import items
 from hpq.cli.inputs.text import Text, show
 from hpq.lifecycle import catalog
 from hpq.manifests.render import NCCL_DEBUG_LEVELS
@@ -17,6 +18,9 @@ class Variant(Text):
 
     def __init__(self) -> None:
         super().__init__("variant")
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        return items(VARIANTS, incomplete)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         value = super().convert(value, param, ctx)
@@ -30,6 +34,9 @@ class Size(Text):
 
     def __init__(self) -> None:
         super().__init__("size")
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        return items(SIZES, incomplete)
 
     def check(self, value: str) -> str | None:
         return None if value in SIZES else f"is unknown; choose one of: {', '.join(SIZES)}"

@@ -6,6 +6,7 @@ tests/cli/test_inputs.py compares them with botocore's models so they cannot dri
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import click
 
 from hpq.aws.s3 import validate_bucket_name
+from hpq.cli.inputs.completion import aws_names
 from hpq.cli.inputs.numbers import MAX_INSTANCES
 from hpq.cli.inputs.text import NameOrArn, Pattern, Text, show
 from hpq.errors import UsageError
@@ -61,10 +63,11 @@ STACK_NAME = Pattern("stack name", [STACK_NAME_RE],
 
 HYPERPOD_CLUSTER = NameOrArn("HyperPod cluster", HYPERPOD_NAME_PATTERN, HYPERPOD_NAME_MAX, HYPERPOD_ARN_RE,
                              "give a HyperPod cluster name (letters, digits and '-', 1-63 characters, starting "
-                             "and ending with a letter or digit) or its ARN")
+                             "and ending with a letter or digit) or its ARN",
+                             complete=functools.partial(aws_names, "cluster"))
 STACK = NameOrArn("stack", STACK_NAME_RE, STACK_NAME_MAX, STACK_ARN_RE,
                   "give a CloudFormation stack name (letters, digits and '-', starting with a letter, at most 128) "
-                  "or a stack ARN")
+                  "or a stack ARN", complete=functools.partial(aws_names, "stack"))
 INSTANCE_GROUP = Pattern("instance group", [HYPERPOD_NAME_PATTERN],
                          "HyperPod instance group names have letters, digits and '-', 1-63 characters", HYPERPOD_NAME_MAX)
 EKS_CLUSTER = NameOrArn("cluster", EKS_NAME_RE, EKS_NAME_MAX, HYPERPOD_ARN_RE,

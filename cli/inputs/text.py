@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -68,9 +68,14 @@ class NameOrArn(Pattern):
     ("a-b" is one repetition of ``(-*[a-zA-Z0-9])``).
     """
 
-    def __init__(self, what: str, name_re: str, name_max: int, arn_re: str, rule: str) -> None:
+    def __init__(self, what: str, name_re: str, name_max: int, arn_re: str, rule: str,
+                 complete: Callable[[click.Context, str], list[Any]] | None = None) -> None:
         super().__init__(what, [name_re], rule, name_max)
         self.arn = re.compile(arn_re)
+        self.complete = complete
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        return self.complete(ctx, incomplete) if self.complete else []
 
     def check(self, value: str) -> str | None:
         if value.startswith("arn:"):

@@ -186,7 +186,7 @@ def assert_progress_while_testing(stderr: str) -> None:
 
 
 def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
-    res = rehearse(env, "slurm-gpu", "--workers", "2", "--output", "json")
+    res = rehearse(env, "slurm-gpu", "--nodes", "2", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
     assert r["variant"] == "slurm-gpu" and r["result"] == "pass" and r["seconds"] > 0
@@ -308,7 +308,7 @@ def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
 
 def test_broken_lifecycle_step_names_node_step_cause_and_log(env):
     """A worker pointed at the wrong slurmctld port (documented HPQ_* settings, on that node only)."""
-    res = rehearse(env, "--workers", "2", "--no-validate", "--output", "json",
+    res = rehearse(env, "--nodes", "2", "--no-validate", "--output", "json",
                    "--node-env", "worker-2:HPQ_SLURMCTLD_PORT=9", "--node-env", "worker-2:HPQ_SLURM_CONF_WAIT_S=2",
                    "--node-env", "worker-2:HPQ_SERVICE_WAIT_S=2")
     assert res.returncode == 1, res.stderr[-3000:]
@@ -358,7 +358,7 @@ def test_signal_mid_lifecycle_tears_everything_down(env, sig):
 
 
 def test_keep_shell_and_down(env):
-    res = rehearse(env, "--workers", "1", "--no-validate", "--keep", "--output", "json")
+    res = rehearse(env, "--nodes", "1", "--no-validate", "--keep", "--output", "json")
     # A kept rehearsal outlives a failed assertion: take its run id first so `down` always runs.
     found = re.search(r"\(run ([0-9a-f]+)", res.stderr)
     run_id = found.group(1) if found else ""
@@ -386,7 +386,7 @@ def test_keep_shell_and_down(env):
 
 
 def test_eks_variant_runs_the_eks_lifecycle_and_checks_its_manifests(env):
-    res = rehearse(env, "eks-gpu", "--workers", "2", "--output", "json")
+    res = rehearse(env, "eks-gpu", "--nodes", "2", "--output", "json")
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(res.stdout)
     assert r["variant"] == "eks-gpu" and r["result"] == "pass"
@@ -424,7 +424,7 @@ def test_interpreter_under_tmp_stays_visible_on_the_nodes(env):
         ours = [d for d in site.getsitepackages() + [sysconfig.get_path("purelib")] if os.path.isdir(d)]
         Path(purelib, "hpq-test-parent.pth").write_text(
             "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dict.fromkeys(ours)) + "\n")
-        res = watched([str(py), "-m", "hpq", "rehearse", "--workers", "1", "--no-validate", "--output", "json"], env)
+        res = watched([str(py), "-m", "hpq", "rehearse", "--nodes", "1", "--no-validate", "--output", "json"], env)
         assert res.returncode == 0, res.stderr[-3000:]
         r = json.loads(res.stdout)
         assert r["result"] == "pass" and r["slurm_nodes_idle"] == 1
@@ -438,7 +438,7 @@ def test_login_node_registers_with_slurm_and_no_fsx_key_job_skips_it(env):
     idle in `scontrol show nodes` though no partition lists it (sinfo would not show it: the rehearsal failed
     there). Without FSx the controller's key job names the workers exactly; the login node, outside every
     partition, cannot run a job, and the ssh-keys step says so as a warning instead of failing the node."""
-    res = rehearse(env, "--workers", "1", "--login", "--without-fsx", "--no-validate", "--output", "json")
+    res = rehearse(env, "--nodes", "1", "--login", "--without-fsx", "--no-validate", "--output", "json")
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(res.stdout)
     login = next(n for n in r["nodes"] if n["role"] == "login")
@@ -456,7 +456,7 @@ def test_two_rehearsals_at_once_on_one_host(env):
     results: dict[int, subprocess.CompletedProcess] = {}
 
     def one(i: int) -> None:
-        results[i] = rehearse(env, "--workers", "1", "--no-validate", "--output", "json")
+        results[i] = rehearse(env, "--nodes", "1", "--no-validate", "--output", "json")
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for t in threads:

@@ -174,11 +174,11 @@ word = s.text(alphabet=s.characters(codec="utf-8", exclude_categories=("Cs",)), 
 @example(workers="1_6")
 def test_workers_any_text(workers):
     try:
-        p = parse_run(["--workers", workers])
+        p = parse_run(["--nodes", workers])
     except (click.UsageError, UsageError) as exc:
         assert refused_cleanly(exc), exc
         return
-    assert 1 <= p["workers"] <= 16 and parse_run(["--workers", str(p["workers"])])["workers"] == p["workers"]
+    assert 1 <= p["workers"] <= 16 and parse_run(["--nodes", str(p["workers"])])["workers"] == p["workers"]
 
 
 rate = s.one_of(word, s.builds(lambda n, u: f"{n}{u}", s.decimals(0, 10**13, places=3, allow_nan=False,
@@ -192,7 +192,7 @@ rate = s.one_of(word, s.builds(lambda n, u: f"{n}{u}", s.decimals(0, 10**13, pla
 @example(workers=5, specs=["0=1e2mbit"])
 @example(workers=5, specs=["0=.5gbit"])
 def test_throttle_any_specs(workers, specs):
-    args = ["--workers", str(workers), "--sweep"] + [a for v in specs for a in ("--throttle", v)]
+    args = ["--nodes", str(workers), "--sweep"] + [a for v in specs for a in ("--throttle", v)]
     try:
         p = parse_run(args)
     except (click.UsageError, UsageError) as exc:
@@ -201,7 +201,7 @@ def test_throttle_any_specs(workers, specs):
     out = p["throttle"]
     assert all(0 <= i < workers for i in out) and len(out) <= max(0, (workers - 1) // 2)
     assert all(throttle.MIN_RATE_BITS <= throttle.rate_bits(r) <= throttle.MAX_RATE_BITS for r in out.values())
-    again = parse_run(["--workers", str(workers), "--sweep"] + [a for i, r in out.items() for a in ("--throttle",
+    again = parse_run(["--nodes", str(workers), "--sweep"] + [a for i, r in out.items() for a in ("--throttle",
                                                                                                        f"{i}={r}")])
     assert again["throttle"] == out
 
@@ -214,7 +214,7 @@ def test_throttle_any_specs(workers, specs):
 @example(workers=1, login=False, specs=["HPQ_X=a\u2028b"])
 @example(workers=1, login=False, specs=["HPQ_X=a=b"])
 def test_node_env_any_specs(workers, login, specs):
-    args = ["--workers", str(workers)] + (["--login"] if login else []) + [a for v in specs for a in ("--node-env", v)]
+    args = ["--nodes", str(workers)] + (["--login"] if login else []) + [a for v in specs for a in ("--node-env", v)]
     try:
         p = parse_run(args)
     except (click.UsageError, UsageError) as exc:
@@ -224,7 +224,7 @@ def test_node_env_any_specs(workers, login, specs):
     names = cmd.node_names("slurm-gpu", workers, login)
     assert all(node == "" or node in names for node in env)
     back = [f"{node + ':' if node else ''}{k}={v}" for node, kv in env.items() for k, v in kv.items()]
-    assert parse_run(["--workers", str(workers)] + (["--login"] if login else []) +
+    assert parse_run(["--nodes", str(workers)] + (["--login"] if login else []) +
                      [a for v in back for a in ("--node-env", v)])["env"] == env
 
 

@@ -51,7 +51,7 @@ def test_rates_are_read_as_tc_reads_them(scratch_netns):
 
 @pytest.mark.slow
 def test_sweep_names_exactly_the_throttled_worker(env):
-    res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
+    res = rehearse(env, "slurm-gpu", "--nodes", "4", "--no-validate", "--sweep", "--throttle", "2=30mbit",
                    "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
@@ -77,7 +77,7 @@ def test_sweep_names_exactly_the_throttled_worker(env):
 
 @pytest.mark.slow
 def test_unthrottled_sweep_names_none(env):
-    res = rehearse(env, "slurm-gpu", "--workers", "4", "--no-validate", "--sweep", "--output", "json")
+    res = rehearse(env, "slurm-gpu", "--nodes", "4", "--no-validate", "--sweep", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
     s = r["sweep"]

@@ -66,7 +66,7 @@ def nccl_env(*args: str) -> tuple[int, str]:
 
 
 def as_json(*args: str) -> dict:
-    code, out = nccl_env(*args, "--format", "json")
+    code, out = nccl_env(*args, "--output", "json")
     assert code == 0
     doc = json.loads(out)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items())
@@ -103,7 +103,7 @@ def test_trn1_gets_neuron_path_and_ompi_root():
 def test_no_efa_override_and_legacy_profile():
     v = as_json("p5.48xlarge", "--no-efa", "--iface", "ens5")
     assert v["NCCL_NET_PLUGIN"] == "none" and v["NCCL_SOCKET_IFNAME"] == "ens5" and v["GLOO_SOCKET_IFNAME"] == "ens5"
-    legacy = as_json("p5.48xlarge", "--profile", "legacy")
+    legacy = as_json("p5.48xlarge", "--nccl-profile", "legacy")
     assert legacy["NCCL_BUFFSIZE"] == "8388608" and legacy["NCCL_P2P_NET_CHUNKSIZE"] == "524288"
 
 
@@ -119,7 +119,7 @@ def test_sh_output_applies_in_a_shell(tmp_path):
 
 
 def test_k8s_format_is_a_container_env_list():
-    code, out = nccl_env("p4d.24xlarge", "--format", "k8s")
+    code, out = nccl_env("p4d.24xlarge", "--output", "k8s")
     env = yaml.safe_load(out)["env"]
     assert {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in env
     assert all(isinstance(e["value"], str) for e in env)

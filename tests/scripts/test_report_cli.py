@@ -40,13 +40,13 @@ def test_shortfall_exits_1_with_explanation():
 
 def test_stdin_and_unreadable_input_exit_2():
     text = (DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt").read_text()
-    ok = hpq("-", "-i", "trn1.32xlarge", "-n", "2", stdin=text)
+    ok = hpq("-", "-t", "trn1.32xlarge", "-n", "2", stdin=text)
     assert ok.returncode == 0 and "37.01" in ok.stdout
     bad = hpq("-", stdin="this is not a benchmark log\n")
     assert bad.returncode == 2 and "no benchmark result rows" in bad.stderr and "Traceback" not in bad.stderr
     missing = hpq(str(DATA / "does-not-exist.log"))
     assert missing.returncode == 2
-    unknown = hpq(str(DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"), "-i", "ml.p5.huge")
+    unknown = hpq(str(DATA / "seed004_nccom_2x_trn1.32xlarge_excerpt.txt"), "-t", "ml.p5.huge")
     assert unknown.returncode == 2 and "unknown instance type" in unknown.stderr
 
 
@@ -70,7 +70,7 @@ def test_a_cut_off_log_is_never_a_pass():
     """A run that died mid-table has good rows but no summary: FAIL (exit 1), with or without an instance type."""
     text = (DATA / "h200x4_nccl_baseline_allreduce.txt").read_text()
     cut = text[: text.index("Avg bus bandwidth")].rsplit("\n", 3)[0] + "\n"
-    for args in ([], ["-i", "ml.p5.48xlarge"], ["--expect", "none"]):
+    for args in ([], ["-t", "ml.p5.48xlarge"], ["--expect", "none"]):
         res = hpq("-", *args, stdin=cut)
         assert res.returncode == 1, res.stdout + res.stderr
         assert res.stdout.splitlines()[-6].startswith("FAIL: ") and "cut off" in res.stdout

@@ -309,16 +309,16 @@ def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 def test_cli_exit_codes_and_json(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(efa_log(2, 78.33))
-    ok = run_cli(str(log), "-i", P4DE, "--output", "json")
+    ok = run_cli(str(log), "-t", P4DE, "--output", "json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["outcome"] == "PASS"
     log.write_text(efa_log(2, 41.0))
-    assert run_cli(str(log), "-i", P4DE).returncode == 1
-    assert run_cli(str(log), "-i", P4DE, "--expect", "none").returncode == 0
+    assert run_cli(str(log), "-t", P4DE).returncode == 1
+    assert run_cli(str(log), "-t", P4DE, "--expect", "none").returncode == 0
     log.write_text(without_rank_lines(efa_log(2, 78.33)))
-    inc = run_cli(str(log), "-i", P4DE)
+    inc = run_cli(str(log), "-t", P4DE)
     assert inc.returncode == 3 and inc.stdout.splitlines()[-6].startswith("INCONCLUSIVE: ")
-    assert run_cli(str(log), "-i", P4DE, "--nodes", "2").returncode == 0
-    bad = run_cli(str(log), "-i", P4DE, "--expect", "quick")
+    assert run_cli(str(log), "-t", P4DE, "--nodes", "2").returncode == 0
+    bad = run_cli(str(log), "-t", P4DE, "--expect", "quick")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "hpq: error: --expect 'quick': use 'catalog', 'none' or a bus bandwidth in GB/s (e.g. 350)"]
     zero = run_cli(str(log), "--nodes", "0")

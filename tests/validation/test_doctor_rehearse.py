@@ -23,7 +23,7 @@ def _findings(r: dict) -> set[tuple[str, str, str]]:
 
 
 def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):
-    res = rehearse(env, "slurm-gpu", "--workers", "3", "--no-validate", "--fault", "worker-2:xid79",
+    res = rehearse(env, "slurm-gpu", "--nodes", "3", "--no-validate", "--fault", "worker-2:xid79",
                    "--fault", "worker-3:disk-full", "--fault", "worker-1:nccl-drift", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
@@ -47,7 +47,7 @@ def test_injected_faults_are_named_on_their_nodes_with_their_actions(env):
 def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):
     """ml.g5.8xlarge has one EFA: the stand-in fi_info answers for it, so its EFA checks are judged (a healthy
     worker-4 PASSes with nothing unchecked) and fi_info failing is named; several faults share one rehearsal."""
-    res = rehearse(env, "slurm-gpu", "--workers", "4", "--instance-type", "ml.g5.8xlarge", "--no-validate",
+    res = rehearse(env, "slurm-gpu", "--nodes", "4", "--instance-type", "ml.g5.8xlarge", "--no-validate",
                    "--fault", "worker-1:fi-info-fail", "--fault", "worker-1:xid48",
                    "--fault", "worker-2:throttle", "--fault", "worker-2:ecc",
                    "--fault", "worker-3:pcie-degraded", "--fault", "worker-3:fsx-gone",
@@ -66,7 +66,7 @@ def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):
 
 
 def test_a_clean_rehearsal_reports_nothing(env):
-    res = rehearse(env, "slurm-gpu", "--workers", "2", "--no-validate", "--doctor", "--output", "json")
+    res = rehearse(env, "slurm-gpu", "--nodes", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
     assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
     doc = r["doctor"]
