@@ -170,18 +170,18 @@ class QuotaReader:
 
     def by_code(self, service: str, code: str) -> tuple[dict[str, Any] | None, str, str]:
         """(quota, source, problem)."""
-        import botocore.exceptions as bex
+        import botocore.exceptions
 
         try:
             return self.sq.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"], "applied", ""
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             first = f"{error_code(exc)}: {error_message(exc)}"
             if error_code(exc) not in ("NoSuchResourceException",):
                 mapped = translate(exc, f"servicequotas:GetServiceQuota {service}/{code}")
                 return None, "", str(mapped or first)
         try:
             return self.sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"], "default", ""
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             mapped = translate(exc, f"servicequotas:GetAWSDefaultServiceQuota {service}/{code}")
             return None, "", str(mapped or exc)
 
@@ -208,7 +208,7 @@ class QuotaReader:
 
 def read_quota(reader: QuotaReader, spec: QuotaSpec) -> tuple[dict[str, Any] | None, str, str]:
     """Find and read one quota; (quota, source, problem)."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     problem = ""
     if spec.code:
@@ -220,7 +220,7 @@ def read_quota(reader: QuotaReader, spec: QuotaSpec) -> tuple[dict[str, Any] | N
     if spec.name or spec.name_all:
         try:
             found = reader.by_name(spec.service, spec.name, spec.name_all)
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             mapped = translate(exc, f"servicequotas:ListServiceQuotas {spec.service}")
             return None, "", str(mapped or exc)
         if found:

@@ -54,11 +54,11 @@ class StackInfo:
 
 def describe(cfn: Any, stack: str) -> StackInfo:
     """One stack by name or id; a missing stack is a one-line NotFound (exit 2)."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         data = cfn.describe_stacks(StackName=stack)["Stacks"][0]
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         if error_code(exc) == "ValidationError" and "does not exist" in error_message(exc):
             raise NotFound(f"stack {stack!r} does not exist in this region (check --region)") from None
         with aws_errors(f"cloudformation:DescribeStacks {stack}"):
