@@ -25,8 +25,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from hpq.lifecycle import catalog, names
-from hpq.scripts import node_checks as nc
-from hpq.scripts import nodeinfo
+from hpq.scripts import node_checks, nodeinfo
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 TOOL_TIMEOUT_S = 30.0
@@ -55,7 +54,7 @@ def run_tool(argv: List[str], timeout: Optional[float] = None) -> Tuple[Optional
         return None, "", "%s: no answer in %.0f s" % (argv[0], timeout)
     except OSError as exc:
         return None, "", "%s: %s" % (argv[0], exc)
-    cap = nc.MAX_TOOL_OUTPUT_BYTES
+    cap = node_checks.MAX_TOOL_OUTPUT_BYTES
     return done.returncode, done.stdout[:cap], done.stderr[:cap]
 
 
@@ -100,7 +99,7 @@ def _first_version(patterns, regex: str) -> Optional[str]:
     return None
 
 
-def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str) -> Dict[str, str]:
+def fingerprint(smi: Optional[node_checks.SmiReport], fi_info_version: str) -> Dict[str, str]:
     """The software this node runs, for drift across nodes: absent pieces are left out, not guessed."""
     fp = {"kernel": os.uname().release}
     if smi is not None:
@@ -124,7 +123,7 @@ def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str) -> Dict[str, 
     return {k: v for k, v in fp.items() if v}
 
 
-def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
+def daemon_findings(daemons=DAEMONS) -> List[node_checks.Finding]:
     """A node daemon whose unit is loaded (installed, not masked) but not active.
 
     ``systemctl is-active`` says "inactive" for a unit that does not exist, so the unit's LoadState decides
@@ -137,8 +136,8 @@ def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
             continue
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         if props.get("LoadState") == "loaded" and props.get("ActiveState") != "active":
-            findings.append(nc.Finding("daemon_down", nc.SEVERITY_CRITICAL,
-                                       "%s is %s" % (name, props.get("ActiveState", "?")), nc.ACTION_REBOOT))
+            findings.append(node_checks.Finding("daemon_down", node_checks.SEVERITY_CRITICAL,
+                                       "%s is %s" % (name, props.get("ActiveState", "?")), node_checks.ACTION_REBOOT))
     return findings
 
 
@@ -147,36 +146,36 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
             disks=("/", "/opt/sagemaker")) -> Dict[str, object]:
     """Every check on this node: findings, what could not be checked, and the software fingerprint."""
     started = time.monotonic()
-    findings: List[nc.Finding] = []
+    findings: List[node_checks.Finding] = []
     unchecked: List[str] = []
-    smi: Optional[nc.SmiReport] = None
-    efa_before = nc.read_efa_counters(sys_infiniband)
+    smi: Optional[node_checks.SmiReport] = None
+    efa_before = node_checks.read_efa_counters(sys_infiniband)
     if entry.accelerator == catalog.GPU:
         rc, out, err = run_tool(["nvidia-smi", "-q", "-x"])
         if rc == 0:
             try:
-                smi = nc.parse_smi_xml(out)
+                smi = node_checks.parse_smi_xml(out)
             except ValueError as exc:
                 unchecked.append("gpus: %s" % exc)
         elif "not found" in err:
             unchecked.append("gpus: nvidia-smi not found")
         else:
             # nvidia-smi failing or hanging is itself the finding: a GPU off the bus does both.
-            findings += nc.judge_gpus(None, entry.accelerator_count, entry.accelerator_model)
+            findings += node_checks.judge_gpus(None, entry.accelerator_count, entry.accelerator_model)
         if smi is not None:
             links = None
-            if nc.GPU_MODELS.get(entry.accelerator_model, nc.GpuModelFacts(0, 0, 0)).nvlinks:
+            if node_checks.GPU_MODELS.get(entry.accelerator_model, node_checks.GpuModelFacts(0, 0, 0)).nvlinks:
                 rc_l, out_l, _ = run_tool(["nvidia-smi", "nvlink", "-s"])
                 if rc_l == 0:
-                    links = nc.parse_nvlink_status(out_l)
+                    links = node_checks.parse_nvlink_status(out_l)
                 else:
                     unchecked.append("nvlink: nvidia-smi nvlink -s did not answer")
-            findings += nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, links)
+            findings += node_checks.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, links)
         log, source = kernel_log()
         if log is None:
             unchecked.append("xid: %s" % source)
         else:
-            findings += nc.judge_xids(nc.parse_xids(log))
+            findings += node_checks.judge_xids(node_checks.parse_xids(log))
     elif entry.accelerator == catalog.TRAINIUM:
         unchecked.append("neuron: Trainium device checks are not implemented yet")
     fi_version = ""
@@ -188,28 +187,28 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
         fi_version = run_tool(["fi_info", "--version"])[1]
         if efa_window > 0:
             time.sleep(efa_window)
-        findings += nc.judge_efa(nc.efa_devices(sys_infiniband), entry.efa_interfaces, efa_before,
-                                 nc.read_efa_counters(sys_infiniband), provider_ok)
+        findings += node_checks.judge_efa(node_checks.efa_devices(sys_infiniband), entry.efa_interfaces, efa_before,
+                                 node_checks.read_efa_counters(sys_infiniband), provider_ok)
     for path in disks:
         try:
             st = os.statvfs(path)
         except OSError:
             continue
-        findings += nc.judge_disk(path, st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
+        findings += node_checks.judge_disk(path, st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
     if fsx:
         try:
             with open(proc_mounts) as fh:
-                mounts = fh.read(nc.MAX_TOOL_OUTPUT_BYTES)
+                mounts = fh.read(node_checks.MAX_TOOL_OUTPUT_BYTES)
         except OSError as exc:
             mounts = ""
             unchecked.append("fsx: %s" % exc)
         writable = fsx_writable(fsx) if os.path.isdir(fsx) else None
-        found = nc.judge_mounts(mounts, fsx, writable)
+        found = node_checks.judge_mounts(mounts, fsx, writable)
         if writable is None and not found and os.path.isdir(fsx):
             unchecked.append("fsx: no permission to write a test file under %s" % fsx)
         findings += found
     findings += daemon_findings()
-    verdict = nc.worst(findings)
+    verdict = node_checks.worst(findings)
     if verdict == "PASS" and unchecked:
         verdict = "INCONCLUSIVE"
     # The node as Slurm names it when srun started us (its NodeName), else the host name.
