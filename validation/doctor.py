@@ -19,9 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.scripts import node_checks as nc
+from hpq.scripts import node_checks, xid_catalog
 from hpq.scripts import outcome as oc
-from hpq.scripts import xid_catalog
 from hpq.validation.request import TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -102,7 +101,7 @@ def add_drift(nodes: list[NodeResult]) -> None:
         if n.fingerprint:
             by_type.setdefault(n.instance_type, {})[n.node] = n.fingerprint
     for group in by_type.values():  # two nodes that differ have no majority: neither is named
-        for name, found in nc.drift(group).items():
+        for name, found in node_checks.drift(group).items():
             node = next(n for n in nodes if n.node == name)
             node.findings += [f.to_dict() for f in found]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpq.scripts import xid_catalog as xc
+from hpq.scripts import xid_catalog
 from hpq.validation.backend import run_test
 
 BATCH_MAX = 25  # node ids per BatchReboot/BatchReplaceClusterNodes request (API reference)
@@ -104,7 +104,7 @@ def resume_command(node: str) -> str:
 
 
 def api_command(action: str, cluster: str, ids: list[str]) -> str:
-    verb = {xc.ACTION_REBOOT: "batch-reboot-cluster-nodes", xc.ACTION_REPLACE: "batch-replace-cluster-nodes"}[action]
+    verb = {xid_catalog.ACTION_REBOOT: "batch-reboot-cluster-nodes", xid_catalog.ACTION_REPLACE: "batch-replace-cluster-nodes"}[action]
     return f"aws sagemaker {verb} --cluster-name {shlex.quote(cluster)} --node-ids {' '.join(ids)}"
 
 
@@ -113,13 +113,13 @@ def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str) -
     A node HyperPod does not list (or no view at all) can only be drained: its step says so."""
     steps: list[Step] = []
     for n in nodes:
-        action = n.get("action", xc.ACTION_NONE)
-        if action == xc.ACTION_NONE:
+        action = n.get("action", xid_catalog.ACTION_NONE)
+        if action == xid_catalog.ACTION_NONE:
             continue
         worst = [f for f in n.get("findings", []) if f.get("action") == action]
         reason = "hpq doctor: " + "; ".join(f"{f.get('kind')}: {f.get('evidence')}" for f in worst[:2])
-        steps.append(Step(n["node"], xc.ACTION_DRAIN, drain_command(n["node"], reason), reason))
-        if action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE):
+        steps.append(Step(n["node"], xid_catalog.ACTION_DRAIN, drain_command(n["node"], reason), reason))
+        if action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE):
             v = view.get(n["node"])
             if v is None:
                 steps.append(Step(n["node"], action, "", reason, error="not in ListClusterNodes: cannot " + action))
@@ -133,14 +133,14 @@ def apply(steps: list[Step], shell: Any, sm: Any, cluster: str, echo: Echo) -> N
     """Do the plan: drains on the controller, then one API request per action and 25 nodes. Each step records
     whether it was done, and why not (the API's ErrorCode and Message, or scontrol's error)."""
     for s in steps:
-        if s.action != xc.ACTION_DRAIN:
+        if s.action != xid_catalog.ACTION_DRAIN:
             continue
         code, out, err = shell.run(s.command, timeout=60)
         s.done = code == 0
         s.error = "" if s.done else (err or out).strip()[-300:] or f"exit {code}"
         echo(f"{s.node}: drain {'done' if s.done else 'FAILED: ' + s.error}")
-    for action, call in ((xc.ACTION_REBOOT, sm.batch_reboot_cluster_nodes),
-                         (xc.ACTION_REPLACE, sm.batch_replace_cluster_nodes)):
+    for action, call in ((xid_catalog.ACTION_REBOOT, sm.batch_reboot_cluster_nodes),
+                         (xid_catalog.ACTION_REPLACE, sm.batch_replace_cluster_nodes)):
         todo = [s for s in steps if s.action == action and s.instance_id and not s.error]
         for i in range(0, len(todo), BATCH_MAX):
             chunk = todo[i:i + BATCH_MAX]
@@ -182,8 +182,8 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
     3 when a node is only drained (a person decides) or did not come back in ``wait_s``."""
     apply(steps, backend.shell, sm, cluster, echo)
     failed = [s for s in steps if not s.done]
-    acted = sorted({s.node for s in steps if s.done and s.action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE)})
-    drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xc.ACTION_DRAIN})
+    acted = sorted({s.node for s in steps if s.done and s.action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE)})
+    drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xid_catalog.ACTION_DRAIN})
     status: dict[str, str] = {}
     if acted:
         status = wait_running(sm, cluster, acted, wait_s, echo, poll_s)

@@ -16,9 +16,8 @@ from typing import Any
 
 from hpq.errors import HpqError
 from hpq.kube.jobs import EFA_RESOURCE, HEALTH_CHECKING, HEALTH_LABEL
-from hpq.scripts import nccl_report
+from hpq.scripts import nccl_report, sweep
 from hpq.scripts import outcome as oc
-from hpq.scripts import sweep as node_sweep
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -105,7 +104,7 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     """The sweep's own JSON report (``run-nccl-test --sweep --output json``): its outcome and its node table.
     No report back is a FAIL of the run (2 and 130 keep their meaning: the node refused the arguments, or
     was interrupted)."""
-    doc = node_sweep.extract_json(raw.log)
+    doc = sweep.extract_json(raw.log)
     if doc is None:
         program = raw.command.split(" ")[0] or "run-nccl-test"
         if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED):  # refused its arguments, or interrupted
@@ -124,7 +123,7 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
         outcome, code = oc.FAIL, oc.EXIT_FAIL
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
-    return TestResult(req.test, backend, cluster, outcome, code, node_sweep.format_report(doc), instance_type,
+    return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,
                       nodes, doc)
 
 
