@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hpq.aws import stacks as aws_stacks
+from hpq.aws import stacks
 from hpq.aws.session import client, make_session
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
@@ -26,7 +26,7 @@ def observe(stack: str, region: str | None, profile: str | None, output: str) ->
       hpq observe hpq-slurm-gpu --output json | jq -r '.dashboards[].import_command'
     """
     session = make_session(region, profile)
-    info = aws_stacks.describe(client(session, "cloudformation"), stack)
+    info = stacks.describe(client(session, "cloudformation"), stack)
     try:
         view = endpoints.describe(info.name, session.region_name, info.outputs)
     except endpoints.ObservabilityOff as exc:
