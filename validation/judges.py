@@ -17,7 +17,18 @@ from typing import Any
 from hpq.errors import HpqError
 from hpq.kube.jobs import EFA_RESOURCE, HEALTH_CHECKING, HEALTH_LABEL
 from hpq.scripts import nccl_report, sweep
-from hpq.scripts import outcome as oc
+from hpq.scripts.outcome import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    exit_code,
+    headline,
+)
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -35,10 +46,10 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     try:
         report = nccl_report.parse_text(text)
     except HpqError as exc:
-        judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
-        msg = oc.headline(judged, "no result rows", "a complete benchmark table",
+        judged = FAIL if remote_code not in (0, EXIT_INCONCLUSIVE) else INCONCLUSIVE
+        msg = headline(judged, "no result rows", "a complete benchmark table",
                           f"no {benchmark} results in the output ({exc}); {program} exited {remote_code}")
-        code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
+        code = remote_code if remote_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else exit_code(judged)
         return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
                  "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
     verdict = nccl_report.evaluate(report, instance_type, nodes, expect, stand_in_network)
@@ -47,20 +58,20 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     # The remote ran the same checks: its INCONCLUSIVE (3) can only lower a local PASS; any other non-zero
     # status (the run failed, bad arguments, Ctrl-C) is a FAIL of the run whatever its rows say.
     code, message = verdict.exit_code, verdict.message
-    if stand_in_network and remote_code == oc.EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
+    if stand_in_network and remote_code == EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
                                                                                       expect, text):
         remote_code = 0  # the remote judged the stand-in network as the type's own: that FAIL is not the run's
-    if remote_code == oc.EXIT_INCONCLUSIVE and verdict.outcome == oc.PASS:
-        code = oc.EXIT_INCONCLUSIVE
-        message = oc.headline(oc.INCONCLUSIVE, verdict.number,
+    if remote_code == EXIT_INCONCLUSIVE and verdict.outcome == PASS:
+        code = EXIT_INCONCLUSIVE
+        message = headline(INCONCLUSIVE, verdict.number,
                               "the remote's own verdict", f"{program} on the cluster judged it INCONCLUSIVE "
                               "(its output above says why)") + "\n" + message
-    elif remote_code not in (0, oc.EXIT_INCONCLUSIVE) and verdict.outcome != oc.FAIL:
-        code = oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, f"exit status {remote_code}", "0",
+    elif remote_code not in (0, EXIT_INCONCLUSIVE) and verdict.outcome != FAIL:
+        code = EXIT_FAIL
+        message = headline(FAIL, f"exit status {remote_code}", "0",
                               f"{program} failed on the cluster (its output above says why)") + "\n" + message
     if code != verdict.exit_code:
-        judged = oc.INCONCLUSIVE if code == oc.EXIT_INCONCLUSIVE else oc.FAIL
+        judged = INCONCLUSIVE if code == EXIT_INCONCLUSIVE else FAIL
         data["outcome"] = judged
         data["verdict"].update(outcome=judged, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     return data, code, message
@@ -72,13 +83,13 @@ def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int
     as the node judged it fails that check alone, the benchmark itself did not exit non-zero, and the ranks'
     environment check (scripts/env_check) did not fail."""
     real = nccl_report.evaluate(report, instance_type, nodes, expect)
-    failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
+    failed = {k for k, c in real.checks.items() if c.outcome == FAIL}
     return (failed == {"transport"} and "exited with status" not in text
             and "transport environment is not the worker type's" not in text)  # the env check stays a FAIL
 
 
 def _outcome_of(code: int) -> str:
-    return {oc.EXIT_PASS: oc.PASS, oc.EXIT_INCONCLUSIVE: oc.INCONCLUSIVE}.get(code, oc.FAIL)
+    return {EXIT_PASS: PASS, EXIT_INCONCLUSIVE: INCONCLUSIVE}.get(code, FAIL)
 
 
 def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str, cluster: str,
@@ -88,13 +99,13 @@ def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None
     data, code, message = bandwidth(raw.log, instance_type, raw.exit_code, req.node_count, req.expect,
                                     stand_in_network, raw.command.split(" ")[0] or program, BENCHMARKS[req.test])
     if raw.timed_out:
-        code = oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+        code = EXIT_FAIL
+        message = headline(FAIL, "stopped", f"within {req.timeout_s}s",
                               f"{raw.command or program} did not finish in time") + "\n" + message
     data["command"] = raw.command
     if code and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
-    outcome = _outcome_of(code) if code not in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.FAIL
+    outcome = _outcome_of(code) if code not in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else FAIL
     data["outcome"] = outcome
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
 
@@ -107,20 +118,20 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     doc = sweep.extract_json(raw.log)
     if doc is None:
         program = raw.command.split(" ")[0] or "run-nccl-test"
-        if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED):  # refused its arguments, or interrupted
+        if raw.exit_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED):  # refused its arguments, or interrupted
             code, message = raw.exit_code, f"no sweep result came back: {program} exited {raw.exit_code} (its " \
                                            "message is above)"
         else:
-            code = oc.EXIT_FAIL
-            message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
+            code = EXIT_FAIL
+            message = headline(FAIL, "no sweep result", "a sweep report",
                                   f"{program} exited {raw.exit_code} (its messages are above)")
-        data = {"outcome": oc.FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
-        return TestResult(req.test, backend, cluster, oc.FAIL, code, message, instance_type, req.nodes, data)
+        data = {"outcome": FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
+        return TestResult(req.test, backend, cluster, FAIL, code, message, instance_type, req.nodes, data)
     doc["remote_exit_code"] = raw.exit_code
-    code = int(doc.get("exit_code", oc.EXIT_FAIL))
+    code = int(doc.get("exit_code", EXIT_FAIL))
     outcome = str(doc.get("outcome") or _outcome_of(code))
-    if outcome == oc.PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
-        outcome, code = oc.FAIL, oc.EXIT_FAIL
+    if outcome == PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
+        outcome, code = FAIL, EXIT_FAIL
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
     return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,
@@ -142,24 +153,24 @@ def judge_nanogpt_result(req: TestRequest, raw: RawOutcome, instance_type: str |
             doc = {}
     tail = (raw.log.strip().splitlines() or [""])[-1]
     if raw.timed_out:
-        outcome, message = oc.FAIL, oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+        outcome, message = FAIL, headline(FAIL, "stopped", f"within {req.timeout_s}s",
                                                 f"{raw.command or 'run-nanogpt'} did not finish in time")
     elif not doc.get("outcome"):
-        outcome = oc.INCONCLUSIVE if raw.exit_code in (0, oc.EXIT_INCONCLUSIVE) else oc.FAIL
-        message = oc.headline(outcome, "no result", "run-nanogpt's result JSON",
+        outcome = INCONCLUSIVE if raw.exit_code in (0, EXIT_INCONCLUSIVE) else FAIL
+        message = headline(outcome, "no result", "run-nanogpt's result JSON",
                               f"run-nanogpt exited {raw.exit_code} and no result came back: "
                               f"{tail or raw.stderr.strip()[-300:]}")
     else:
         outcome = str(doc["outcome"])
-        message = str(doc.get("message") or oc.headline(outcome, "run-nanogpt", "a falling loss", tail))
-        if outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):  # its JSON is no pass then
-            outcome = oc.FAIL
-            message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
+        message = str(doc.get("message") or headline(outcome, "run-nanogpt", "a falling loss", tail))
+        if outcome != FAIL and raw.exit_code not in (0, EXIT_INCONCLUSIVE):  # its JSON is no pass then
+            outcome = FAIL
+            message = headline(FAIL, f"exit status {raw.exit_code}", "0",
                                   "run-nanogpt failed on the cluster (its output above says why)") + "\n" + message
     data = {**doc, "command": raw.command, "exit_status": raw.exit_code, "outcome": outcome}
-    if outcome != oc.PASS and raw.stderr.strip():
+    if outcome != PASS and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
-    code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(outcome)
+    code = raw.exit_code if raw.exit_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else exit_code(outcome)
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
 
 
@@ -200,30 +211,30 @@ def judge_nanogpt_log(req: TestRequest, raw: RawOutcome, instance_type: str | No
 
     def verdict(outcome: str, reason: str) -> TestResult:
         data["outcome"] = outcome
-        return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome),
-                          oc.headline(outcome, number, "a falling, finite loss", reason), instance_type,
+        return TestResult(req.test, backend, cluster, outcome, exit_code(outcome),
+                          headline(outcome, number, "a falling, finite loss", reason), instance_type,
                           req.node_count, data)
 
     if raw.exit_code != 0:
-        return verdict(oc.FAIL, f"training ended {_ended(raw)}")
+        return verdict(FAIL, f"training ended {_ended(raw)}")
     if len(losses) < 2:
-        return verdict(oc.INCONCLUSIVE if not losses else oc.FAIL,
+        return verdict(INCONCLUSIVE if not losses else FAIL,
                        "training finished but printed fewer than two loss values (iter N: loss X)")
     bad = [x for x in losses if not math.isfinite(x)]
     if bad:
-        return verdict(oc.FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
+        return verdict(FAIL, f"{len(bad)} loss value(s) are not finite (nan/inf): the training diverged")
     if not losses[-1] < losses[0]:
-        return verdict(oc.FAIL, "the loss did not go down")
+        return verdict(FAIL, "the loss did not go down")
     failed = _RESULT_FAIL_RE.search(raw.log)
     if failed:
-        return verdict(oc.FAIL, "the program's own RESULT line says " + failed.group(1).strip())
+        return verdict(FAIL, "the program's own RESULT line says " + failed.group(1).strip())
     if _DISAGREE_RE.search(raw.log):
-        return verdict(oc.FAIL, "the ranks hold different weights at the end")
+        return verdict(FAIL, "the ranks hold different weights at the end")
     inconclusive = _INCONCLUSIVE_RE.search(raw.log)
     if inconclusive:
         data["neuron_devices_unused"] = True
-        return verdict(oc.INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
-    return verdict(oc.PASS, f"loss fell over {len(losses)} reports")
+        return verdict(INCONCLUSIVE, inconclusive.group(1).strip().split(": ", 1)[-1])
+    return verdict(PASS, f"loss fell over {len(losses)} reports")
 
 
 def judge_validate(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str,
@@ -256,14 +267,14 @@ def judge_validate(req: TestRequest, raw: RawOutcome, instance_type: str | None,
     if unhealthy:
         problems.append("HyperPod's health checks failed on " + ", ".join(unhealthy))
     if problems:
-        outcome, reason = oc.FAIL, "; ".join(problems)
+        outcome, reason = FAIL, "; ".join(problems)
     elif checking:
-        outcome, reason = oc.INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(checking)
+        outcome, reason = INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(checking)
                                             + f" ({HEALTH_LABEL}={HEALTH_CHECKING}): rerun when they end")
     else:
-        outcome, reason = oc.PASS, "every accelerator and EFA device visible" + (
+        outcome, reason = PASS, "every accelerator and EFA device visible" + (
             f"; {len(seen.get('usable') or [])} {seen.get('instance_type')} node(s) Ready and Schedulable"
             if facts else "")
     data["outcome"] = outcome
-    message = oc.headline(outcome, number, f"{nodes} node(s) seeing every device", reason)
-    return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome), message, instance_type, nodes, data)
+    message = headline(outcome, number, f"{nodes} node(s) seeing every device", reason)
+    return TestResult(req.test, backend, cluster, outcome, exit_code(outcome), message, instance_type, nodes, data)
