@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
-from hpq.cli.commands import test as test_cmd
+from hpq.cli.commands.test import PROGRAM_MAX_BYTES, echo_for, finish, run
 from hpq.cli.common_options import aws_options, output_option
 from hpq.manifests.render import RenderRequest, render
 from hpq.validation.eks import EksBackend, EksOptions
@@ -28,7 +28,6 @@ RENDER_OPTIONS = {
     "nodes": _JOBS,
 }
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
-PROGRAM_MAX_BYTES = test_cmd.PROGRAM_MAX_BYTES
 
 
 @click.group("eks", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -142,7 +141,7 @@ def _alias(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_ty
     """`hpq test TEST` on the EKS backend, for the cluster named (an EKS cluster, or a HyperPod cluster on EKS)."""
     request = TestRequest(test, nodes, gpus, instance_type, None, (), timeout_s, nccl_debug)
     backend = EksBackend.for_eks_name(cluster, EksOptions(**options), region, profile)
-    test_cmd.finish(test_cmd.run(backend, request, test_cmd.echo_for(output)), output)
+    finish(run(backend, request, echo_for(output)), output)
 
 
 @eks.command("nccl-test")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from hpq.aws import events, inventory, stacks
-from hpq.aws import s3 as s3_buckets
+from hpq.aws.s3 import empty_bucket
 from hpq.aws.session import NotFound, client, make_session, region_of
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
@@ -149,7 +149,7 @@ def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: b
         s3 = client(session, "s3")
         for bucket in stack_buckets(cfn, info.stack_id):
             try:
-                emptied[bucket] = s3_buckets.empty_bucket(s3, bucket)
+                emptied[bucket] = empty_bucket(s3, bucket)
             except NotFound:  # already deleted
                 continue
     started = stacks.delete_stack(cfn, info.stack_id)

@@ -18,7 +18,7 @@ from hpq.cli import inputs
 from hpq.cli.common_options import aws_options, output_option
 from hpq.cli.printing import echo_json
 from hpq.cli.ssh_options import reach, ssh_options
-from hpq.rehearsal import backend as rehearsal_backend
+from hpq.rehearsal.backend import find
 from hpq.scripts import outcome
 from hpq.validation import pick
 from hpq.validation.backend import Backend, run_test
@@ -98,7 +98,7 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
     request = TestRequest(test, nodes, gpus, instance_type, expect, tuple(shlex.split(extra)), timeout_s, nccl_debug)
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command, **eks)
     # A kept rehearsal on this machine answers to its cluster's name first (local state, no AWS call).
-    backend = rehearsal_backend.find(cluster) or pick.backend_for(cluster, where)
+    backend = find(cluster) or pick.backend_for(cluster, where)
     refuse_other_orchestrator(click.get_current_context(), backend, cluster)
     finish(run(backend, request, echo_for(output)), output)
 
