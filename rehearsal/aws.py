@@ -141,9 +141,8 @@ class Deployed:
 def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[str, str],
            on_note: Any = None, timeout: float = 300.0) -> Deployed:
     """``hpq deploy VARIANT BUCKET --emulate moto`` as a library call, followed to the end."""
-    from hpq.aws import deploy as aws_deploy
-    from hpq.aws import events
-    from hpq.aws import stacks as aws_stacks
+    import hpq.aws.deploy
+    from hpq.aws import events, stacks
     from hpq.aws.session import client
 
     s3 = client(sess, "s3")
@@ -152,22 +151,22 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
     # "not checked" for each; the rehearsal says once that it skips it.
     if on_note:
         on_note("quota check skipped: the emulated account has no Service Quotas for SageMaker or FSx")
-    dep = aws_deploy.deploy_stack(sess, variant, bucket, stack_name, "small", params,
+    dep = hpq.aws.deploy.deploy_stack(sess, variant, bucket, stack_name, "small", params,
                                   transform=lambda v, t: rendition.moto_compatible(v, t), on_note=on_note,
                                   quotas=False)
     cfn = client(sess, "cloudformation")
     deadline = time.time() + timeout
-    info = aws_stacks.describe(cfn, dep.submit.stack_id)
-    while not aws_stacks.is_terminal(info.status):
+    info = stacks.describe(cfn, dep.submit.stack_id)
+    while not stacks.is_terminal(info.status):
         if time.time() > deadline:
             raise AwsStageError(f"stack {stack_name} still {info.status} after {timeout:.0f}s in the emulated account")
         time.sleep(0.2)
-        info = aws_stacks.describe(cfn, dep.submit.stack_id)
-    if aws_stacks.is_failed(info.status):
+        info = stacks.describe(cfn, dep.submit.stack_id)
+    if stacks.is_failed(info.status):
         rc = events.root_cause(cfn, dep.submit.stack_id, label=stack_name)
         detail = f": {rc.root.logical_id}: {rc.root.reason}" if rc.root else ""
         raise AwsStageError(f"emulated deploy of {stack_name} ended {info.status}{detail}")
-    real = aws_deploy.synthesize(variant, "small", params)
+    real = hpq.aws.deploy.synthesize(variant, "small", params)
     out = Deployed(variant, stack_name, dep.submit.stack_id, dict(dep.parameters), real,
                    release_version=dep.release.version)
     Realizer(sess, out).run()
@@ -264,10 +263,10 @@ class Realizer:
     def physical(self, fname: str) -> dict[str, str]:
         if fname not in self._physical:
             stack_id = self.stack_ids.get(fname) or self.scope(fname).pseudo["AWS::StackId"]
-            from hpq.aws import stacks as aws_stacks
+            from hpq.aws import stacks
 
             self._physical[fname] = {r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
-                                     for r in aws_stacks.list_resources(self.cfn, stack_id)}
+                                     for r in stacks.list_resources(self.cfn, stack_id)}
         return self._physical[fname]
 
     def outputs(self, fname: str) -> dict[str, Any]:
@@ -275,9 +274,9 @@ class Realizer:
         (outputs built from a stand-in are placeholders in moto's copy)."""
         if fname not in self._outputs:
             sc = self.scope(fname)
-            from hpq.aws import stacks as aws_stacks
+            from hpq.aws import stacks
 
-            moto = aws_stacks.describe(self.cfn, self.stack_ids[fname]).outputs if fname != "root.json" else {}
+            moto = stacks.describe(self.cfn, self.stack_ids[fname]).outputs if fname != "root.json" else {}
             out: dict[str, Any] = {}
             for key, spec in (sc.template.get("Outputs") or {}).items():
                 if "Condition" in spec and not sc.condition(spec["Condition"]):

@@ -17,7 +17,7 @@ from pathlib import Path
 from hpq.aws.ssh import SshTarget
 from hpq.errors import UsageError
 from hpq.rehearsal import image, state
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal.plan import CONTROLLER, Plan
 from hpq.validation.backend import ClusterFacts, Echo
 from hpq.validation.request import NCCL, NCCOM, TestRequest
 from hpq.validation.result import RawOutcome, TestResult
@@ -33,7 +33,7 @@ def controller_shell(host: str, key: str, known_hosts: str, user: str = image.DE
     return SshShell(SshTarget(host, None, user, 22, key, known_hosts, connect_timeout=20.0))
 
 
-def facts(plan: plan_mod.Plan) -> ClusterFacts:
+def facts(plan: Plan) -> ClusterFacts:
     """What the rehearsal knows of its cluster without asking anything: its name and its workers' type."""
     return ClusterFacts(plan.cluster_name, plan.orchestrator, plan.worker_type)
 
@@ -97,7 +97,7 @@ def find(cluster: str) -> RehearsalBackend | None:
     if not st.variant.startswith("slurm"):
         raise UsageError(f"rehearsal {st.run_id} ({st.variant}) has no Slurm controller and no Kubernetes API server: "
                          "nothing runs the tests there (docs/rehearse.md)")
-    ctl = next((n for n in st.nodes if n.role == plan_mod.CONTROLLER), None)
+    ctl = next((n for n in st.nodes if n.role == CONTROLLER), None)
     if ctl is None or state.holder(ctl) is None or not st.ssh_key:
         raise UsageError(f"rehearsal {st.run_id} is not running (its controller is gone): start one with "
                          "`hpq rehearse --keep`, remove this one with `hpq rehearse down`")
