@@ -38,13 +38,14 @@ from hpq.scripts.args import (
     MAX_PER_NODE,
     OneLineParser,
     add_nodes_argument,
+    byte_size,
     check_nccl_debug,
     check_size_range,
     count,
     instance_type,
     positive,
 )
-from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
+from hpq.scripts.nccl_bench import DTYPES, OPS
 
 MODULE = "hpq.scripts.run_nccl_test"
 NCCL_TESTS_DIRS = (
@@ -147,7 +148,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             ap.error("--sweep needs at least 2 nodes")
         if args.sweep_size is not None:
             try:
-                parse_size(args.sweep_size)
+                byte_size(args.sweep_size)
             except argparse.ArgumentTypeError as exc:
                 ap.error(str(exc))
     else:
@@ -361,7 +362,7 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     mode = "nccl-tests" if binary and mpirun else "built-in"
     python = launch.find_torch_python(args.python) if mode == "built-in" else None
     cpu_only = mode == "built-in" and not int(wenv.get("gpus") or 0)
-    size = parse_size(args.sweep_size) if args.sweep_size else sweep.default_size(tname, cpu_only)
+    size = byte_size(args.sweep_size) if args.sweep_size else sweep.default_size(tname, cpu_only)
     rounds = sweep.schedule(hosts)
     stamp = launch.run_stamp()
     log_dir = os.path.join(outdir, "nccl-sweep-%s" % stamp)
