@@ -7,7 +7,6 @@ import click
 import hpq.aws.deploy
 from hpq import vocab
 from hpq.aws import deploy_plan, estimate, pricing
-from hpq.aws.s3 import validate_bucket_name
 from hpq.aws.session import client, make_session, region_of
 from hpq.aws.stacks import describe
 from hpq.cfn.synth import calendar_notes, parse_params
@@ -103,11 +102,8 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     from rich.console import Console
 
-    # Bad input exits 2 before any credential lookup or network call.
-    hpq.aws.deploy.check_variant(variant)
-    if size is not None:
-        hpq.aws.deploy.check_size(size)
-    validate_bucket_name(bucket)
+    # Bad input exits 2 before any credential lookup or network call: VARIANT, BUCKET and --size are checked by
+    # their parameter types (hpq.cli.inputs), the rest here.
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     user_params = parse_params(params)
     templates = hpq.aws.deploy.synthesize(variant, size or "small", user_params)  # every --param checked here, before AWS
@@ -248,9 +244,7 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     """
     from rich.console import Console
 
-    validate_bucket_name(bucket)
-    hpq.aws.deploy.check_size(size)
-    session = make_session(region, profile)
+    session = make_session(region, profile)  # BUCKET and --size are checked by their parameter types
     err = Console(stderr=True, soft_wrap=True)
     rel = hpq.aws.deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
     for note in calendar_notes("eks-gpu"):
