@@ -107,11 +107,6 @@ def region_of(session: Any) -> str:
     return str(session.region_name)
 
 
-def account_id(session: Any) -> str:
-    with aws_errors("sts:GetCallerIdentity"):
-        return str(client(session, "sts").get_caller_identity()["Account"])
-
-
 def error_code(exc: BaseException) -> str:
     """The AWS error code of a ClientError ('' for anything else)."""
     response = getattr(exc, "response", None) or {}

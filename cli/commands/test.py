@@ -25,10 +25,6 @@ from hpq.validation.backend import Backend, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TestResult
 
-EXIT_HELP = """\b
-Exit 0 PASS (every check holds on positive evidence), 1 FAIL, 3 INCONCLUSIVE
-(evidence missing: the message says what to run), 2 bad input, 130 interrupted."""
-
 
 def _test_options(func: Any) -> Any:
     for opt in reversed([
