@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import eks_storage, identity, names, services
-from tests import fixtures_node as fn
+from tests import fixtures_node
 from tests.fixtures_slurm import make_context
 
-IID = list(fn.EKS_NODES)[0]
+IID = list(fixtures_node.EKS_NODES)[0]
 EBS_LINE = "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0\n"
 
 
-def eks_node(tmp_path: Path, units: tuple[str, str] = (fn.AL2023_CONTAINERD_UNIT, fn.AL2023_KUBELET_UNIT),
+def eks_node(tmp_path: Path, units: tuple[str, str] = (fixtures_node.AL2023_CONTAINERD_UNIT, fixtures_node.AL2023_KUBELET_UNIT),
              disk: bool = True) -> Path:
     """A node root as an AL2023 EKS node has it before kubelet joins: units, AMI containerd data, kubeconfig."""
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.eks_resource_config())
+    fixtures_node.write_json(root / "opt/ml/config/resource_config.json", fixtures_node.eks_resource_config())
     unit_dir = root / "usr/lib/systemd/system"
     unit_dir.mkdir(parents=True)
     (unit_dir / "containerd.service").write_text(units[0])
@@ -38,7 +38,7 @@ def eks_node(tmp_path: Path, units: tuple[str, str] = (fn.AL2023_CONTAINERD_UNIT
     (root / "var/lib/kubelet").mkdir(parents=True)
     (root / "var/lib/kubelet/kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
     (root / "proc").mkdir()
-    (root / "proc/mounts").write_text(fn.BASE_MOUNTS + (EBS_LINE if disk else ""))
+    (root / "proc/mounts").write_text(fixtures_node.BASE_MOUNTS + (EBS_LINE if disk else ""))
     (root / "opt/sagemaker").mkdir(parents=True)
     return root
 
@@ -57,12 +57,12 @@ def snapshot(root: Path) -> dict:
 
 def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     """identify (InstanceName hyperpod-<id>), eks-storage; install, munge, slurm, host-certs, ssh-keys skipped."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = fixtures_node.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
+    srv = imds_factory({"": fixtures_node.imds_answers(IID, "g5.48xlarge")})
     env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
     steps = "identify,nccl-env,eks-storage,install,munge,slurm,host-certs,ssh-keys"
-    res = fn.run_on_create(entry, env, "--steps", steps)
+    res = fixtures_node.run_on_create(entry, env, "--steps", steps)
     assert res.returncode == 0, res.stdout + res.stderr
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
     assert (info["role"], info["orchestrator"], info["instance_name"]) == ("worker", "eks", "hyperpod-" + IID)
@@ -78,7 +78,7 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     assert (data_root / "io.containerd.content.v1.content/blobs/sha256/0f5ac6b1").read_bytes() == b"pause image layer"
     dropin = (root / "etc/systemd/system/containerd.service.d/hpq-data-root.conf").read_text()
     assert f"RequiresMountsFor={root}/opt/sagemaker" in dropin
-    assert (root / "usr/lib/systemd/system/containerd.service").read_text() == fn.AL2023_CONTAINERD_UNIT
+    assert (root / "usr/lib/systemd/system/containerd.service").read_text() == fixtures_node.AL2023_CONTAINERD_UNIT
     # kubelet: the well-known path is a link onto the volume, its contents moved, start ordered after it.
     kubelet = root / "var/lib/kubelet"
     assert kubelet.is_symlink() and os.readlink(kubelet) == str(root / "opt/sagemaker/kubelet")
@@ -87,7 +87,7 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):  # noqa: F811
     assert sections["Unit"]["RequiresMountsFor"] == [f"{root}/opt/sagemaker"]
     assert sections["Service"]["ExecStart"] == ["/usr/bin/kubelet $NODEADM_KUBELET_ARGS"]  # unchanged
     before = snapshot(root)
-    again = fn.run_on_create(entry, env, "--steps", steps)
+    again = fixtures_node.run_on_create(entry, env, "--steps", steps)
     assert again.returncode == 0 and "already on /opt/sagemaker" in again.stdout
     assert snapshot(root) == before
 
@@ -145,14 +145,14 @@ def fresh_root(root: Path, image: str, blob: bytes, kubeconfig: str | None) -> N
     units = root / "usr/lib/systemd/system"
     units.mkdir(parents=True)
     if image == "al2":
-        (units / "containerd.service").write_text(fn.AL2_CONTAINERD_UNIT)
+        (units / "containerd.service").write_text(fixtures_node.AL2_CONTAINERD_UNIT)
         etc_units = root / "etc/systemd/system"
         (etc_units / "containerd.service.d").mkdir(parents=True)
-        (etc_units / "containerd.service.d/10-compat-symlink.conf").write_text(fn.AL2_CONTAINERD_COMPAT_DROPIN)
-        (etc_units / "kubelet.service").write_text(fn.AL2_KUBELET_UNIT)
+        (etc_units / "containerd.service.d/10-compat-symlink.conf").write_text(fixtures_node.AL2_CONTAINERD_COMPAT_DROPIN)
+        (etc_units / "kubelet.service").write_text(fixtures_node.AL2_KUBELET_UNIT)
     else:
-        (units / "containerd.service").write_text(fn.AL2023_CONTAINERD_UNIT)
-        (units / "kubelet.service").write_text(fn.AL2023_KUBELET_UNIT)
+        (units / "containerd.service").write_text(fixtures_node.AL2023_CONTAINERD_UNIT)
+        (units / "kubelet.service").write_text(fixtures_node.AL2023_KUBELET_UNIT)
     blobs = root / "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256"
     blobs.mkdir(parents=True)
     (blobs / "new-pause").write_bytes(blob)
@@ -206,13 +206,13 @@ def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
 
 def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):  # noqa: F811
     """The same scenario end to end: the bundle's on_create.sh on an AL2 root that replaced an earlier one."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = fixtures_node.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
+    srv = imds_factory({"": fixtures_node.imds_answers(IID, "g5.48xlarge")})
     env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
-    assert fn.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
+    assert fixtures_node.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
     fresh_root(root, "al2", b"al2 pause", "apiVersion: v1\nkind: Config\n# al2\n")
-    res = fn.run_on_create(entry, env, "--steps", "identify,eks-storage")
+    res = fixtures_node.run_on_create(entry, env, "--steps", "identify,eks-storage")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "an earlier root volume's containerd data (AMI update)" in res.stdout
     assert "an earlier root volume's kubelet directory (AMI update)" in res.stdout
@@ -249,7 +249,7 @@ AL2_OS_RELEASE = ('NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nID_LIKE="centos 
 def test_too_old_or_missing_python_stops_with_one_line_naming_the_amis(tmp_path, python):
     """Python 3.7 (Amazon Linux 2's python3) is enough (tests/lifecycle/test_lifecycle_python37.py); older or none stops with
     one line. The stand-in answers the version checks on_create.sh makes as a 3.6 does."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = fixtures_node.build_bundle(tmp_path / "bucket/lifecycle")
     root = tmp_path / "node"
     (root / "etc").mkdir(parents=True)
     (root / "etc/os-release").write_text(AL2_OS_RELEASE)
@@ -257,7 +257,7 @@ def test_too_old_or_missing_python_stops_with_one_line_naming_the_amis(tmp_path,
     if python == "3.6":
         py.write_text('#!/bin/sh\ncase "$2" in *version_info\\ \\<*) exit 1;; *print*) echo 3.6;; esac\n')
         py.chmod(0o755)
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
+    res = fixtures_node.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
     assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.splitlines()
     assert len(lines) == 1, res.stderr
