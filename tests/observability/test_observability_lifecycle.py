@@ -30,20 +30,19 @@ from pathlib import Path
 
 import pytest
 
-from hpq.cfn import s3 as cfn_s3
-from hpq.lifecycle import fields, names
-from hpq.lifecycle import observability as obs
+from hpq.cfn import s3
+from hpq.lifecycle import fields, names, observability
 from hpq.scripts import result_metrics
-from tests import fixtures_node as fn
+from tests import fixtures_node
 
 WORKER = "worker-group-1-1"
-WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
+WORKER_ID, WORKER_IP, _ = fixtures_node.SLURM_NODES[WORKER]
 URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
-ARCH = obs.machine_arch()
+ARCH = observability.machine_arch()
 FAKE_BINARY = '#!/bin/sh\necho "$0 $*" > "$(dirname "$0")/argv"\nexec sleep 120\n'
 
 
-def fake_tarball(art: obs.Artifact, body: str = FAKE_BINARY) -> bytes:
+def fake_tarball(art: observability.Artifact, body: str = FAKE_BINARY) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         data = body.encode()
@@ -85,13 +84,13 @@ class Mirror:
         self.server.server_close()
 
 
-def release_path(art: obs.Artifact) -> str:
-    return art.url_for(ARCH)[len(obs.GITHUB):]
+def release_path(art: observability.Artifact) -> str:
+    return art.url_for(ARCH)[len(observability.GITHUB):]
 
 
 @pytest.fixture
 def mirror():
-    blobs = {release_path(a): fake_tarball(a) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS)}
+    blobs = {release_path(a): fake_tarball(a) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)}
     m = Mirror(blobs)
     yield m
     m.close()
@@ -99,18 +98,18 @@ def mirror():
 
 def worker_node(tmp_path: Path, url: str | None = URL):
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
-    config = fn.hpq_cluster_config()
+    fixtures_node.write_json(root / "opt/ml/config/resource_config.json", fixtures_node.slurm_resource_config())
+    entry = fixtures_node.build_bundle(tmp_path / "bucket/lifecycle")
+    config = fixtures_node.hpq_cluster_config()
     if url is not None:
         config["prometheus_remote_write_url"] = url
-    fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, config)
+    fixtures_node.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, config)
     return root, entry
 
 
 def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
     base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SERVICE_MANAGER="direct")
-    return fn.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
+    return fixtures_node.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
 
 
 def stop_services(root: Path) -> None:
@@ -127,8 +126,8 @@ def sha(data: bytes) -> str:
 
 def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):  # noqa: F811
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
-    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+    srv = imds_factory({"": fixtures_node.imds_answers(WORKER_ID, "p5.48xlarge")})
+    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
         out = res.stdout + res.stderr
@@ -147,12 +146,12 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         config = json.loads((root / "etc/hpq/observability/prometheus-agent.yml").read_text())
         assert config["remote_write"][0]["url"] == URL
         assert config["remote_write"][0]["sigv4"] == {"region": "us-west-2"}
-        assert config["global"]["external_labels"] == {"cluster": fn.CLUSTER}
+        assert config["global"]["external_labels"] == {"cluster": fixtures_node.CLUSTER}
         jobs = {j["job_name"]: j for j in config["scrape_configs"]}
         assert set(jobs) == {"node_exporter"}  # only what runs is scraped
         assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(".", "-")
         assert sorted(r.split("/")[-1] for r in mirror.requests) == sorted(
-            os.path.basename(release_path(a)) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+            os.path.basename(release_path(a)) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
         # a second boot finds the verified copies: nothing downloaded again, nothing restarted
         mirror.requests.clear()
         again = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
@@ -165,16 +164,16 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
 def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):  # noqa: F811
     """The broken twin of the test above: the same tarballs against hpq's own pins (the release's checksums)."""
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": fixtures_node.imds_answers(WORKER_ID, "m5.xlarge")})
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
     finally:
         stop_services(root)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
-    got = sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])
-    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(obs.NODE_EXPORTER)}: got {got}, "
-            f"pinned {obs.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
+    got = sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])
+    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(observability.NODE_EXPORTER)}: got {got}, "
+            f"pinned {observability.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
     assert not (root / "opt/hpq/observability/node_exporter-1.9.1/node_exporter").exists()
     assert not list((root / "opt/hpq/observability/node_exporter-1.9.1").glob("hpq-obs-*"))  # download removed
     assert "prometheus-agent not installed: no exporter runs to scrape" in out
@@ -183,7 +182,7 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
 
 def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F811
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": fixtures_node.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
                HPQ_OBSERVABILITY_SHA256="node_exporter=" + "0" * 64)
     out = res.stdout + res.stderr
@@ -194,7 +193,7 @@ def test_download_failure_leaves_boot_going(tmp_path, imds_factory):  # noqa: F8
 
 def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  # noqa: F811
     root, entry = worker_node(tmp_path, url=None)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": fixtures_node.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "observability off" in res.stdout
@@ -202,21 +201,21 @@ def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):  
 
 
 def test_todo_pin_refuses_before_any_download(tmp_path):
-    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 3\.2\.1 .*HPQ_OBSERVABILITY_SHA256"):
-        obs.fetch_verified(obs.PROMETHEUS, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+    with pytest.raises(observability.Refused, match=r"no pinned sha256 for prometheus 3\.2\.1 .*HPQ_OBSERVABILITY_SHA256"):
+        observability.fetch_verified(observability.PROMETHEUS, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
 
 
 @pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
                                   "node_exporter=" + "G" * 64])
 def test_bad_pin_setting_is_refused(text):
     with pytest.raises(ValueError, match="HPQ_OBSERVABILITY_SHA256"):
-        obs.parse_pins(text)
+        observability.parse_pins(text)
 
 
 def test_agent_config_passes_promtool(tmp_path):
     """Prometheus's own checker (Debian's promtool) takes the agent configuration as written (JSON is YAML)."""
     path = tmp_path / "agent.yml"
-    path.write_text(obs.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
+    path.write_text(observability.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
     res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     broken = json.loads(path.read_text())
@@ -227,10 +226,10 @@ def test_agent_config_passes_promtool(tmp_path):
 
 
 def test_one_textfile_directory_and_one_url_shape():
-    assert obs.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
+    assert observability.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
     samples = [URL, URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), "",
                URL.replace("https", "http"), URL + "/", URL.replace("ws-", "xx-"), URL + "\n"]
     for s in samples:
         node_ok = bool(fields.AMP_REMOTE_WRITE_URL.fullmatch(s))
-        template_ok = bool(re.fullmatch(cfn_s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
+        template_ok = bool(re.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
         assert node_ok == template_ok, s
