@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.aws import events, stacks
+from hpq.aws.session import client
 from hpq.errors import OperationFailed
 from hpq.rehearsal import cfn_eval, plan
 from hpq.standins import moto, rendition
@@ -142,8 +144,6 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
            on_note: Any = None, timeout: float = 300.0) -> Deployed:
     """``hpq deploy VARIANT BUCKET --emulate moto`` as a library call, followed to the end."""
     import hpq.aws.deploy
-    from hpq.aws import events, stacks
-    from hpq.aws.session import client
 
     s3 = client(sess, "s3")
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": sess.region_name})
@@ -181,7 +181,6 @@ def delete_filesystems(sess: Any, deployed: Deployed) -> list[str]:
     exact ``hpq:cluster-name`` tag finds nothing (FSx API Reference, DeleteFileSystem: the filesystem goes
     to DELETING, then leaves DescribeFileSystems; the lifecycle skips DELETING ones either way).
     """
-    from hpq.aws.session import client
 
     fsx = client(sess, "fsx")
     for (fname, logical), attrs in deployed.realized.items():
@@ -201,8 +200,6 @@ class Realizer:
     """Evaluates the real templates against moto's stacks and creates what moto only stubbed."""
 
     def __init__(self, sess: Any, deployed: Deployed):
-        from hpq.aws.session import client
-
         self.sess = sess
         self.d = deployed
         self.cfn = client(sess, "cloudformation")
@@ -213,8 +210,6 @@ class Realizer:
         self._outputs: dict[str, dict[str, Any]] = {}
 
     def client(self, service: str) -> Any:
-        from hpq.aws.session import client
-
         return client(self.sess, service)
 
     # ------------------------------------------------------------------ scopes
@@ -263,7 +258,6 @@ class Realizer:
     def physical(self, fname: str) -> dict[str, str]:
         if fname not in self._physical:
             stack_id = self.stack_ids.get(fname) or self.scope(fname).pseudo["AWS::StackId"]
-            from hpq.aws import stacks
 
             self._physical[fname] = {r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
                                      for r in stacks.list_resources(self.cfn, stack_id)}
@@ -274,7 +268,6 @@ class Realizer:
         (outputs built from a stand-in are placeholders in moto's copy)."""
         if fname not in self._outputs:
             sc = self.scope(fname)
-            from hpq.aws import stacks
 
             moto = stacks.describe(self.cfn, self.stack_ids[fname]).outputs if fname != "root.json" else {}
             out: dict[str, Any] = {}

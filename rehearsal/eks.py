@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpq.errors import HpqError
+from hpq.manifests import render
 from hpq.rehearsal.plan import Plan
 
 
@@ -39,9 +41,6 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 def check(plan: Plan, deployed: Any) -> dict[str, Any]:
     import kubernetes_validate
-
-    from hpq.errors import HpqError
-    from hpq.manifests import render
 
     version = _version(deployed)
     out = deployed.outputs

@@ -40,13 +40,14 @@ import import_graph  # noqa: E402 - dev/ is not a package: its tool is imported 
 COMMAND_LAYER = ("hpq.cli", "hpq.entry")
 NODE_SIDE = ("hpq.lifecycle", "hpq.scripts")
 # Function-level imports of hpq's own modules: 232 at ea3b8a1 (main before this rule), 112 after
-# moving the light ones to module level, 70 once the validation, EKS, rehearsal and doctor work merged. What stays is lazy on purpose: troposphere (hpq.cfn's
+# moving the light ones to module level, 70 once the validation, EKS, rehearsal and doctor work merged, 59 with
+# rehearsal/{aws,eks,state}.py's light imports (hpq.aws.session/events/stacks, manifests.render, atomic) at the top. What stays is lazy on purpose: troposphere (hpq.cfn's
 # templates), the rehearsal (hpq.rehearsal.run), the command table of `hpq --help` (hpq.cli.main), the
 # process entry (hpq.console) and the files other work was changing at the time (kube/, rehearsal/,
 # validation/, cli/commands/{eks,remote,test}.py). Lower it when you move one; never raise it: an
 # import of a light hpq module belongs at the top of the module (a heavy SDK stays lazy in its adaptor,
 # e.g. boto3 in hpq.aws.session).
-FUNCTION_LEVEL_CEILING = 70
+FUNCTION_LEVEL_CEILING = 59
 
 
 # SDK -> (modules or packages that may import it, may they import it at module level?).
