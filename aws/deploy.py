@@ -16,7 +16,7 @@ from typing import Any
 
 from hpq import __version__, vocab
 from hpq.aws import deploy_plan, layer, preflight, stacks, training_plan
-from hpq.aws import s3 as aws_s3
+from hpq.aws.s3 import Upload, check_bucket, content_hash, object_url, upload_objects
 from hpq.aws.session import aws_errors, client, region_of
 from hpq.cfn import synth
 from hpq.cfn.synth import to_json
@@ -67,12 +67,12 @@ class Release:
     variants: list[str]
     objects: dict[str, bytes]
     templates: dict[str, Templates]
-    upload: aws_s3.Upload | None = None
+    upload: Upload | None = None
     totals: dict[str, int] = field(default_factory=dict)
     helm_layer_key: str | None = None  # where the helm/kubectl layer zip lies (EKS variants)
 
     def template_url(self, variant: str, stack_file: str = names.ROOT_TEMPLATE) -> str:
-        return aws_s3.object_url(self.bucket, self.region, names.template_key(self.version, variant, stack_file))
+        return object_url(self.bucket, self.region, names.template_key(self.version, variant, stack_file))
 
     def base_url(self, variant: str) -> str:
         return self.template_url(variant, "x").rsplit("/", 1)[0]
@@ -117,7 +117,7 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
             files[f"templates/{variant}/{fname}"] = template_json(body).encode()
     bundle = node_bundle_objects()
     files.update({f"node/{k}": v for k, v in bundle.items()})
-    version = f"{__version__}-{aws_s3.content_hash(files)}"
+    version = f"{__version__}-{content_hash(files)}"
     objects: dict[str, bytes] = {}
     for variant, rendered in templates.items():
         for fname in rendered:
@@ -136,7 +136,7 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
 
 
 def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Release:
-    release.upload = aws_s3.upload_objects(s3, release.bucket, release.objects, on_progress)
+    release.upload = upload_objects(s3, release.bucket, release.objects, on_progress)
     return release
 
 
@@ -288,7 +288,7 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     region = region_of(session)
     s3 = client(session, "s3")
     cfn = client(session, "cloudformation")
-    aws_s3.check_bucket(s3, bucket, region)
+    check_bucket(s3, bucket, region)
     existing = stacks.exists(cfn, name)
     if existing is not None:
         stacks.check_updatable(existing)
@@ -358,7 +358,7 @@ def publish(session: Any, bucket: str, size: str = "small", variants: list[str] 
     check_size(size)
     region = region_of(session)
     s3 = client(session, "s3")
-    aws_s3.check_bucket(s3, bucket, region)
+    check_bucket(s3, bucket, region)
     release = build_release(bucket, region, list(variants or vocab.VARIANTS), size, transform)
     return upload_release(s3, release, on_progress)
 

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 RELEASE_PARAMETERS = ("TemplateBaseUrl", "AssetsBucket", "AssetsPrefix", "HelmLayerS3Key")
-AZ_PARAMETERS = ("AvailabilityZoneId", "EksAvailabilityZoneId")
-CLUSTER_NAME = "ClusterName"
 
 RULE_RELEASE, RULE_PARAM, RULE_KEPT, RULE_DEFAULT = "release", "--param", "kept", "default"
 RULE_STACK_NAME, RULE_CHOSEN, RULE_REMOVED = "stack name", "chosen", "removed"

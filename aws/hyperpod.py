@@ -43,11 +43,11 @@ class Cluster:
 
 def describe_cluster(sm: Any, ident: str) -> Cluster:
     """By name or ARN; an unknown name lists the clusters that partly match."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         data = sm.describe_cluster(ClusterName=ident)
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         if error_code(exc) not in _NOT_FOUND_CODES:
             with aws_errors(f"sagemaker:DescribeCluster {ident}"):
                 raise
@@ -125,14 +125,14 @@ def ssm_target(cluster_id: str, group: str, instance_id: str) -> str:
 
 def resolve_node(sm: Any, cluster: Cluster, group: str | None = None, node: str | None = None) -> Node:
     """Pick the node: ``node`` is an instance id (looked up directly) or a 0-based index in its group."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     if group and group not in cluster.group_names:
         raise UsageError(f"cluster {cluster.name} has no group {group!r}; groups: {', '.join(cluster.group_names)}")
     if node and not node.isdigit():
         try:
             details = sm.describe_cluster_node(ClusterName=cluster.arn or cluster.name, NodeId=node)["NodeDetails"]
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             if error_code(exc) not in _NOT_FOUND_CODES:  # denied, throttled...: say so, do not guess
                 with aws_errors(f"sagemaker:DescribeClusterNode {node}"):
                     raise

@@ -222,13 +222,13 @@ def cluster_detail(session: Any, cluster_name: str, region: str, outputs: dict[s
 
 
 def eks_detail(session: Any, region: str, name: str, arn: str = "") -> dict[str, Any]:
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     if not name:
         return {"name": None, "status": "unknown"}
     try:
         data = client(session, "eks", region).describe_cluster(name=name)["cluster"]
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         if error_code(exc) in ("ResourceNotFoundException", "NotFoundException"):
             return {"name": name, "arn": arn or None, "status": "not found"}
         with aws_errors(f"eks:DescribeCluster {name}"):
@@ -239,11 +239,11 @@ def eks_detail(session: Any, region: str, name: str, arn: str = "") -> dict[str,
 
 def fsx_detail(session: Any, region: str, fsx_id: str) -> dict[str, Any]:
     """FSx DescribeFileSystems (https://docs.aws.amazon.com/fsx/latest/APIReference/API_DescribeFileSystems.html)."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         found = client(session, "fsx", region).describe_file_systems(FileSystemIds=[fsx_id]).get("FileSystems", [])
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         if error_code(exc) in ("FileSystemNotFound", "BadRequest", "ValidationException"):
             return {"id": fsx_id, "status": "not found"}
         with aws_errors(f"fsx:DescribeFileSystems {fsx_id}"):

@@ -15,7 +15,7 @@ from typing import Any
 from hpq.aws.session import client, error_code, error_message, region_of, translate
 from hpq.errors import UsageError
 from hpq.lifecycle.catalog import CLUSTER_USAGE_QUOTA_CODES, DEFAULT_CONTROLLER_TYPE
-from hpq.vocab import EKS, SLURM
+from hpq.vocab import DEFAULT_EBS_GB, DEFAULT_FSX_GIB, EKS, SLURM
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
@@ -86,7 +86,7 @@ def cluster_usage_name(instance_type: str) -> str:
 
 
 def plan(instance_type: str, count: int, orchestrator: str = SLURM, controller_type: str = DEFAULT_CONTROLLER_TYPE,
-         fsx_gib: int = 1200, ebs_gib: int = 500, usage: Any = None) -> list[QuotaSpec]:
+         fsx_gib: int = DEFAULT_FSX_GIB, ebs_gib: int = DEFAULT_EBS_GB, usage: Any = None) -> list[QuotaSpec]:
     """The quotas a deploy of ``count`` nodes of ``instance_type`` needs, in a fixed order."""
     u = usage or Usage(None, None)
     nodes = count + (1 if orchestrator == SLURM else 0)
@@ -170,18 +170,18 @@ class QuotaReader:
 
     def by_code(self, service: str, code: str) -> tuple[dict[str, Any] | None, str, str]:
         """(quota, source, problem)."""
-        import botocore.exceptions as bex
+        import botocore.exceptions
 
         try:
             return self.sq.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"], "applied", ""
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             first = f"{error_code(exc)}: {error_message(exc)}"
             if error_code(exc) not in ("NoSuchResourceException",):
                 mapped = translate(exc, f"servicequotas:GetServiceQuota {service}/{code}")
                 return None, "", str(mapped or first)
         try:
             return self.sq.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"], "default", ""
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             mapped = translate(exc, f"servicequotas:GetAWSDefaultServiceQuota {service}/{code}")
             return None, "", str(mapped or exc)
 
@@ -208,7 +208,7 @@ class QuotaReader:
 
 def read_quota(reader: QuotaReader, spec: QuotaSpec) -> tuple[dict[str, Any] | None, str, str]:
     """Find and read one quota; (quota, source, problem)."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     problem = ""
     if spec.code:
@@ -220,7 +220,7 @@ def read_quota(reader: QuotaReader, spec: QuotaSpec) -> tuple[dict[str, Any] | N
     if spec.name or spec.name_all:
         try:
             found = reader.by_name(spec.service, spec.name, spec.name_all)
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             mapped = translate(exc, f"servicequotas:ListServiceQuotas {spec.service}")
             return None, "", str(mapped or exc)
         if found:
@@ -354,8 +354,8 @@ def check_specs(session: Any, specs: list[QuotaSpec], sq: Any = None) -> list[Qu
 
 
 def check_quotas(session: Any, instance_type: str, count: int, orchestrator: str = SLURM,
-                 controller_type: str = DEFAULT_CONTROLLER_TYPE, fsx_gib: int = 1200, ebs_gib: int = 500,
-                 sq: Any = None) -> QuotaReport:
+                 controller_type: str = DEFAULT_CONTROLLER_TYPE, fsx_gib: int = DEFAULT_FSX_GIB,
+                 ebs_gib: int = DEFAULT_EBS_GB, sq: Any = None) -> QuotaReport:
     """Read every quota in the plan; ``sq`` lets tests hand in a Stubber-wrapped client."""
     region = region_of(session)
     usage = Usage(client(session, "ec2"), client(session, "eks"))

@@ -42,11 +42,11 @@ def validate_bucket_name(name: str) -> str:
 
 def bucket_region(s3: Any, bucket: str) -> str:
     """The bucket's region; one-line errors for missing or forbidden buckets."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         s3.head_bucket(Bucket=bucket)
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         code = error_code(exc)
         if code in ("404", "NoSuchBucket", "NotFound"):
             raise NotFound(
@@ -112,7 +112,7 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
 
     ``on_progress(done, total, key, upload)`` after each object: ``upload.written`` and ``upload.skipped`` say
     how many were put and how many were already there, so progress tells the two apart."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     result = Upload(objects=dict(objects))
     for i, key in enumerate(sorted(objects), 1):
@@ -125,7 +125,7 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
                 if on_progress:
                     on_progress(i, len(objects), key, result)
                 continue
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
                 with aws_errors(f"s3:GetObject s3://{bucket}/{key}"):
                     raise

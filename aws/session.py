@@ -63,12 +63,12 @@ class AwsFailure(OperationFailed):
 def make_session(region: str | None = None, profile: str | None = None) -> Any:
     """A boto3 Session; ``None`` falls back to AWS_REGION/AWS_DEFAULT_REGION/AWS_PROFILE and config files."""
     import boto3
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         # AWS_REGION first, as the AWS CLI v2 and SDKs read it (boto3 alone reads only AWS_DEFAULT_REGION).
         return boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None, profile_name=profile or None)
-    except bex.ProfileNotFound:
+    except botocore.exceptions.ProfileNotFound:
         raise CredentialsError(f"AWS profile {profile!r} not found; list them with `aws configure list-profiles`") from None
 
 
@@ -86,7 +86,7 @@ def _retry_config() -> Any:
 
 def client(session: Any, service: str, region: str | None = None) -> Any:
     """A client with throttling retried; AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_<SERVICE> are honoured by botocore."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     chosen = region or session.region_name
     bad = region_problem(chosen, (service,)) if chosen else None
@@ -94,7 +94,7 @@ def client(session: Any, service: str, region: str | None = None) -> Any:
         raise UsageError(f"region {chosen!r} {bad}")
     try:
         return session.client(service, region_name=region, config=_retry_config())
-    except bex.NoRegionError:
+    except botocore.exceptions.NoRegionError:
         raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION") from None
     except ValueError as exc:  # botocore: "Invalid endpoint: ..." (config file endpoint_url), a bad setting
         raise UsageError(f"cannot create the AWS {service} client: {exc}") from None
@@ -105,11 +105,6 @@ def region_of(session: Any) -> str:
     if not session.region_name:
         raise UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
     return str(session.region_name)
-
-
-def account_id(session: Any) -> str:
-    with aws_errors("sts:GetCallerIdentity"):
-        return str(client(session, "sts").get_caller_identity()["Account"])
 
 
 def error_code(exc: BaseException) -> str:
@@ -126,23 +121,25 @@ def error_message(exc: BaseException) -> str:
 
 def translate(exc: BaseException, action: str) -> Exception | None:
     """The HpqError for a botocore exception, or None if it is not one we know."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
-    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
         return CredentialsError(f"no AWS credentials for {action}: {CREDENTIALS_HINT}")
-    if isinstance(exc, bex.TokenRetrievalError | bex.SSOTokenLoadError | bex.UnauthorizedSSOTokenError):
+    if isinstance(exc, (botocore.exceptions.TokenRetrievalError, botocore.exceptions.SSOTokenLoadError,
+                        botocore.exceptions.UnauthorizedSSOTokenError)):
         return CredentialsError(f"AWS SSO session expired for {action}: run `aws sso login` and retry")
-    if isinstance(exc, bex.NoRegionError):
+    if isinstance(exc, botocore.exceptions.NoRegionError):
         return UsageError("no AWS region: pass --region or set AWS_REGION or AWS_DEFAULT_REGION")
-    if isinstance(exc, bex.ProfileNotFound):
+    if isinstance(exc, botocore.exceptions.ProfileNotFound):
         return CredentialsError(f"{exc}; list profiles with `aws configure list-profiles`")
-    if isinstance(exc, bex.ConfigParseError):
+    if isinstance(exc, botocore.exceptions.ConfigParseError):
         return UsageError(f"{exc}: fix or move it (see `aws configure`)")
-    if isinstance(exc, bex.EndpointConnectionError | bex.ConnectTimeoutError | bex.ReadTimeoutError):
+    if isinstance(exc, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
+                        botocore.exceptions.ReadTimeoutError)):
         return AwsFailure(f"{action}: cannot reach AWS ({exc}); check network, --region and AWS_ENDPOINT_URL")
-    if isinstance(exc, bex.ParamValidationError):
+    if isinstance(exc, botocore.exceptions.ParamValidationError):
         return UsageError(f"{action}: {' '.join(str(exc).split())}")
-    if isinstance(exc, bex.ClientError):
+    if isinstance(exc, botocore.exceptions.ClientError):
         code, msg = error_code(exc), error_message(exc)
         if code in _BAD_CREDENTIALS:
             return CredentialsError(f"AWS rejected the credentials for {action} ({code}): {CREDENTIALS_HINT}")
@@ -155,7 +152,7 @@ def translate(exc: BaseException, action: str) -> Exception | None:
         if code in _NOT_FOUND:
             return NotFound(f"{action}: {msg or code}")
         return AwsFailure(f"{action} failed ({code}): {msg}")
-    if type(exc).__name__ == "ResponseParserError" or isinstance(exc, bex.BotoCoreError):
+    if type(exc).__name__ == "ResponseParserError" or isinstance(exc, botocore.exceptions.BotoCoreError):
         if type(exc).__name__ == "ResponseParserError":
             return AwsFailure(f"{action} failed: the endpoint returned an unreadable response (HTTP 5xx?)")
         return AwsFailure(f"{action} failed: {' '.join(str(exc).split())}")

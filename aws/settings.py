@@ -217,7 +217,7 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
     programs that do not run and web identity token files that are missing. Without a region the
     client check is left to the command (some paths need no AWS: hpq remote --proxy-command).
     """
-    import botocore.exceptions as bex
+    import botocore.exceptions
     import botocore.session
 
     try:
@@ -234,9 +234,9 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
             _check_credential_process(process)
             return
         creds = session.get_credentials()
-    except bex.ProfileNotFound as exc:
+    except botocore.exceptions.ProfileNotFound as exc:
         raise UsageError(f"{exc}; list them with `aws configure list-profiles`") from None
-    except (bex.BotoCoreError, ValueError) as exc:
+    except (botocore.exceptions.BotoCoreError, ValueError) as exc:
         raise UsageError(f"AWS configuration: {' '.join(str(exc).split())}") from None
     except OSError as exc:  # credential_process: the program does not exist or cannot run
         what = f" {show(exc.filename)}" if exc.filename else ""
@@ -250,11 +250,11 @@ def check_botocore_configuration(profile: str | None, region: str | None, servic
 
 
 def _scoped(session: object) -> dict:
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         return session.get_scoped_config()  # type: ignore[attr-defined,no-any-return]
-    except bex.ProfileNotFound:
+    except botocore.exceptions.ProfileNotFound:
         return {}
 
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpq.aws import deploy_plan
-from hpq.aws.session import NotFound, aws_errors, error_code, error_message
+from hpq.aws.s3 import empty_bucket
+from hpq.aws.session import NotFound, aws_errors, client, error_code, error_message
 from hpq.errors import OperationFailed
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 NESTED_TYPE = "AWS::CloudFormation::Stack"
 
-SUCCESS_STATES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE", "IMPORT_COMPLETE"}
 FAILED_STATES = {
     "CREATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "DELETE_FAILED", "UPDATE_FAILED",
     "UPDATE_ROLLBACK_COMPLETE", "UPDATE_ROLLBACK_FAILED", "IMPORT_ROLLBACK_COMPLETE", "IMPORT_ROLLBACK_FAILED",
@@ -54,11 +54,11 @@ class StackInfo:
 
 def describe(cfn: Any, stack: str) -> StackInfo:
     """One stack by name or id; a missing stack is a one-line NotFound (exit 2)."""
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     try:
         data = cfn.describe_stacks(StackName=stack)["Stacks"][0]
-    except bex.ClientError as exc:
+    except botocore.exceptions.ClientError as exc:
         if error_code(exc) == "ValidationError" and "does not exist" in error_message(exc):
             raise NotFound(f"stack {stack!r} does not exist in this region (check --region)") from None
         with aws_errors(f"cloudformation:DescribeStacks {stack}"):
@@ -280,6 +280,41 @@ def delete_stack(cfn: Any, stack_id: str) -> float:
     with aws_errors(f"cloudformation:DeleteStack {stack_id}"):
         cfn.delete_stack(StackName=stack_id)
     return started
+
+
+def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
+    """Physical names of every S3 bucket in the stack tree (for ``hpq destroy --empty-buckets``)."""
+    out = []
+    for node in stack_tree(cfn, stack_id):
+        for res in node.resources:
+            if res.get("ResourceType") == "AWS::S3::Bucket" and res.get("PhysicalResourceId") \
+                    and res.get("ResourceStatus") != "DELETE_COMPLETE":
+                out.append(res["PhysicalResourceId"])
+    return out
+
+
+@dataclass
+class Deletion:
+    """A stack deletion just started: what to follow, and the buckets emptied first (name -> versions)."""
+
+    info: StackInfo
+    started: float
+    emptied: dict[str, int] = field(default_factory=dict)
+
+
+def start_destroy(session: Any, stack: str, empty_buckets: bool = False) -> Deletion:
+    """Delete a stack, emptying its versioned buckets first when asked (a versioned bucket blocks deletion)."""
+    cfn = client(session, "cloudformation")
+    info = describe(cfn, stack)
+    emptied: dict[str, int] = {}
+    if empty_buckets:
+        s3 = client(session, "s3")
+        for bucket in stack_buckets(cfn, info.stack_id):
+            try:
+                emptied[bucket] = empty_bucket(s3, bucket)
+            except NotFound:  # already deleted
+                continue
+    return Deletion(info, delete_stack(cfn, info.stack_id), emptied)
 
 
 def template_resource_count(cfn: Any, stack_id: str) -> int | None:

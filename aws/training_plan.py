@@ -68,12 +68,12 @@ def describe(sagemaker: Any, ec2: Any, arn: str, region: str) -> TrainingPlan:
     if where and where != region:
         raise UsageError(f"TrainingPlanArn {arn} is a plan in {where}, the deploy is in {region}: deploy in "
                          f"{where} (--region {where}) or use a plan of {region}")
-    import botocore.exceptions as bex
+    import botocore.exceptions
 
     with aws_errors("sagemaker:DescribeTrainingPlan"):
         try:
             answer = sagemaker.describe_training_plan(TrainingPlanName=arn)
-        except bex.ClientError as exc:
+        except botocore.exceptions.ClientError as exc:
             if error_code(exc) != "ResourceNotFound":
                 raise
             raise UsageError(f"TrainingPlanArn {arn}: no training plan of that name in {region} "

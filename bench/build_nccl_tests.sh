@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build NVIDIA nccl-tests from its source tarball against a given NCCL (the one torch loads), single-process
-# builds (MPI=0: all_reduce_perf -g N drives N GPUs from one process), as ../shared/tools/README.md describes.
+# builds (MPI=0: all_reduce_perf -g N drives N GPUs from one process), as NVIDIA/nccl-tests' README.md describes.
 #   bench/build_nccl_tests.sh TARBALL DEST NCCL_HOME ["MPI=1 MPI_HOME=DIR"]
 # NCCL_HOME holds include/nccl.h and lib/libnccl.so* (torch's nvidia-nccl package directory). Binaries land
 # in DEST/build/. The source is third-party: it is unpacked outside the repository and never committed.

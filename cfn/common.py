@@ -30,7 +30,6 @@ HYPERPOD_UNIVERSAL_PARTITION = "dev"
 # name one: the controller and login groups (NodeType Controller / Login) have no PartitionNames, so login nodes
 # are only in HyperPod's universal partition, as AWS's API-driven configuration documents them.
 SLURM_PARTITION = "workers"
-SLURM_PARTITION_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9])*"
 assert SLURM_PARTITION != HYPERPOD_UNIVERSAL_PARTITION
 TEMPLATE_VERSION = "2010-09-09"
 

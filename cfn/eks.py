@@ -47,8 +47,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from troposphere import GetAtt, Ref, Sub
-from troposphere import eks as eks
+from troposphere import GetAtt, Ref, Sub, eks
 
 from hpq.cfn import common
 from hpq.lifecycle import names
@@ -63,7 +62,6 @@ KUBERNETES_CALENDAR = {
     "1.34": ("2026-12-02", "2027-12-02"),
     "1.35": ("2027-03-27", "2028-03-27"),
 }
-CALENDAR_AS_OF = "2026-11-26"
 # The Kubernetes versions SageMaker HyperPod supports, as its EKS prerequisites page lists them
 # (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-prerequisites.html, "Kubernetes version
 # support": "1.28, 1.29, 1.30, 1.31, 1.32, 1.33 and 1.34"; every copy read on HYPERPOD_VERSIONS_READ lists at most

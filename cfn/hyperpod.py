@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import And, Condition, Equals, GetAtt, If, Not, Or, Ref
-from troposphere import sagemaker as sm
+from troposphere import And, Condition, Equals, GetAtt, If, Not, Or, Ref, sagemaker
 
 from hpq.cfn import common, offers
 from hpq.lifecycle import catalog, names
@@ -86,22 +85,22 @@ class HyperPodConfig:
         return self.orchestrator == SLURM
 
 
-def _group(name: str, instance_type, count, ebs_gb, threads, role, uri, **extra) -> sm.ClusterInstanceGroup:
-    return sm.ClusterInstanceGroup(
+def _group(name: str, instance_type, count, ebs_gb, threads, role, uri, **extra) -> sagemaker.ClusterInstanceGroup:
+    return sagemaker.ClusterInstanceGroup(
         InstanceGroupName=name, InstanceType=instance_type, InstanceCount=count, ExecutionRole=role,
         ThreadsPerCore=threads,
-        LifeCycleConfig=sm.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_ENTRY),
-        InstanceStorageConfigs=[sm.ClusterInstanceStorageConfig(
-            EbsVolumeConfig=sm.ClusterEbsVolumeConfig(VolumeSizeInGB=ebs_gb))],
+        LifeCycleConfig=sagemaker.ClusterLifeCycleConfig(SourceS3Uri=uri, OnCreate=names.ON_CREATE_ENTRY),
+        InstanceStorageConfigs=[sagemaker.ClusterInstanceStorageConfig(
+            EbsVolumeConfig=sagemaker.ClusterEbsVolumeConfig(VolumeSizeInGB=ebs_gb))],
         **extra,
     )
 
 
-def slurm_config(node_type: str, partition: str | None = None) -> sm.ClusterSlurmConfig:
+def slurm_config(node_type: str, partition: str | None = None) -> sagemaker.ClusterSlurmConfig:
     """ClusterSlurmConfig: NodeType Controller/Login/Compute; workers name their (one) partition."""
     if partition is None:
-        return sm.ClusterSlurmConfig(NodeType=node_type)
-    return sm.ClusterSlurmConfig(NodeType=node_type, PartitionNames=[partition])
+        return sagemaker.ClusterSlurmConfig(NodeType=node_type)
+    return sagemaker.ClusterSlurmConfig(NodeType=node_type, PartitionNames=[partition])
 
 
 def _worker_group(t: common.Template, cfg: HyperPodConfig, worker_type, worker_count, ebs, threads, role, uri):
@@ -218,14 +217,14 @@ def build(cfg: HyperPodConfig) -> common.Template:
 
     kwargs = {}
     if cfg.slurm:
-        kwargs["Orchestrator"] = sm.Orchestrator(Slurm=sm.ClusterOrchestratorSlurmConfig(
+        kwargs["Orchestrator"] = sagemaker.Orchestrator(Slurm=sagemaker.ClusterOrchestratorSlurmConfig(
             SlurmConfigStrategy=SLURM_CONFIG_STRATEGY))
     else:
         eks_arn = common.param(t, "EksClusterArn", "EKS cluster HyperPod orchestrates with.",
                                AllowedPattern=r"^arn:aws[a-z-]*:eks:[a-z0-9-]+:[0-9]{12}:cluster/.+$",
                                ConstraintDescription="an EKS cluster ARN.")
         common.param(t, "HelmReleaseId", "The Helm chart release (consumed so the cluster waits for it).")
-        kwargs["Orchestrator"] = sm.Orchestrator(Eks=sm.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
+        kwargs["Orchestrator"] = sagemaker.Orchestrator(Eks=sagemaker.ClusterOrchestratorEksConfig(ClusterArn=eks_arn))
         common.output(t, "HelmReleaseId", Ref("HelmReleaseId"), "Helm release the cluster was created after.")
 
     # Both orchestrators (see PROVISIONING_MODES).
@@ -234,9 +233,9 @@ def build(cfg: HyperPodConfig) -> common.Template:
                         "events.", Default="Standard", AllowedValues=list(PROVISIONING_MODES))
     t.add_condition("ContinuousProvisioning", Equals(mode, "Continuous"))
     kwargs["NodeProvisioningMode"] = If("ContinuousProvisioning", "Continuous", Ref("AWS::NoValue"))
-    cluster = t.add_resource(sm.Cluster(
+    cluster = t.add_resource(sagemaker.Cluster(
         "Cluster", ClusterName=cluster_name, InstanceGroups=groups, NodeRecovery="Automatic",
-        VpcConfig=sm.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
+        VpcConfig=sagemaker.VpcConfig(SecurityGroupIds=[sg], Subnets=[subnet]),
         Tags=common.tags(extra={names.CLUSTER_TAG_KEY: cluster_name, FSX_ID_TAG_KEY: fsx_id}),
         **kwargs,
     ))

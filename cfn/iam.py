@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import GetAtt, Sub
-from troposphere import iam as iam
+from troposphere import GetAtt, Sub, iam
 
 from hpq.cfn import common, observability
 from hpq.lifecycle import names

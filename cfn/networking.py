@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import And, Cidr, Equals, GetAtt, If, Join, Not, Or, Ref, Select, Sub
-from troposphere import ec2 as ec2
+from troposphere import And, Cidr, Equals, GetAtt, If, Join, Not, Or, Ref, Select, Sub, ec2
 
 from hpq.cfn import common
 from hpq.lifecycle import names

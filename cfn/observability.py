@@ -41,7 +41,6 @@ RULES_NAMESPACE = "hpq-alerts"
 # The EKS add-on and its collector's service account (AWS's eks_addon.tf).
 ADDON_NAME = "amazon-sagemaker-hyperpod-observability"
 ADDON_SERVICE_ACCOUNT = "hyperpod-observability-operator-otel-collector"
-ADDON_NAMESPACE = "hyperpod-observability"
 # AWS's module's defaults (modules/observability/variables.tf), inference BASIC as it hard-codes.
 ADDON_METRIC_LEVELS = {
     "trainingMetrics": "BASIC", "inferenceMetrics": "BASIC", "taskGovernanceMetrics": "DISABLED",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref
-from troposphere import cloudformation as cfn
+from troposphere import Equals, GetAtt, If, Join, Not, Output, Parameter, Ref, cloudformation
 
 from hpq import __version__
 from hpq.cfn import common, helm, iam, observability, regions
@@ -167,7 +166,7 @@ def build(variant: Variant, size: Size, nested: dict[str, common.Template]) -> c
         missing = set(nested[name].parameters) - set(params)
         required = {p for p in missing if "Default" not in nested[name].parameters[p].properties}
         assert not required, f"{name} stack parameters not wired: {sorted(required)}"
-        t.add_resource(cfn.Stack(
+        t.add_resource(cloudformation.Stack(
             stack_id(name), TemplateURL=Join("", [base, "/" + stack_file(name)]), Parameters=params, **kw))
 
     net_params = {"AvailabilityZoneId": az, "VpcCidr": vpc_cidr}

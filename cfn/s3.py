@@ -28,8 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam
-from troposphere import s3 as s3
+from troposphere import GetAtt, If, Join, Ref, Select, Split, Sub, awslambda, cloudformation, iam, s3
 
 from hpq.cfn import common
 from hpq.lifecycle import names

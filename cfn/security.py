@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import Ref, Sub
-from troposphere import ec2 as ec2
+from troposphere import Ref, Sub, ec2
 
 from hpq.cfn import common
 from hpq.lifecycle import names

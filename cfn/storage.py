@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from troposphere import GetAtt, Ref, Sub
-from troposphere import fsx as fsx
+from troposphere import GetAtt, Ref, Sub, fsx
 
 from hpq.cfn import common
 from hpq.lifecycle import names
+from hpq.vocab import DEFAULT_FSX_GIB
 
 # PERSISTENT_2: 1200 GiB, then increments of 2400 GiB.
 FSX_CAPACITIES = (1200, 2400, 4800, 9600, 19200, 38400)
@@ -28,7 +28,7 @@ METADATA_MODE = "AUTOMATIC"
 
 @dataclass(frozen=True)
 class StorageConfig:
-    default_capacity_gib: int = 1200
+    default_capacity_gib: int = DEFAULT_FSX_GIB
     default_throughput: int = 250
 
 

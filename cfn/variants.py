@@ -67,7 +67,7 @@ VARIANTS: dict[str, Variant] = {
     "eks-trn": Variant("eks-trn", vocab.EKS, catalog.TRAINIUM, "ml.trn1.32xlarge"),
 }
 SIZES: dict[str, Size] = {
-    "small": Size("small", worker_count=2, fsx_capacity_gib=1200, ebs_gb=500),
+    "small": Size("small", worker_count=2, fsx_capacity_gib=vocab.DEFAULT_FSX_GIB, ebs_gb=vocab.DEFAULT_EBS_GB),
     "medium": Size("medium", worker_count=4, fsx_capacity_gib=4800, ebs_gb=1000),
     "large": Size("large", worker_count=16, fsx_capacity_gib=19200, ebs_gb=2000),
 }

@@ -14,6 +14,10 @@ ORCHESTRATORS = (SLURM, EKS)
 VARIANTS = ("slurm-gpu", "slurm-trn", "eks-gpu", "eks-trn")
 # Size presets (worker count, FSx capacity, EBS size: hpq.cfn.variants.SIZES).
 SIZES = ("small", "medium", "large")
+# The small preset's storage (hpq.cfn.variants.SIZES["small"]), and the default of every command and library
+# call that asks for an FSx or EBS size: FSx for Lustre's smallest filesystem, and each node's EBS volume.
+DEFAULT_FSX_GIB = 1200
+DEFAULT_EBS_GB = 500
 
 
 def orchestrator_of(variant: str) -> str:

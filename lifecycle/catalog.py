@@ -212,11 +212,6 @@ class Busbw:
     kind: str = PUBLISHED  # PUBLISHED, ASSUMED or SEED (what the verdict calls it)
     software: str = ""  # what produced it (nccl-tests / NCCL / EFA versions) where the source says
 
-    @property
-    def derived(self) -> bool:
-        """Kept for callers of the old table: no figure is derived from a line rate any more."""
-        return False
-
 
 @dataclass(frozen=True)
 class BusbwTable:

@@ -22,6 +22,7 @@ from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests import yamlsafe
 from hpq.scripts.args import NCCL_DEBUG_LEVELS  # the node commands' list: one for both
+from hpq.vocab import DEFAULT_FSX_GIB
 
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -101,7 +102,7 @@ class RenderRequest:
     fsx_id: str | None = None
     fsx_dns: str | None = None
     fsx_mount_name: str | None = None
-    fsx_capacity_gib: int = 1200
+    fsx_capacity_gib: int = DEFAULT_FSX_GIB
     fsx_claim: str | None = None
     nccl_debug: str | None = None  # NCCL_DEBUG level; None: INFO for nccl-test, unset otherwise; "off": unset
     mpirun: str = MPIRUN  # absolute path of mpirun in the nccl-tests image

@@ -25,9 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq.aws import events, stacks
+from hpq.aws.session import client
 from hpq.errors import OperationFailed
-from hpq.rehearsal import cfn_eval
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal import cfn_eval, plan
 from hpq.standins import moto, rendition
 
 
@@ -88,7 +89,7 @@ AWS_ENV_KEYS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
 
 
 @contextmanager
-def environment(url: str, region: str = plan_mod.REGION) -> Iterator[None]:
+def environment(url: str, region: str = plan.REGION) -> Iterator[None]:
     """This process's AWS settings point at the emulated account for the block, then are restored.
 
     The same variables a user sets to aim ``hpq deploy`` at an endpoint (AWS_ENDPOINT_URL), with dummy
@@ -110,7 +111,7 @@ def environment(url: str, region: str = plan_mod.REGION) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def session(region: str = plan_mod.REGION) -> Any:
+def session(region: str = plan.REGION) -> Any:
     """A boto3 session; inside ``environment`` it talks to the emulated account only."""
     import boto3
 
@@ -142,10 +143,7 @@ class Deployed:
 def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[str, str],
            on_note: Any = None, timeout: float = 300.0) -> Deployed:
     """``hpq deploy VARIANT BUCKET --emulate moto`` as a library call, followed to the end."""
-    from hpq.aws import deploy as aws_deploy
-    from hpq.aws import events as aws_events
-    from hpq.aws import stacks as aws_stacks
-    from hpq.aws.session import client
+    import hpq.aws.deploy
 
     s3 = client(sess, "s3")
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": sess.region_name})
@@ -153,22 +151,22 @@ def deploy(sess: Any, variant: str, stack_name: str, bucket: str, params: dict[s
     # "not checked" for each; the rehearsal says once that it skips it.
     if on_note:
         on_note("quota check skipped: the emulated account has no Service Quotas for SageMaker or FSx")
-    dep = aws_deploy.deploy_stack(sess, variant, bucket, stack_name, "small", params,
+    dep = hpq.aws.deploy.deploy_stack(sess, variant, bucket, stack_name, "small", params,
                                   transform=lambda v, t: rendition.moto_compatible(v, t), on_note=on_note,
                                   quotas=False)
     cfn = client(sess, "cloudformation")
     deadline = time.time() + timeout
-    info = aws_stacks.describe(cfn, dep.submit.stack_id)
-    while not aws_stacks.is_terminal(info.status):
+    info = stacks.describe(cfn, dep.submit.stack_id)
+    while not stacks.is_terminal(info.status):
         if time.time() > deadline:
             raise AwsStageError(f"stack {stack_name} still {info.status} after {timeout:.0f}s in the emulated account")
         time.sleep(0.2)
-        info = aws_stacks.describe(cfn, dep.submit.stack_id)
-    if aws_stacks.is_failed(info.status):
-        rc = aws_events.root_cause(cfn, dep.submit.stack_id, label=stack_name)
+        info = stacks.describe(cfn, dep.submit.stack_id)
+    if stacks.is_failed(info.status):
+        rc = events.root_cause(cfn, dep.submit.stack_id, label=stack_name)
         detail = f": {rc.root.logical_id}: {rc.root.reason}" if rc.root else ""
         raise AwsStageError(f"emulated deploy of {stack_name} ended {info.status}{detail}")
-    real = aws_deploy.synthesize(variant, "small", params)
+    real = hpq.aws.deploy.synthesize(variant, "small", params)
     out = Deployed(variant, stack_name, dep.submit.stack_id, dict(dep.parameters), real,
                    release_version=dep.release.version)
     Realizer(sess, out).run()
@@ -183,7 +181,6 @@ def delete_filesystems(sess: Any, deployed: Deployed) -> list[str]:
     exact ``hpq:cluster-name`` tag finds nothing (FSx API Reference, DeleteFileSystem: the filesystem goes
     to DELETING, then leaves DescribeFileSystems; the lifecycle skips DELETING ones either way).
     """
-    from hpq.aws.session import client
 
     fsx = client(sess, "fsx")
     for (fname, logical), attrs in deployed.realized.items():
@@ -203,8 +200,6 @@ class Realizer:
     """Evaluates the real templates against moto's stacks and creates what moto only stubbed."""
 
     def __init__(self, sess: Any, deployed: Deployed):
-        from hpq.aws.session import client
-
         self.sess = sess
         self.d = deployed
         self.cfn = client(sess, "cloudformation")
@@ -215,15 +210,13 @@ class Realizer:
         self._outputs: dict[str, dict[str, Any]] = {}
 
     def client(self, service: str) -> Any:
-        from hpq.aws.session import client
-
         return client(self.sess, service)
 
     # ------------------------------------------------------------------ scopes
 
     def pseudo(self, fname: str) -> dict[str, Any]:
         stack_id = self.stack_ids.get(fname, "")
-        return {"AWS::Region": self.region, "AWS::AccountId": plan_mod.ACCOUNT, "AWS::Partition": "aws",
+        return {"AWS::Region": self.region, "AWS::AccountId": plan.ACCOUNT, "AWS::Partition": "aws",
                 "AWS::URLSuffix": "amazonaws.com", "AWS::StackId": stack_id,
                 "AWS::StackName": stack_id.split("/")[1] if stack_id.count("/") >= 2 else self.d.stack_name,
                 "AWS::NotificationARNs": []}
@@ -265,10 +258,9 @@ class Realizer:
     def physical(self, fname: str) -> dict[str, str]:
         if fname not in self._physical:
             stack_id = self.stack_ids.get(fname) or self.scope(fname).pseudo["AWS::StackId"]
-            from hpq.aws import stacks as aws_stacks
 
             self._physical[fname] = {r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
-                                     for r in aws_stacks.list_resources(self.cfn, stack_id)}
+                                     for r in stacks.list_resources(self.cfn, stack_id)}
         return self._physical[fname]
 
     def outputs(self, fname: str) -> dict[str, Any]:
@@ -276,9 +268,8 @@ class Realizer:
         (outputs built from a stand-in are placeholders in moto's copy)."""
         if fname not in self._outputs:
             sc = self.scope(fname)
-            from hpq.aws import stacks as aws_stacks
 
-            moto = aws_stacks.describe(self.cfn, self.stack_ids[fname]).outputs if fname != "root.json" else {}
+            moto = stacks.describe(self.cfn, self.stack_ids[fname]).outputs if fname != "root.json" else {}
             out: dict[str, Any] = {}
             for key, spec in (sc.template.get("Outputs") or {}).items():
                 if "Condition" in spec and not sc.condition(spec["Condition"]):
@@ -322,13 +313,13 @@ class Realizer:
         if rtype == "AWS::S3::Bucket" and attr == "Arn":
             return f"arn:aws:s3:::{phys}"
         if rtype == "AWS::Logs::LogGroup" and attr == "Arn":
-            return f"arn:aws:logs:{self.region}:{plan_mod.ACCOUNT}:log-group:{phys}:*"
+            return f"arn:aws:logs:{self.region}:{plan.ACCOUNT}:log-group:{phys}:*"
         if rtype == "AWS::EC2::SecurityGroup" and attr == "GroupId":
             return phys
         if rtype == "AWS::KMS::Key" and attr in ("Arn", "KeyId"):
             # Ref is the key id; the ARN's documented form (moto's DescribeKey cannot read a policy its own
             # CloudFormation stored as an object, so it is built here as for S3 and Logs).
-            return f"arn:aws:kms:{self.region}:{plan_mod.ACCOUNT}:key/{phys}" if attr == "Arn" else phys
+            return f"arn:aws:kms:{self.region}:{plan.ACCOUNT}:key/{phys}" if attr == "Arn" else phys
         raise cfn_eval.EvalError(f"{fname}: GetAtt {logical}.{attr} ({rtype}) is not known to the rehearsal")
 
     def realize(self, fname: str, logical: str) -> dict[str, Any]:
@@ -342,7 +333,7 @@ class Realizer:
             attrs = self._fsx(sc.evaluate(res.get("Properties") or {}))
         elif rtype == "AWS::Lambda::Function":
             name = f"{sc.pseudo['AWS::StackName']}-{logical}"[:64]
-            attrs = {"Ref": name, "Arn": f"arn:aws:lambda:{self.region}:{plan_mod.ACCOUNT}:function:{name}"}
+            attrs = {"Ref": name, "Arn": f"arn:aws:lambda:{self.region}:{plan.ACCOUNT}:function:{name}"}
         elif rtype.startswith("Custom::") or rtype == "AWS::CloudFormation::CustomResource":
             attrs = self._custom(fname, logical, sc)
         elif rtype == "AWS::SageMaker::Cluster":
@@ -352,7 +343,7 @@ class Realizer:
         else:
             name = f"{sc.pseudo['AWS::StackName']}-{logical}"
             attrs = {"Ref": name, "Arn": f"arn:aws:{rtype.split('::')[1].lower()}:{self.region}:"
-                                         f"{plan_mod.ACCOUNT}:{logical.lower()}/{name}"}
+                                         f"{plan.ACCOUNT}:{logical.lower()}/{name}"}
             self.d.notes.append(f"{rtype} {logical}: not created (no API for it in the rehearsal)")
         self.d.realized[key] = attrs
         return attrs
@@ -398,7 +389,7 @@ class Realizer:
     def _cluster(self, props: dict[str, Any]) -> dict[str, Any]:
         name = props["ClusterName"]
         cluster_id = hashlib.sha256(f"{self.d.stack_id}/{name}".encode()).hexdigest()[:12]
-        arn = f"arn:aws:sagemaker:{self.region}:{plan_mod.ACCOUNT}:cluster/{cluster_id}"
+        arn = f"arn:aws:sagemaker:{self.region}:{plan.ACCOUNT}:cluster/{cluster_id}"
         self.d.cluster = props
         self.d.cluster_arn = arn
         return {"Ref": arn, "ClusterArn": arn, "ClusterStatus": "InService", "ClusterName": name}

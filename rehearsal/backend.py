@@ -16,9 +16,8 @@ from pathlib import Path
 
 from hpq.aws.ssh import SshTarget
 from hpq.errors import UsageError
-from hpq.rehearsal import image
-from hpq.rehearsal import plan as plan_mod
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import image, state
+from hpq.rehearsal.plan import CONTROLLER, Plan
 from hpq.validation.backend import ClusterFacts, Echo
 from hpq.validation.request import NCCL, NCCOM, TestRequest
 from hpq.validation.result import RawOutcome, TestResult
@@ -34,7 +33,7 @@ def controller_shell(host: str, key: str, known_hosts: str, user: str = image.DE
     return SshShell(SshTarget(host, None, user, 22, key, known_hosts, connect_timeout=20.0))
 
 
-def facts(plan: plan_mod.Plan) -> ClusterFacts:
+def facts(plan: Plan) -> ClusterFacts:
     """What the rehearsal knows of its cluster without asking anything: its name and its workers' type."""
     return ClusterFacts(plan.cluster_name, plan.orchestrator, plan.worker_type)
 
@@ -89,17 +88,17 @@ def find(cluster: str) -> RehearsalBackend | None:
     m = CLUSTER_NAME_RE.fullmatch(cluster)
     if m is None:
         return None
-    path = state_mod.STATE_DIR / f"{m.group(1)}.json"
+    path = state.STATE_DIR / f"{m.group(1)}.json"
     if not path.exists():
         return None
-    st = state_mod.RunState.load(path)  # StateError (exit 2) when it cannot be trusted or read (not root)
+    st = state.RunState.load(path)  # StateError (exit 2) when it cannot be trusted or read (not root)
     if st.cluster_name not in ("", cluster):
         return None
     if not st.variant.startswith("slurm"):
         raise UsageError(f"rehearsal {st.run_id} ({st.variant}) has no Slurm controller and no Kubernetes API server: "
                          "nothing runs the tests there (docs/rehearse.md)")
-    ctl = next((n for n in st.nodes if n.role == plan_mod.CONTROLLER), None)
-    if ctl is None or state_mod.holder(ctl) is None or not st.ssh_key:
+    ctl = next((n for n in st.nodes if n.role == CONTROLLER), None)
+    if ctl is None or state.holder(ctl) is None or not st.ssh_key:
         raise UsageError(f"rehearsal {st.run_id} is not running (its controller is gone): start one with "
                          "`hpq rehearse --keep`, remove this one with `hpq rehearse down`")
     if not os.access(st.ssh_key, os.R_OK):

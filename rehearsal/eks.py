@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpq.rehearsal import plan as plan_mod
+from hpq.errors import HpqError
+from hpq.manifests import render
+from hpq.rehearsal.plan import Plan
 
 
 def _version(deployed: Any) -> str:
@@ -37,11 +39,8 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def check(plan: plan_mod.Plan, deployed: Any) -> dict[str, Any]:
+def check(plan: Plan, deployed: Any) -> dict[str, Any]:
     import kubernetes_validate
-
-    from hpq.errors import HpqError
-    from hpq.manifests import render
 
     version = _version(deployed)
     out = deployed.outputs

@@ -29,7 +29,7 @@ import shlex
 import sys
 
 from hpq.rehearsal.node import Node, host_aws_cli
-from hpq.standins import systemctl as systemctl_standin
+from hpq.standins import systemctl
 
 SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sstat", "sattach",
                  "sbcast", "sprio", "sshare", "sdiag")
@@ -95,5 +95,5 @@ def boot(node: Node, hosts: list[tuple[str, str]], munge_key: bytes, user_public
     node.sh(seed_mounts)
     # No systemd here: the systemctl stand-in, first on the node's PATH (node.NODE_PATH), answers the lifecycle's
     # systemctl calls; it starts ssh.service as systemd starts the AMI's enabled unit at boot.
-    node.write(SYSTEMCTL, systemctl_standin.shim_text("/", sys.executable), 0o755)
+    node.write(SYSTEMCTL, systemctl.shim_text("/", sys.executable), 0o755)
     node.run(["systemctl", "start", "ssh.service"], timeout=60)

@@ -24,10 +24,7 @@ from typing import Any, TextIO
 
 from hpq import atomic
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, procs
-from hpq.rehearsal import backend as backend_mod
-from hpq.rehearsal import plan as plan_mod
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import aws, backend, plan, procs, state
 from hpq.rehearsal.node import Node
 from hpq.rehearsal.stages import deploy, finish, lifecycles, manifests, network, nodes, slurm, workloads
 from hpq.rehearsal.stages.base import TAIL_LINES, Failure
@@ -96,16 +93,16 @@ class Rehearsal:
     def __init__(self, opts: Options, progress: Progress | None = None):
         self.opts = opts
         self.say = progress or Progress()
-        self.run_id = plan_mod.new_run_id()
+        self.run_id = plan.new_run_id()
         self.stack = TeardownStack()
-        self.plan: plan_mod.Plan | None = None
-        self.state: state_mod.RunState | None = None
+        self.plan: plan.Plan | None = None
+        self.state: state.RunState | None = None
         self.moto: aws.EmbeddedMoto | None = None
         self.deployed: aws.Deployed | None = None
         self.nodes: dict[str, Node] = {}
         self.groups: list[hyperpod.GroupRequest] = []
         self.shell: SshShell | None = None  # a login shell on the controller (validation.slurm)
-        self.backend: backend_mod.RehearsalBackend | None = None  # the tests' backend over that shell
+        self.backend: backend.RehearsalBackend | None = None  # the tests' backend over that shell
         self.lifecycles = lifecycles.Lifecycles({})
         self.stage_seconds: dict[str, float] = {}
         self.result: dict[str, Any] = {}  # what the stages found, then the summary
@@ -306,13 +303,13 @@ def default_worker_type(variant: str, workers: int = 2) -> str:
     return min(VARIANTS[variant].worker_types(), key=key)
 
 
-def shell_command(st: state_mod.RunState, node_name: str | None) -> list[str]:
+def shell_command(st: state.RunState, node_name: str | None) -> list[str]:
     """argv that enters a kept node (its namespaces and root) with a login shell."""
-    ns = st.node(node_name) if node_name else next((n for n in st.nodes if n.role == plan_mod.CONTROLLER), None) \
+    ns = st.node(node_name) if node_name else next((n for n in st.nodes if n.role == plan.CONTROLLER), None) \
         or (st.nodes[0] if st.nodes else None)
     if ns is None:
         raise KeyError(node_name or "")
-    if state_mod.holder(ns) is None:  # never enter the namespaces of whatever process reuses the pid now
+    if state.holder(ns) is None:  # never enter the namespaces of whatever process reuses the pid now
         from hpq.rehearsal.node import NodeError
 
         raise NodeError(f"node {ns.name} of rehearsal {st.run_id} is not running (its holder process is gone): "

@@ -33,6 +33,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hpq import atomic
 from hpq.errors import UsageError
 from hpq.rehearsal import netns, procs
 from hpq.standins import fsx
@@ -98,8 +99,6 @@ class RunState:
         return True
 
     def save(self) -> None:
-        from hpq import atomic
-
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         atomic.write_file(self.path, json.dumps(asdict(self), indent=2) + "\n", mode=0o600)
 

@@ -20,7 +20,7 @@ from typing import Any
 from hpq.lifecycle import catalog, transport
 from hpq.lifecycle.ssh_keys import JOB_NAME, KEY_NAME
 from hpq.rehearsal import backend
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal.plan import LOGIN, NODE_IFACE, WORKER, Plan
 from hpq.scripts import env_check
 from hpq.validation.request import NANOGPT, NCCL, SWEEP, TestRequest
 from hpq.validation.slurm import SshShell, node_command
@@ -169,7 +169,7 @@ def expected_environment(worker_type: str) -> dict[str, str]:
     """``hpq nccl-env TYPE --iface ens5``: the transport function for the type, on a node whose default route is
     the rehearsal's interface and whose EFA devices are the type's own (node.EFA_DEVICES)."""
     entry = catalog.lookup(worker_type)
-    probe = transport.NodeProbe(efa_devices=entry.efa_interfaces, default_iface=plan_mod.NODE_IFACE)
+    probe = transport.NodeProbe(efa_devices=entry.efa_interfaces, default_iface=NODE_IFACE)
     return dict(transport.node_environment(worker_type, probe).variables)
 
 
@@ -192,5 +192,5 @@ def job_environment(shell: SshShell, out: str, worker_type: str, nodes: int) -> 
     return result
 
 
-def worker_hostnames(plan: plan_mod.Plan) -> list[str]:
-    return [n.hostname for n in plan.nodes if n.role in (plan_mod.WORKER, plan_mod.LOGIN)]
+def worker_hostnames(plan: Plan) -> list[str]:
+    return [n.hostname for n in plan.nodes if n.role in (WORKER, LOGIN)]

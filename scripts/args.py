@@ -31,7 +31,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, "%s: error: %s (see --help)\n" % (self.prog, message))
 
 
-def size(text: str) -> int:
+def byte_size(text: str) -> int:
     """nccl-tests style sizes in bytes: 8, 128K, 1M, 16G, 1.5G (powers of 1024, a whole number of bytes)."""
     t = str(text).strip().upper()
     if t.endswith("B"):
@@ -90,7 +90,7 @@ def add_nodes_argument(ap: argparse.ArgumentParser) -> None:
 def check_size_range(ap: argparse.ArgumentParser, minbytes: str, maxbytes: str) -> None:
     """-b and -e are sizes, the first at most the second (otherwise no size would run)."""
     try:
-        lo, hi = size(minbytes), size(maxbytes)
+        lo, hi = byte_size(minbytes), byte_size(maxbytes)
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
     if lo > hi:

@@ -28,7 +28,7 @@ import time
 from typing import List, Optional, Tuple
 
 from hpq.scripts import distenv
-from hpq.scripts.args import size as parse_size  # nccl-tests style sizes: 8, 128K, 1M, 16G
+from hpq.scripts.args import byte_size  # nccl-tests style sizes: 8, 128K, 1M, 16G
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32"}
@@ -270,10 +270,10 @@ class Bench:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.nccl_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--op", choices=OPS, default="all_reduce")
-    ap.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
-    ap.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("16G"))
+    ap.add_argument("-b", "--minbytes", type=byte_size, default=byte_size("8"))
+    ap.add_argument("-e", "--maxbytes", type=byte_size, default=byte_size("16G"))
     ap.add_argument("-f", "--stepfactor", type=int, default=2)
-    ap.add_argument("-i", "--stepbytes", type=parse_size, default=parse_size("1M"))
+    ap.add_argument("-i", "--stepbytes", type=byte_size, default=byte_size("1M"))
     ap.add_argument("-n", "--iters", type=int, default=20)
     ap.add_argument("-w", "--warmup", type=int, default=5)
     ap.add_argument("-d", "--datatype", choices=sorted(DTYPES), default="float")
@@ -359,8 +359,8 @@ def main(argv=None) -> int:
     esize = torch.empty((), dtype=dtype).element_size()
     busbws: List[float] = []
     wrong_total = 0
-    for size in size_list:
-        count = max(size // esize, 1)
+    for requested in size_list:
+        count = max(requested // esize, 1)
         if args.op != "all_reduce":
             count = (count // info.world_size) * info.world_size
             if count == 0:

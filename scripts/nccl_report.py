@@ -25,7 +25,7 @@ from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.scripts import outcome as outcome_mod
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, NOT_JUDGED, PASS, combine, exit_code, headline, json_safe
 
 # A result passes when its peak bus bandwidth reaches this fraction of the healthy figure the catalog
 # holds for the instance type and the run's node count (hpq.lifecycle.catalog.expected_busbw).
@@ -198,7 +198,7 @@ class Verdict:
     pass_fraction: Optional[float] = None
     expect: str = EXPECT_CATALOG  # what the bandwidth was judged against: catalog, none, or the user's GB/s
     bandwidth_judged: bool = False  # False: no figure (none known, or --expect none); the bandwidth is reported only
-    outcome: str = outcome_mod.FAIL  # PASS, FAIL or INCONCLUSIVE
+    outcome: str = FAIL  # PASS, FAIL or INCONCLUSIVE
     checks: Dict[str, Check] = field(default_factory=dict)  # complete, values, data, transport, bandwidth
     expected_kind: Optional[str] = None  # published, assumed, seed or "your own" (--expect GBPS)
     number: str = ""  # what was measured, as the headline says it
@@ -800,28 +800,28 @@ def _net_words(report: NcclReport) -> str:
 def _transport_check(report: NcclReport, entry, run_nodes: Optional[int]) -> Check:
     """On a type whose catalog transport is EFA, TCP sockets are a failure whatever the bandwidth."""
     if entry is None:
-        return Check(outcome_mod.NOT_JUDGED, "no instance type given, so no transport to expect")
+        return Check(NOT_JUDGED, "no instance type given, so no transport to expect")
     if report.producer == "nccom-test":
-        return Check(outcome_mod.NOT_JUDGED, "nccom-test does not print its transport; Neuron runs collectives "
+        return Check(NOT_JUDGED, "nccom-test does not print its transport; Neuron runs collectives "
                                              "between instances over EFA (%s)" % NEURON_EFA_DOC)
     if run_nodes == 1:
-        return Check(outcome_mod.NOT_JUDGED, "one node: the collective runs over NVLink/PCIe, not the network")
+        return Check(NOT_JUDGED, "one node: the collective runs over NVLink/PCIe, not the network")
     seen = transport_seen(report)
     if not entry.has_efa:
-        return Check(outcome_mod.NOT_JUDGED, "%s has no EFA in the catalog: TCP sockets are its transport%s" % (
+        return Check(NOT_JUDGED, "%s has no EFA in the catalog: TCP sockets are its transport%s" % (
             entry.name, " (the log says %s)" % _net_words(report) if seen else ""))
     if seen == NET_EFA:
-        return Check(outcome_mod.PASS, "EFA: the log says %s%s" % (
+        return Check(PASS, "EFA: the log says %s%s" % (
             _net_words(report), ", GPUDirect RDMA" if report.gdr else ""))
     if seen is None:
-        return Check(outcome_mod.INCONCLUSIVE, "the log does not say which network NCCL used; %s" % DEBUG_HINT)
+        return Check(INCONCLUSIVE, "the log does not say which network NCCL used; %s" % DEBUG_HINT)
     what = {NET_SOCKET: "TCP sockets, not EFA", NET_MIXED: "a mix of networks: some ranks did not use EFA",
             NET_OTHER: "a network other than EFA"}[seen]
     detail = "the log says %s: %s. %s's transport is EFA (%d interface%s in the catalog)" % (
         _net_words(report), what, entry.name, entry.efa_interfaces, "" if entry.efa_interfaces == 1 else "s")
     if entry.accelerator == catalog.GPU:
         detail += ". " + _efa_checks(entry)
-    return Check(outcome_mod.FAIL, detail)
+    return Check(FAIL, detail)
 
 
 def _values_check(report: NcclReport, entry) -> Check:
@@ -838,41 +838,41 @@ def _values_check(report: NcclReport, entry) -> Check:
         problems.append("bandwidth above the physical limit of %g GB/s (%s) at %s" % (
             ceiling, why, ", ".join(over[:3]) + (" ..." if len(over) > 3 else "")))
     if problems:
-        return Check(outcome_mod.FAIL, "the log holds impossible values, an error in the log, not a result: %s"
+        return Check(FAIL, "the log holds impossible values, an error in the log, not a result: %s"
                      % "; ".join(problems[:5]))
-    return Check(outcome_mod.PASS, "every value finite, non-negative and under %g GB/s" % ceiling)
+    return Check(PASS, "every value finite, non-negative and under %g GB/s" % ceiling)
 
 
 def _complete_check(report: NcclReport) -> Check:
     if report.task_failures:
-        return Check(outcome_mod.FAIL, "srun reports a failed task (%s): a rank died, whatever the table shows"
+        return Check(FAIL, "srun reports a failed task (%s): a rank died, whatever the table shows"
                      % report.task_failures[0])
     if report.truncated:
-        return Check(outcome_mod.FAIL, "no 'Avg bus bandwidth' summary after the last result rows: the run was "
+        return Check(FAIL, "no 'Avg bus bandwidth' summary after the last result rows: the run was "
                                        "cut off or crashed before the end; look at the end of the log")
     if report.runs > 1:
-        return Check(outcome_mod.INCONCLUSIVE, "the log holds %d runs (tables appended to one file): judge one "
+        return Check(INCONCLUSIVE, "the log holds %d runs (tables appended to one file): judge one "
                                                "run per log" % report.runs)
-    return Check(outcome_mod.PASS, "one run, finished with its summary line")
+    return Check(PASS, "one run, finished with its summary line")
 
 
 def _data_check(report: NcclReport) -> Check:
     if report.wrong_total:
-        return Check(outcome_mod.FAIL, (
+        return Check(FAIL, (
             "%d wrong element(s) in the results: the collective returned corrupted data. Do not train on "
             "this cluster: look for Xid errors in `dmesg` on each node, run a DCGM diagnostic, and replace "
             "the node that fails (rerun with fewer nodes to find it)." % report.wrong_total))
     if report.out_of_bounds:
-        return Check(outcome_mod.FAIL, "%d out-of-bounds value(s) reported by the benchmark" % report.out_of_bounds)
+        return Check(FAIL, "%d out-of-bounds value(s) reported by the benchmark" % report.out_of_bounds)
     if report.producer != "nccl-tests" and not report.checked:
         # nccom-test and hpq's built-in benchmark without checking print no such column: nothing to read.
-        return Check(outcome_mod.NOT_JUDGED, "%s printed no #wrong column" % report.producer)
+        return Check(NOT_JUDGED, "%s printed no #wrong column" % report.producer)
     unchecked = sum(1 for r in report.rows for m in r.measurements if m.wrong is None)
     if report.producer == "nccl-tests" and unchecked:
         # nccl-tests says N/A where it did not verify (-c 0): no evidence the data was right is no pass.
-        return Check(outcome_mod.INCONCLUSIVE, NOT_CHECKED if not report.checked else
+        return Check(INCONCLUSIVE, NOT_CHECKED if not report.checked else
                      "%d result(s) were not checked (#wrong N/A): run with -c 1 to verify every size" % unchecked)
-    return Check(outcome_mod.PASS, "no wrong elements")
+    return Check(PASS, "no wrong elements")
 
 
 def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[int] = None,
@@ -913,7 +913,7 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         "complete": _complete_check(report),
         "values": _values_check(report, entry),
         "data": _data_check(report),
-        "transport": (Check(outcome_mod.NOT_JUDGED, "a stand-in network (rehearsal): no EFA to use")
+        "transport": (Check(NOT_JUDGED, "a stand-in network (rehearsal): no EFA to use")
                       if stand_in_network else _transport_check(report, entry, run_nodes)),
     }
     where = ("" if run_nodes is None else " on %d node%s" % (run_nodes, "" if run_nodes == 1 else "s"))
@@ -921,7 +921,7 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     fraction = None
     if expect == EXPECT_NONE:
         expectation = "no expectation (--expect none)"
-        checks["bandwidth"] = Check(outcome_mod.NOT_JUDGED, "reported, not judged (--expect none)")
+        checks["bandwidth"] = Check(NOT_JUDGED, "reported, not judged (--expect none)")
     elif figure is None:
         if entry is None:
             expectation = "no expectation"
@@ -942,7 +942,7 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
                 why += ("; for orientation only: half of its %g Gbps line rate is %g GB/s, a level derived from "
                         "a data sheet, not a measurement" % (entry.network_gbps, level))
             why += "; judge against a healthy run of your own with --expect GBPS"
-        checks["bandwidth"] = Check(outcome_mod.INCONCLUSIVE, why)
+        checks["bandwidth"] = Check(INCONCLUSIVE, why)
     else:
         fraction = report.peak_busbw_gbps / expected if expected else None
         if isinstance(expect, float) or entry is None:
@@ -957,7 +957,7 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
         detail = "%.0f%% of %s; pass at %.0f%%. Source: %s" % ((fraction or 0) * 100, expectation,
                                                                fraction_needed * 100, source)
         if fraction is not None and fraction >= fraction_needed:
-            checks["bandwidth"] = Check(outcome_mod.PASS, detail)
+            checks["bandwidth"] = Check(PASS, detail)
         else:
             advice = ""
             if report.max_size_bytes < PEAK_MIN_BYTES:
@@ -966,23 +966,23 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
             if entry is not None:
                 advice += " " + _shortfall_advice(entry, report.peak_busbw_gbps, expected, run_nodes,
                                                   report.network)
-            checks["bandwidth"] = Check(outcome_mod.FAIL, detail + "." + advice, "only %.0f%% of it; pass at %.0f%%" % (
+            checks["bandwidth"] = Check(FAIL, detail + "." + advice, "only %.0f%% of it; pass at %.0f%%" % (
                 (fraction or 0) * 100, fraction_needed * 100))
-    outcome = outcome_mod.combine(c.outcome for c in checks.values())
+    outcome = combine(c.outcome for c in checks.values())
     order = ["values", "data", "transport", "bandwidth", "complete"]
-    deciding = [k for k in order if checks[k].outcome == outcome] if outcome != outcome_mod.PASS else []
+    deciding = [k for k in order if checks[k].outcome == outcome] if outcome != PASS else []
     if deciding:
         reason = checks[deciding[0]].short or _short(checks[deciding[0]].detail)
     else:
         reason = "%s%s" % ("%.0f%% of the figure" % (fraction * 100) if fraction is not None else "complete and clean",
-                           ", EFA confirmed" if checks["transport"].outcome == outcome_mod.PASS else "")
-    lines = [outcome_mod.headline(outcome, number, expectation, reason)]
+                           ", EFA confirmed" if checks["transport"].outcome == PASS else "")
+    lines = [headline(outcome, number, expectation, reason)]
     for k in order:
         lines.append("  %s: %s: %s" % (k, checks[k].outcome, checks[k].detail))
     for note in node_notes:
         lines.append("  note: %s." % note)
-    code = outcome_mod.exit_code(outcome)
-    return Verdict(ok=outcome == outcome_mod.PASS, exit_code=code, message="\n".join(lines),
+    code = exit_code(outcome)
+    return Verdict(ok=outcome == PASS, exit_code=code, message="\n".join(lines),
                    expected_busbw_gbps=expected, instance_type=entry.name if entry else None,
                    fraction=fraction, nodes=run_nodes, nodes_from=nodes_from,
                    expected_nodes=figure.nodes if figure else None,
@@ -1049,7 +1049,7 @@ def report_to_dict(report: NcclReport, verdict: Optional[Verdict] = None) -> Dic
     if verdict is not None:
         out["outcome"] = verdict.outcome
         out["verdict"] = verdict_to_dict(verdict)
-    return outcome_mod.json_safe(out)
+    return json_safe(out)
 
 
 def format_table(report: NcclReport) -> str:

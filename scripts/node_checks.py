@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from hpq.scripts import xid_catalog as xids
+from hpq.scripts import xid_catalog
 from hpq.scripts.xid_catalog import (
     ACTION_DRAIN,
     ACTION_REBOOT,
@@ -270,7 +270,7 @@ def judge_xids(events: Sequence[XidEvent]) -> List[Finding]:
         counts[key] = counts.get(key, 0) + 1
     findings = []
     for key, event in latest.items():
-        mnemonic, severity, action = xids.classify(event.code, event.message)
+        mnemonic, severity, action = xid_catalog.classify(event.code, event.message)
         times = " (%d times)" % counts[key] if counts[key] > 1 else ""
         findings.append(Finding("xid", severity, "Xid %d %s on %s%s: %s"
                                 % (event.code, mnemonic, event.bus, times, event.line), action, event.bus))

@@ -25,10 +25,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from hpq.lifecycle import catalog, names
-from hpq.scripts import dcgm_checks as dcgm
-from hpq.scripts import neuron_checks as neuron
-from hpq.scripts import node_checks as nc
-from hpq.scripts import nodeinfo
+from hpq.scripts import dcgm_checks, neuron_checks, node_checks, nodeinfo
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 TOOL_TIMEOUT_S = 30.0
@@ -59,7 +56,7 @@ def run_tool(argv: List[str], timeout: Optional[float] = None) -> Tuple[Optional
         return None, "", "%s: no answer in %.0f s" % (argv[0], timeout)
     except OSError as exc:
         return None, "", "%s: %s" % (argv[0], exc)
-    cap = nc.MAX_TOOL_OUTPUT_BYTES
+    cap = node_checks.MAX_TOOL_OUTPUT_BYTES
     return done.returncode, done.stdout[:cap], done.stderr[:cap]
 
 
@@ -104,15 +101,15 @@ def _first_version(patterns, regex: str) -> Optional[str]:
     return None
 
 
-def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str, gpu_node: bool = False) -> Dict[str, str]:
+def fingerprint(smi: Optional[node_checks.SmiReport], fi_info_version: str, gpu_node: bool = False) -> Dict[str, str]:
     """The software this node runs, for drift across nodes: absent pieces are left out, not guessed; on a GPU
-    node whose nvidia-smi did not answer the driver and CUDA are ``nc.UNKNOWN`` (not read, so not drift: the
+    node whose nvidia-smi did not answer the driver and CUDA are ``node_checks.UNKNOWN`` (not read, so not drift: the
     gpu_count finding already names that node)."""
     fp = {"kernel": os.uname().release}
     if smi is not None:
         fp["nvidia_driver"], fp["cuda"] = smi.driver_version, smi.cuda_version
     elif gpu_node:
-        fp["nvidia_driver"] = fp["cuda"] = nc.UNKNOWN
+        fp["nvidia_driver"] = fp["cuda"] = node_checks.UNKNOWN
     try:
         with open(EFA_PACKAGES) as fh:
             match = re.search(r"EFA installer version:\s*(\S+)", fh.read(4096))
@@ -132,7 +129,7 @@ def fingerprint(smi: Optional[nc.SmiReport], fi_info_version: str, gpu_node: boo
     return {k: v for k, v in fp.items() if v}
 
 
-def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
+def daemon_findings(daemons=DAEMONS) -> List[node_checks.Finding]:
     """A node daemon whose unit is loaded (installed, not masked) but not active.
 
     ``systemctl is-active`` says "inactive" for a unit that does not exist, so the unit's LoadState decides
@@ -145,12 +142,12 @@ def daemon_findings(daemons=DAEMONS) -> List[nc.Finding]:
             continue
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         if props.get("LoadState") == "loaded" and props.get("ActiveState") != "active":
-            findings.append(nc.Finding("daemon_down", nc.SEVERITY_CRITICAL,
-                                       "%s is %s" % (name, props.get("ActiveState", "?")), nc.ACTION_REBOOT))
+            findings.append(node_checks.Finding("daemon_down", node_checks.SEVERITY_CRITICAL,
+                                       "%s is %s" % (name, props.get("ActiveState", "?")), node_checks.ACTION_REBOOT))
     return findings
 
 
-def neuron_ls() -> Tuple[Optional[List[neuron.NeuronDevice]], str]:
+def neuron_ls() -> Tuple[Optional[List[neuron_checks.NeuronDevice]], str]:
     """The Neuron devices from ``neuron-ls``: the JSON flag of Neuron before 2.34, else the one after it.
 
     (devices, "") on an answer; (None, reason) when neuron-ls is absent ("not found") or fails."""
@@ -161,7 +158,7 @@ def neuron_ls() -> Tuple[Optional[List[neuron.NeuronDevice]], str]:
             return None, "neuron-ls not found"
         if rc == 0:
             try:
-                return neuron.parse_neuron_ls(out), ""
+                return neuron_checks.parse_neuron_ls(out), ""
             except ValueError as exc:
                 reasons.append(str(exc))
                 continue
@@ -169,29 +166,29 @@ def neuron_ls() -> Tuple[Optional[List[neuron.NeuronDevice]], str]:
     return None, "; ".join(reasons)
 
 
-def neuron_findings(entry: catalog.InstanceType) -> Tuple[List[nc.Finding], List[str]]:
+def neuron_findings(entry: catalog.InstanceType) -> Tuple[List[node_checks.Finding], List[str]]:
     """Trainium: the Neuron devices against the type's count, and Neuron hardware errors in the kernel log."""
-    findings: List[nc.Finding] = []
+    findings: List[node_checks.Finding] = []
     unchecked: List[str] = []
     devices, why = neuron_ls()
     if devices is not None:
-        findings += neuron.judge_neuron(devices, entry.accelerator_count)
+        findings += neuron_checks.judge_neuron(devices, entry.accelerator_count)
     elif why == "neuron-ls not found":
         unchecked.append("neuron: neuron-ls not found")
     else:
         # neuron-ls present and failing: the driver sees no device it can use, as nvidia-smi failing does.
-        found = neuron.judge_neuron(None, entry.accelerator_count)
+        found = neuron_checks.judge_neuron(None, entry.accelerator_count)
         found[0].evidence += " (%s)" % why[:300]
         findings += found
     log, source = kernel_log()
     if log is None:
         unchecked.append("neuron errors: %s" % source)
     else:
-        findings += neuron.judge_neuron_log(log)
+        findings += neuron_checks.judge_neuron_log(log)
     return findings, unchecked
 
 
-def dcgm_findings(node: str) -> Tuple[List[nc.Finding], List[str]]:
+def dcgm_findings(node: str) -> Tuple[List[node_checks.Finding], List[str]]:
     """``dcgmi diag -r 1 -j``, bounded; a node without dcgmi is named, INCONCLUSIVE for this check."""
     rc, out, err = run_tool(["dcgmi", "diag", "-r", "1", "-j"], timeout=DCGM_TIMEOUT_S)
     if rc is None and "not found" in err:
@@ -200,7 +197,7 @@ def dcgm_findings(node: str) -> Tuple[List[nc.Finding], List[str]]:
         return [], ["dcgm: %s" % err.strip()]
     try:
         # dcgmi exits non-zero when a test fails: its JSON still says which.
-        return dcgm.judge_diag(out), []
+        return dcgm_checks.judge_diag(out), []
     except ValueError as exc:
         first = (err.strip().splitlines() or [str(exc)])[0]
         return [], ["dcgm: dcgmi diag -r 1 exit %d: %s" % (rc, first[:300])]
@@ -211,36 +208,36 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
             disks=("/", "/opt/sagemaker"), with_dcgm: bool = False) -> Dict[str, object]:
     """Every check on this node: findings, what could not be checked, and the software fingerprint."""
     started = time.monotonic()
-    findings: List[nc.Finding] = []
+    findings: List[node_checks.Finding] = []
     unchecked: List[str] = []
-    smi: Optional[nc.SmiReport] = None
-    efa_before = nc.read_efa_counters(sys_infiniband)
+    smi: Optional[node_checks.SmiReport] = None
+    efa_before = node_checks.read_efa_counters(sys_infiniband)
     if entry.accelerator == catalog.GPU:
         rc, out, err = run_tool(["nvidia-smi", "-q", "-x"])
         if rc == 0:
             try:
-                smi = nc.parse_smi_xml(out)
+                smi = node_checks.parse_smi_xml(out)
             except ValueError as exc:
                 unchecked.append("gpus: %s" % exc)
         elif "not found" in err:
             unchecked.append("gpus: nvidia-smi not found")
         else:
             # nvidia-smi failing or hanging is itself the finding: a GPU off the bus does both.
-            findings += nc.judge_gpus(None, entry.accelerator_count, entry.accelerator_model)
+            findings += node_checks.judge_gpus(None, entry.accelerator_count, entry.accelerator_model)
         if smi is not None:
             links = None
-            if nc.GPU_MODELS.get(entry.accelerator_model, nc.GpuModelFacts(0, 0, 0)).nvlinks:
+            if node_checks.GPU_MODELS.get(entry.accelerator_model, node_checks.GpuModelFacts(0, 0, 0)).nvlinks:
                 rc_l, out_l, _ = run_tool(["nvidia-smi", "nvlink", "-s"])
                 if rc_l == 0:
-                    links = nc.parse_nvlink_status(out_l)
+                    links = node_checks.parse_nvlink_status(out_l)
                 else:
                     unchecked.append("nvlink: nvidia-smi nvlink -s did not answer")
-            findings += nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, links)
+            findings += node_checks.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, links)
         log, source = kernel_log()
         if log is None:
             unchecked.append("xid: %s" % source)
         else:
-            findings += nc.judge_xids(nc.parse_xids(log))
+            findings += node_checks.judge_xids(node_checks.parse_xids(log))
         if with_dcgm:
             found, why = dcgm_findings(os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
             findings += found
@@ -258,28 +255,28 @@ def examine(entry: catalog.InstanceType, fsx: Optional[str], efa_window: float =
         fi_version = run_tool(["fi_info", "--version"])[1]
         if efa_window > 0:
             time.sleep(efa_window)
-        findings += nc.judge_efa(nc.efa_devices(sys_infiniband), entry.efa_interfaces, efa_before,
-                                 nc.read_efa_counters(sys_infiniband), provider_ok)
+        findings += node_checks.judge_efa(node_checks.efa_devices(sys_infiniband), entry.efa_interfaces, efa_before,
+                                 node_checks.read_efa_counters(sys_infiniband), provider_ok)
     for path in disks:
         try:
             st = os.statvfs(path)
         except OSError:
             continue
-        findings += nc.judge_disk(path, st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
+        findings += node_checks.judge_disk(path, st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
     if fsx:
         try:
             with open(proc_mounts) as fh:
-                mounts = fh.read(nc.MAX_TOOL_OUTPUT_BYTES)
+                mounts = fh.read(node_checks.MAX_TOOL_OUTPUT_BYTES)
         except OSError as exc:
             mounts = ""
             unchecked.append("fsx: %s" % exc)
         writable = fsx_writable(fsx) if os.path.isdir(fsx) else None
-        found = nc.judge_mounts(mounts, fsx, writable)
+        found = node_checks.judge_mounts(mounts, fsx, writable)
         if writable is None and not found and os.path.isdir(fsx):
             unchecked.append("fsx: no permission to write a test file under %s" % fsx)
         findings += found
     findings += daemon_findings()
-    verdict = nc.worst(findings)
+    verdict = node_checks.worst(findings)
     if verdict == "PASS" and unchecked:
         verdict = "INCONCLUSIVE"
     # The node as Slurm names it when srun started us (its NodeName), else the host name.

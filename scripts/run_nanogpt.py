@@ -22,9 +22,9 @@ import re
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from hpq.scripts import args as checks
 from hpq.scripts import env_check, launch, nanogpt
-from hpq.scripts import outcome as oc
+from hpq.scripts.args import MAX_PER_NODE, OneLineParser, add_nodes_argument, count, instance_type, positive
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, headline, json_safe
 
 MODULE = "hpq.scripts.run_nanogpt"
 
@@ -38,29 +38,29 @@ EPILOG = """examples:
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    ap = checks.OneLineParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
+    ap = OneLineParser(prog="run-nanogpt", description=__doc__.split("\n\n")[1], epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.add_nodes_argument(ap)
-    ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
+    add_nodes_argument(ap)
+    ap.add_argument("gpus_per_node", nargs="?", type=count(1, MAX_PER_NODE, "GPUS_PER_NODE"),
                     default=None, help="processes per node (default: the instance type's GPUs, else detected, else 1)")
-    ap.add_argument("--iters", type=checks.count(1, 10 ** 9, "--iters"), default=200)
+    ap.add_argument("--iters", type=count(1, 10 ** 9, "--iters"), default=200)
     ap.add_argument("--data", default=None, help="text file for character-level training (default: generated)")
     ap.add_argument("--model", choices=sorted(nanogpt.PRESETS), default="tiny")
-    ap.add_argument("--batch-size", type=checks.count(1, 1 << 20, "--batch-size"), default=None)
-    ap.add_argument("--grad-accum", type=checks.count(1, 1 << 20, "--grad-accum"), default=None, help="micro-batches per optimizer step (default: preset)")
+    ap.add_argument("--batch-size", type=count(1, 1 << 20, "--batch-size"), default=None)
+    ap.add_argument("--grad-accum", type=count(1, 1 << 20, "--grad-accum"), default=None, help="micro-batches per optimizer step (default: preset)")
     ap.add_argument("--compile", action="store_true", help="torch.compile (GPU)")
     ap.add_argument("--ckpt-dir", default=None, help="default: <results>/nanogpt/<model> (shared /fsx when mounted)")
-    ap.add_argument("--ckpt-every", type=checks.count(0, 10 ** 9, "--ckpt-every"), default=50,
+    ap.add_argument("--ckpt-every", type=count(0, 10 ** 9, "--ckpt-every"), default=50,
                     help="steps between checkpoints (0: none)")
     ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
-    ap.add_argument("--log-every", type=checks.count(1, 10 ** 9, "--log-every"), default=10)
-    ap.add_argument("--peak-tflops", type=checks.positive, default=None, help="the GPU's peak TFLOP/s for MFU")
+    ap.add_argument("--log-every", type=count(1, 10 ** 9, "--log-every"), default=10)
+    ap.add_argument("--peak-tflops", type=positive, default=None, help="the GPU's peak TFLOP/s for MFU")
     ap.add_argument("--grad-comm", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: all-reduce gradients in bf16 (half the bytes)")
-    ap.add_argument("--bucket-cap-mb", type=checks.positive, default=None, help="DDP bucket size (default 100)")
+    ap.add_argument("--bucket-cap-mb", type=positive, default=None, help="DDP bucket size (default 100)")
     ap.add_argument("--no-ddp-graph-split", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--static-graph", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--instance-type", default=None, type=checks.instance_type)
+    ap.add_argument("--instance-type", default=None, type=instance_type)
     ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
     ap.add_argument("--python", default=None, help="python with torch (default: found on the node)")
     ap.add_argument("--log-dir", default=None)
@@ -149,17 +149,17 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
                                      if wenv.get("instance_type") else "the worker's environment", nodes,
                                      required=True)
     result["environment_check"] = env_result.to_dict()
-    if env_result.ok is False and verdict != oc.FAIL:
-        verdict = oc.FAIL
+    if env_result.ok is False and verdict != FAIL:
+        verdict = FAIL
         message = "FAIL: the job's transport environment is not the worker type's: %s\n(training itself: %s)" % (
             "; ".join(env_result.problems), message)
-    result["ok"] = verdict == oc.PASS
+    result["ok"] = verdict == PASS
     result["verdict"] = verdict
     result["outcome"] = verdict
     result["message"] = message
-    launch.write_json(base + ".json", oc.json_safe(result))
+    launch.write_json(base + ".json", json_safe(result))
     print("# %s\n# exit status %d\n# log: %s\n# result: %s.json" % (message, rc, log_path, base))
-    return oc.exit_code(verdict)
+    return exit_code(verdict)
 
 
 # "loss 3.4629 -> 1.2345: falls; ranks agree (checksum ...)": hpq's nanoGPT's last line before RESULT.
@@ -240,35 +240,35 @@ def assess_text(rc: int, text: str, metrics: Optional[Dict], ranks: Optional[int
     expectation = "a falling loss on %s rank(s)" % (ranks if ranks is not None else "every")
 
     def out(outcome: str, reason: str) -> Tuple[str, str]:
-        return outcome, oc.headline(outcome, number, expectation, reason)
+        return outcome, headline(outcome, number, expectation, reason)
 
     if rc != 0:
-        return out(oc.FAIL, "the training exited with status %d (see the log)" % rc)
+        return out(FAIL, "the training exited with status %d (see the log)" % rc)
     if first is None and final is None and "result" not in seen:
-        return out(oc.INCONCLUSIVE, "the program exited 0 but printed no training result (no metrics, no loss, no "
+        return out(INCONCLUSIVE, "the program exited 0 but printed no training result (no metrics, no loss, no "
                                     "RESULT line): check --python is a python with torch that runs hpq's nanoGPT")
     bad = [k for k in ("first_loss", "final_loss", "checksum", "checksum_spread", "tokens_per_s")
            if facts.get(k) is not None and not _finite(facts.get(k))]
     if first is None or final is None:
         bad += [k for k in ("first_loss", "final_loss") if facts.get(k) is None]
     if bad:
-        return out(oc.FAIL, "metrics that are not finite numbers: %s" % ", ".join(sorted(set(bad))))
+        return out(FAIL, "metrics that are not finite numbers: %s" % ", ".join(sorted(set(bad))))
     world = facts.get("world_size")
     if world is None:
-        return out(oc.INCONCLUSIVE, "the log does not say how many ranks trained (no 'ranks on' line, no metrics)")
+        return out(INCONCLUSIVE, "the log does not say how many ranks trained (no 'ranks on' line, no metrics)")
     if ranks is not None and world != ranks:
-        return out(oc.FAIL, "%s rank(s) trained, %d were started" % (world, ranks))
+        return out(FAIL, "%s rank(s) trained, %d were started" % (world, ranks))
     if not (facts.get("loss_fell") and float(final) < float(first)):  # type: ignore[arg-type]
-        return out(oc.FAIL, "the loss did not fall")
+        return out(FAIL, "the loss did not fall")
     if not facts.get("ranks_agree"):
-        return out(oc.FAIL, "the ranks hold different weights at the end (checksum spread %s)"
+        return out(FAIL, "the ranks hold different weights at the end (checksum spread %s)"
                    % facts.get("checksum_spread"))
     result = str(seen.get("result", ""))
     if facts.get("neuron_devices_unused") or result.startswith("INCONCLUSIVE"):
-        return out(oc.INCONCLUSIVE, nanogpt.NEURON_UNUSED_RESULT.split(": ", 1)[1])
+        return out(INCONCLUSIVE, nanogpt.NEURON_UNUSED_RESULT.split(": ", 1)[1])
     if result and result != "PASS":
-        return out(oc.FAIL, "the program's own RESULT line says %s" % result[:200])
-    return out(oc.PASS, "the loss fell and all %s rank(s) agree" % world)
+        return out(FAIL, "the program's own RESULT line says %s" % result[:200])
+    return out(PASS, "the loss fell and all %s rank(s) agree" % world)
 
 
 if __name__ == "__main__":

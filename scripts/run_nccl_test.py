@@ -32,10 +32,20 @@ import sys
 from typing import Dict, List, Optional, TextIO, Tuple
 
 from hpq.lifecycle import catalog
-from hpq.scripts import args as checks
 from hpq.scripts import distenv, env_check, launch, nccl_report, nccl_sweep, outcome, sweep, verdicts
-from hpq.scripts.args import OneLineParser
-from hpq.scripts.nccl_bench import DTYPES, OPS, parse_size
+from hpq.scripts.args import (
+    MAX_NODES,
+    MAX_PER_NODE,
+    OneLineParser,
+    add_nodes_argument,
+    byte_size,
+    check_nccl_debug,
+    check_size_range,
+    count,
+    instance_type,
+    positive,
+)
+from hpq.scripts.nccl_bench import DTYPES, OPS
 
 MODULE = "hpq.scripts.run_nccl_test"
 NCCL_TESTS_DIRS = (
@@ -68,18 +78,18 @@ EPILOG = """examples:
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = OneLineParser(prog="run-nccl-test", description=__doc__.split("\n\n")[1],
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.add_nodes_argument(ap)
-    ap.add_argument("gpus_per_node", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "GPUS_PER_NODE"),
+    add_nodes_argument(ap)
+    ap.add_argument("gpus_per_node", nargs="?", type=count(1, MAX_PER_NODE, "GPUS_PER_NODE"),
                     default=None,
                     help="processes per node (default: the instance type's GPUs, else detected, else 1)")
     ap.add_argument("--op", choices=NCCL_TESTS_OPS, default="all_reduce")
     ap.add_argument("-b", "--minbytes", default="8")
     ap.add_argument("-e", "--maxbytes", default="16G")
-    ap.add_argument("-f", "--stepfactor", type=checks.count(2, 1024, "-f"), default=2)
-    ap.add_argument("-n", "--iters", type=checks.count(1, 10 ** 6, "-n"), default=20)
-    ap.add_argument("-w", "--warmup", type=checks.count(0, 10 ** 6, "-w"), default=5)
+    ap.add_argument("-f", "--stepfactor", type=count(2, 1024, "-f"), default=2)
+    ap.add_argument("-n", "--iters", type=count(1, 10 ** 6, "-n"), default=20)
+    ap.add_argument("-w", "--warmup", type=count(0, 10 ** 6, "-w"), default=5)
     ap.add_argument("-d", "--datatype", choices=sorted(DTYPES), default="float")
-    ap.add_argument("--instance-type", default=None, type=checks.instance_type,
+    ap.add_argument("--instance-type", default=None, type=instance_type,
                     help="worker instance type (default: the worker's node info / IMDS)")
     ap.add_argument("--expect", default=None, metavar="catalog|none|GBPS",
                     help="what the peak bus bandwidth is judged against: catalog (default: the catalog's figure "
@@ -104,20 +114,20 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          "(default NODES: every idle node)")
     sw.add_argument("--sweep-size", default=None, metavar="SIZE",
                     help="message size per pair (default: 256M over EFA, 64M over TCP, 1M with gloo on CPUs)")
-    sw.add_argument("--pair-timeout", type=checks.positive, default=180.0, metavar="SECONDS",
+    sw.add_argument("--pair-timeout", type=positive, default=180.0, metavar="SECONDS",
                     help="a pair without a result after this long is stopped and counted as failed (default 180)")
-    sw.add_argument("--budget", type=checks.positive, default=1800.0, metavar="SECONDS",
+    sw.add_argument("--budget", type=positive, default=1800.0, metavar="SECONDS",
                     help="overall limit: a round after the first starts only while a pair timeout (or 30 s) "
                          "of it is left; its pairs stop when it is spent (default 1800)")
-    sw.add_argument("--pairs-at-once", type=checks.count(1, checks.MAX_NODES, "--pairs-at-once"), default=None,
+    sw.add_argument("--pairs-at-once", type=count(1, MAX_NODES, "--pairs-at-once"), default=None,
                     metavar="N",
                     help="run at most N pairs of a round at the same time (default: every pair of the round); "
                          "1 measures each pair alone, e.g. when the nodes share CPUs or a fabric link")
     sw.add_argument("--output", choices=("table", "json"), default="table",
                     help="json: the sweep's result as one JSON object on stdout, progress on stderr")
     args = ap.parse_args(argv)
-    checks.check_size_range(ap, args.minbytes, args.maxbytes)
-    checks.check_nccl_debug(ap, args.nccl_debug)
+    check_size_range(ap, args.minbytes, args.maxbytes)
+    check_nccl_debug(ap, args.nccl_debug)
     if args.nccl_debug is None:  # INFO even when the shell exports another level: the verdict needs the
         args.nccl_debug = "INFO"  # "Using network" line (nccl_report's transport check); --nccl-debug overrides
     if args.builtin and args.op not in OPS:
@@ -138,7 +148,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             ap.error("--sweep needs at least 2 nodes")
         if args.sweep_size is not None:
             try:
-                parse_size(args.sweep_size)
+                byte_size(args.sweep_size)
             except argparse.ArgumentTypeError as exc:
                 ap.error(str(exc))
     else:
@@ -248,11 +258,11 @@ def idle_node_count() -> int:
         raise launch.LaunchError("sinfo failed: %s" % exc) from None
     if res.returncode != 0:
         raise launch.LaunchError("sinfo failed (exit %d): %s" % (res.returncode, res.stderr.strip()))
-    count = len(set(res.stdout.split()))
-    if count < 2:
+    idle = len(set(res.stdout.split()))
+    if idle < 2:
         raise launch.LaunchError("a sweep needs at least 2 idle nodes; sinfo shows %d (pass NODES to wait for "
-                                 "busy ones)" % count)
-    return count
+                                 "busy ones)" % idle)
+    return idle
 
 
 def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
@@ -352,7 +362,7 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     mode = "nccl-tests" if binary and mpirun else "built-in"
     python = launch.find_torch_python(args.python) if mode == "built-in" else None
     cpu_only = mode == "built-in" and not int(wenv.get("gpus") or 0)
-    size = parse_size(args.sweep_size) if args.sweep_size else sweep.default_size(tname, cpu_only)
+    size = byte_size(args.sweep_size) if args.sweep_size else sweep.default_size(tname, cpu_only)
     rounds = sweep.schedule(hosts)
     stamp = launch.run_stamp()
     log_dir = os.path.join(outdir, "nccl-sweep-%s" % stamp)

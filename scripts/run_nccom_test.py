@@ -22,8 +22,15 @@ import sys
 from typing import Dict, List, Optional
 
 from hpq.lifecycle import catalog, transport
-from hpq.scripts import args as checks
 from hpq.scripts import env_check, launch, nccl_report, verdicts
+from hpq.scripts.args import (
+    MAX_PER_NODE,
+    OneLineParser,
+    add_nodes_argument,
+    check_size_range,
+    count,
+    instance_type,
+)
 
 MODULE = "hpq.scripts.run_nccom_test"
 NCCOM_OPS = {"all_reduce": "allr", "all_gather": "allg", "reduce_scatter": "redsct", "alltoall": "alltoall",
@@ -63,19 +70,19 @@ def root_comm_id(first_host: str) -> str:
 
 
 def parse_args(argv: Optional[List[str]]):
-    ap = checks.OneLineParser(prog="run-nccom-test", description=__doc__.split("\n\n")[1], epilog=EPILOG,
+    ap = OneLineParser(prog="run-nccom-test", description=__doc__.split("\n\n")[1], epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    checks.add_nodes_argument(ap)
-    ap.add_argument("workers", nargs="?", type=checks.count(1, checks.MAX_PER_NODE, "WORKERS"), default=None,
+    add_nodes_argument(ap)
+    ap.add_argument("workers", nargs="?", type=count(1, MAX_PER_NODE, "WORKERS"), default=None,
                     help="ranks per node (default: NeuronCores)")
     ap.add_argument("--op", choices=sorted(NCCOM_OPS), default="all_reduce")
     ap.add_argument("-b", "--minbytes", default="8")
     ap.add_argument("-e", "--maxbytes", default="1G")
-    ap.add_argument("-f", "--stepfactor", type=checks.count(2, 1024, "-f"), default=2)
-    ap.add_argument("-n", "--iters", type=checks.count(1, 10 ** 6, "-n"), default=20)
-    ap.add_argument("-w", "--warmup", type=checks.count(0, 10 ** 6, "-w"), default=5)
+    ap.add_argument("-f", "--stepfactor", type=count(2, 1024, "-f"), default=2)
+    ap.add_argument("-n", "--iters", type=count(1, 10 ** 6, "-n"), default=20)
+    ap.add_argument("-w", "--warmup", type=count(0, 10 ** 6, "-w"), default=5)
     ap.add_argument("-d", "--datatype", default="bf16")
-    ap.add_argument("--instance-type", default=None, type=checks.instance_type)
+    ap.add_argument("--instance-type", default=None, type=instance_type)
     ap.add_argument("--binary", default=None, help="nccom-test path (default %s/nccom-test)" % transport.NEURON_BIN)
     ap.add_argument("--launcher", choices=("auto", "slurm", "local"), default="auto")
     ap.add_argument("--log-dir", default=None)
@@ -87,7 +94,7 @@ def parse_args(argv: Optional[List[str]]):
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     args = ap.parse_args(argv)
-    checks.check_size_range(ap, args.minbytes, args.maxbytes)
+    check_size_range(ap, args.minbytes, args.maxbytes)
     args.extra = extra
     return args
 

@@ -23,11 +23,7 @@ from statistics import median, median_high  # median_high: what at least half th
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpq.lifecycle import transport
-from hpq.scripts.outcome import FAIL as FAIL_OUTCOME
-from hpq.scripts.outcome import INCONCLUSIVE as INCONCLUSIVE_OUTCOME
-from hpq.scripts.outcome import PASS as PASS_OUTCOME
-from hpq.scripts.outcome import exit_code as outcome_exit
-from hpq.scripts.outcome import headline as outcome_headline
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, headline
 
 # Up to this many nodes every pair is measured (n-1 rounds, n with a bye for odd n).
 FULL_SCHEDULE_MAX_NODES = 16
@@ -277,24 +273,24 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
                            "NCCL_DEBUG_SUBSYS=INIT,NET)")
     vals = [s for s in scores.values() if s is not None]
     if parts:
-        outcome = FAIL_OUTCOME
+        outcome = FAIL
         if j.slow:  # "N slow node(s): A (x GB/s) vs the cluster median y GB/s; ..." reads as number vs expectation
             message = "FAIL: " + "; ".join(parts) + "."
         else:
-            message = outcome_headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
+            message = headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
                                        "every pair measured", "; ".join(parts) + ".")
         if j.slow:
             message += " Drain or exclude the slow node(s) (commands above)."
     elif missing:
-        outcome = INCONCLUSIVE_OUTCOME
-        message = outcome_headline(outcome, "%d of %d node(s) measured" % (len(vals), len(nodes)),
+        outcome = INCONCLUSIVE
+        message = headline(outcome, "%d of %d node(s) measured" % (len(vals), len(nodes)),
                                    "every node, with 2+ partners", "; ".join(missing) + ".")
     else:
-        outcome = PASS_OUTCOME
-        message = outcome_headline(outcome, "no slow node among %d: scores %.2f..%.2f GB/s" % (
+        outcome = PASS
+        message = headline(outcome, "no slow node among %d: scores %.2f..%.2f GB/s" % (
             len(vals), min(vals), max(vals)), "slow below %.2f GB/s (median %.2f GB/s)" % (
             j.threshold_gbps or 0.0, j.median_gbps or 0.0), "every node within the margin of the median")
-    code = outcome_exit(outcome)
+    code = exit_code(outcome)
     doc: Dict[str, object] = {
         "hosts": list(nodes), "rounds": rounds, "size_bytes": size_bytes,
         "pairs": [p.to_dict() for p in pairs],

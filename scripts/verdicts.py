@@ -12,13 +12,13 @@ import os
 from typing import Dict, Optional
 
 from hpq.scripts import nccl_report
-from hpq.scripts import outcome as oc
+from hpq.scripts.outcome import EXIT_FAIL, FAIL, INCONCLUSIVE, dumps, exit_code, headline
 
 
 def _write_json(path: str, data: Dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        fh.write(oc.dumps(data, indent=2, sort_keys=True) + "\n")
+        fh.write(dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
@@ -36,13 +36,13 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
     try:
         report = nccl_report.parse_file(log_path)
     except nccl_report.ReportError as exc:
-        outcome = oc.FAIL if rc != 0 else oc.INCONCLUSIVE
-        message = oc.headline(outcome, "no result rows", "a complete benchmark table",
+        outcome = FAIL if rc != 0 else INCONCLUSIVE
+        message = headline(outcome, "no result rows", "a complete benchmark table",
                               "%s exited with status %d and its log holds no result (%s); see %s" % (
                                   what, rc, exc, log_path))
         result["outcome"] = outcome
-        result["verdict"] = {"outcome": outcome, "ok": False, "exit_code": oc.exit_code(outcome), "message": message}
-        code = oc.exit_code(outcome)
+        result["verdict"] = {"outcome": outcome, "ok": False, "exit_code": exit_code(outcome), "message": message}
+        code = exit_code(outcome)
     else:
         try:
             verdict = nccl_report.evaluate(report, instance_type, nodes, expect)  # type: ignore[arg-type]
@@ -55,11 +55,11 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
             head, _, rest = message.partition("\n")
             reason = head.split(": ", 1)[1] if ": " in head else head
             message = "%s\n  exit: FAIL: %s exited with status %d (see the log); without it: %s%s" % (
-                oc.headline(oc.FAIL, "exit status %d" % rc, "0", "%s did not finish cleanly" % what),
+                headline(FAIL, "exit status %d" % rc, "0", "%s did not finish cleanly" % what),
                 what, rc, reason, ("\n" + rest) if rest else "")
-            code = oc.EXIT_FAIL
-            result["outcome"] = oc.FAIL
-            result["verdict"].update(outcome=oc.FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
+            code = EXIT_FAIL
+            result["outcome"] = FAIL
+            result["verdict"].update(outcome=FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
         print("\n# summary: %s, %d sizes, peak busbw %.2f GB/s at %d B, avg busbw %.2f GB/s, #wrong %d" % (
             what, len(report.rows), report.peak_busbw_gbps, report.peak_size_bytes, report.avg_busbw_gbps,
             report.wrong_total))
@@ -67,14 +67,14 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
         result["environment_check"] = env.to_dict()  # type: ignore[attr-defined]
         problems = list(getattr(env, "problems", []) or [])
         if problems:
-            code = oc.EXIT_FAIL
-            head = oc.headline(oc.FAIL, "%d environment difference(s)" % len(problems), "the worker type's "
+            code = EXIT_FAIL
+            head = headline(FAIL, "%d environment difference(s)" % len(problems), "the worker type's "
                                "transport environment", "the job's transport environment is not the worker "
                                "type's: %s" % "; ".join(problems))
             message = head + "\n" + message
-            result["outcome"] = oc.FAIL
+            result["outcome"] = FAIL
             verdict_doc = result.setdefault("verdict", {})
-            verdict_doc.update(outcome=oc.FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
+            verdict_doc.update(outcome=FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     print(message)
     _write_json(base + ".json", result)
     print("# log: %s\n# result: %s.json" % (log_path, base))

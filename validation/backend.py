@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation.request import TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -58,6 +58,6 @@ def run_test(backend: Backend, request: TestRequest, echo: Echo) -> TestResult:
     finally:
         backend.cleanup()
     result = backend.judge(request, raw, instance_type)
-    if result.exit_code == oc.EXIT_INTERRUPTED:
+    if result.exit_code == outcome.EXIT_INTERRUPTED:
         raise KeyboardInterrupt
     return result

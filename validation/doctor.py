@@ -19,9 +19,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.scripts import node_checks as nc
-from hpq.scripts import outcome as oc
-from hpq.scripts import xid_catalog
+from hpq.scripts import node_checks, xid_catalog
+from hpq.scripts.outcome import (
+    EXIT_BAD_INPUT,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    exit_code,
+    headline,
+)
 from hpq.validation.request import TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -82,8 +90,8 @@ def node_results(doc: dict[str, Any]) -> list[NodeResult]:
             continue
         report = entry.get("report")
         node = str(entry["node"])
-        if not isinstance(report, dict) or report.get("verdict") not in (oc.PASS, oc.FAIL, oc.INCONCLUSIVE):
-            out.append(NodeResult(node, oc.INCONCLUSIVE, error=str(entry.get("error") or "no report came back"),
+        if not isinstance(report, dict) or report.get("verdict") not in (PASS, FAIL, INCONCLUSIVE):
+            out.append(NodeResult(node, INCONCLUSIVE, error=str(entry.get("error") or "no report came back"),
                                   state=str(entry.get("state") or "")))
             continue
         findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
@@ -102,7 +110,7 @@ def add_drift(nodes: list[NodeResult]) -> None:
         if n.fingerprint:
             by_type.setdefault(n.instance_type, {})[n.node] = n.fingerprint
     for group in by_type.values():  # two nodes that differ have no majority: neither is named
-        for name, found in nc.drift(group).items():
+        for name, found in node_checks.drift(group).items():
             node = next(n for n in nodes if n.node == name)
             node.findings += [f.to_dict() for f in found]
 
@@ -113,21 +121,21 @@ def devices_only(nodes: list[NodeResult]) -> None:
         n.findings = [f for f in n.findings if f.get("kind") in DEVICE_KINDS]
         n.unchecked = [u for u in n.unchecked if u.startswith(DEVICE_UNCHECKED)]
         if n.error:
-            n.verdict = oc.INCONCLUSIVE
+            n.verdict = INCONCLUSIVE
         elif any(f.get("severity") == xid_catalog.SEVERITY_CRITICAL for f in n.findings):
-            n.verdict = oc.FAIL
+            n.verdict = FAIL
         else:
-            n.verdict = oc.INCONCLUSIVE if n.unchecked else oc.PASS
+            n.verdict = INCONCLUSIVE if n.unchecked else PASS
 
 
 def cluster_verdict(nodes: list[NodeResult]) -> str:
     if not nodes:
-        return oc.INCONCLUSIVE
-    if any(n.verdict == oc.FAIL for n in nodes):
-        return oc.FAIL
-    if any(n.verdict != oc.PASS for n in nodes):
-        return oc.INCONCLUSIVE
-    return oc.PASS
+        return INCONCLUSIVE
+    if any(n.verdict == FAIL for n in nodes):
+        return FAIL
+    if any(n.verdict != PASS for n in nodes):
+        return INCONCLUSIVE
+    return PASS
 
 
 def flat_findings(nodes: list[NodeResult]) -> list[dict[str, Any]]:
@@ -142,11 +150,11 @@ def judge(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend:
     """The doctor (``devices``: validate) judged from run-node-doctor's output."""
     doc = parse_fanout(raw.log)
     if doc is None:
-        code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.EXIT_INCONCLUSIVE
-        outcome = oc.INCONCLUSIVE if code == oc.EXIT_INCONCLUSIVE else oc.FAIL
+        code = raw.exit_code if raw.exit_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else EXIT_INCONCLUSIVE
+        outcome = INCONCLUSIVE if code == EXIT_INCONCLUSIVE else FAIL
         why = "did not finish in time" if raw.timed_out else f"exited {raw.exit_code}"
         tail = "; ".join(raw.stderr_tail(3))
-        message = oc.headline(outcome, "no node reports", "a report from every node",
+        message = headline(outcome, "no node reports", "a report from every node",
                               f"{raw.command or PROGRAM} {why}{': ' + tail if tail else ''}")
         data = {"outcome": outcome, "remote_exit_code": raw.exit_code, "nodes": [], "findings": [],
                 "stderr_tail": raw.stderr_tail()}
@@ -161,17 +169,17 @@ def judge(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend:
     silent = [n.node for n in nodes if n.error]
     sick = sorted({f["node"] for f in findings if f.get("severity") == xid_catalog.SEVERITY_CRITICAL})
     what = "every GPU and EFA device visible" if devices else "no critical finding on any node"
-    if outcome == oc.PASS:
+    if outcome == PASS:
         reason = f"{len(nodes)} node(s) checked, {len(findings)} finding(s) below critical"
-    elif outcome == oc.FAIL:
+    elif outcome == FAIL:
         reason = f"critical findings on {', '.join(sick)}"
     else:
-        unchecked = [n.node for n in nodes if not n.error and n.verdict != oc.PASS]
+        unchecked = [n.node for n in nodes if not n.error and n.verdict != PASS]
         parts = ([f"no answer from {', '.join(silent)}"] if silent else []) + \
                 ([f"checks not read on {', '.join(unchecked)}"] if unchecked else []) or ["no nodes listed"]
         reason = "; ".join(parts)
-    message = oc.headline(outcome, f"{len(nodes)} node(s)", what, reason)
+    message = headline(outcome, f"{len(nodes)} node(s)", what, reason)
     data = {"outcome": outcome, "nodes": [n.to_dict() for n in nodes], "findings": findings,
             "seconds": doc.get("seconds"), "command": raw.command, "remote_exit_code": raw.exit_code}
-    return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome), message, instance_type,
+    return TestResult(req.test, backend, cluster, outcome, exit_code(outcome), message, instance_type,
                       len(nodes), data)

@@ -38,7 +38,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from hpq.errors import UsageError
-from hpq.scripts import xid_catalog as xc
+from hpq.scripts import xid_catalog
 from hpq.validation.backend import run_test
 
 BATCH_MAX = 25  # node ids per BatchReboot/BatchReplaceClusterNodes request (API reference)
@@ -154,7 +154,7 @@ def sweep_findings(sweep: dict[str, Any]) -> dict[str, dict[str, Any]]:
         have = "?" if score is None else f"{score:.2f}"
         want = "?" if median is None else f"{median:.2f}"
         evidence = f"pairwise sweep: {have} GB/s against the cluster median {want} GB/s (slow with every partner)"
-        out[str(node)] = {"kind": SLOW_NODE, "severity": xc.SEVERITY_CRITICAL, "action": xc.ACTION_REBOOT,
+        out[str(node)] = {"kind": SLOW_NODE, "severity": xid_catalog.SEVERITY_CRITICAL, "action": xid_catalog.ACTION_REBOOT,
                           "evidence": evidence}
     return out
 
@@ -173,8 +173,8 @@ def merge_sweep(nodes: list[dict[str, Any]], sweep: dict[str, Any]) -> list[dict
             by_node[node] = entry
         entry["findings"].append(finding)
         entry["verdict"] = "FAIL"
-        entry["action"] = max((f.get("action", xc.ACTION_NONE) for f in entry["findings"]),
-                              key=xc.ACTIONS.index)
+        entry["action"] = max((f.get("action", xid_catalog.ACTION_NONE) for f in entry["findings"]),
+                              key=xid_catalog.ACTIONS.index)
     return merged
 
 
@@ -203,7 +203,7 @@ def resume_command(node: str) -> str:
 
 
 def api_command(action: str, cluster: str, ids: list[str]) -> str:
-    verb = {xc.ACTION_REBOOT: "batch-reboot-cluster-nodes", xc.ACTION_REPLACE: "batch-replace-cluster-nodes"}[action]
+    verb = {xid_catalog.ACTION_REBOOT: "batch-reboot-cluster-nodes", xid_catalog.ACTION_REPLACE: "batch-replace-cluster-nodes"}[action]
     return f"aws sagemaker {verb} --cluster-name {shlex.quote(cluster)} --node-ids {' '.join(ids)}"
 
 
@@ -240,13 +240,13 @@ def plan(nodes: list[dict[str, Any]], view: dict[str, NodeView], cluster: str, a
     actions = actions or SlurmNodes()
     steps: list[Step] = []
     for n in nodes:
-        action = n.get("action", xc.ACTION_NONE)
-        if action == xc.ACTION_NONE:
+        action = n.get("action", xid_catalog.ACTION_NONE)
+        if action == xid_catalog.ACTION_NONE:
             continue
         worst = [f for f in n.get("findings", []) if f.get("action") == action]
         reason = "hpq doctor: " + "; ".join(f"{f.get('kind')}: {f.get('evidence')}" for f in worst[:2])
-        steps.append(Step(n["node"], xc.ACTION_DRAIN, actions.drain_command(n["node"], reason), reason))
-        if action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE):
+        steps.append(Step(n["node"], xid_catalog.ACTION_DRAIN, actions.drain_command(n["node"], reason), reason))
+        if action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE):
             v = view.get(n["node"])
             if v is None:
                 steps.append(Step(n["node"], action, "", reason, error="not in ListClusterNodes: cannot " + action))
@@ -261,13 +261,13 @@ def apply(steps: list[Step], actions: Any, sm: Any, cluster: str, echo: Echo) ->
     nodes. Each step records whether it was done, and why not (the API's ErrorCode and Message, or the drain's
     error)."""
     for s in steps:
-        if s.action != xc.ACTION_DRAIN:
+        if s.action != xid_catalog.ACTION_DRAIN:
             continue
         s.error = actions.drain(s.node, s.reason)
         s.done = not s.error
         echo(f"{s.node}: drain {'done' if s.done else 'FAILED: ' + s.error}")
-    for action, call in ((xc.ACTION_REBOOT, sm.batch_reboot_cluster_nodes),
-                         (xc.ACTION_REPLACE, sm.batch_replace_cluster_nodes)):
+    for action, call in ((xid_catalog.ACTION_REBOOT, sm.batch_reboot_cluster_nodes),
+                         (xid_catalog.ACTION_REPLACE, sm.batch_replace_cluster_nodes)):
         todo = [s for s in steps if s.action == action and s.instance_id and not s.error]
         for i in range(0, len(todo), BATCH_MAX):
             chunk = todo[i:i + BATCH_MAX]
@@ -311,8 +311,8 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
     actions = actions_for(backend)
     apply(steps, actions, sm, cluster, echo)
     failed = [s for s in steps if not s.done]
-    acted = sorted({s.node for s in steps if s.done and s.action in (xc.ACTION_REBOOT, xc.ACTION_REPLACE)})
-    drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xc.ACTION_DRAIN})
+    acted = sorted({s.node for s in steps if s.done and s.action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE)})
+    drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xid_catalog.ACTION_DRAIN})
     status: dict[str, str] = {}
     if acted:
         status = wait_running(sm, cluster, acted, wait_s, echo, poll_s, actions.orchestrator)

@@ -14,9 +14,19 @@ from typing import Any
 
 from hpq.errors import HpqError
 from hpq.kube.jobs import EFA_RESOURCE, HEALTH_CHECKING, HEALTH_LABEL
-from hpq.scripts import nccl_report, run_nanogpt
-from hpq.scripts import outcome as oc
-from hpq.scripts import sweep as node_sweep
+from hpq.scripts import nccl_report, run_nanogpt, sweep
+from hpq.scripts.outcome import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    exit_code,
+    headline,
+)
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, TestRequest
 from hpq.validation.result import RawOutcome, TestResult
 
@@ -34,10 +44,10 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     try:
         report = nccl_report.parse_text(text)
     except HpqError as exc:
-        judged = oc.FAIL if remote_code not in (0, oc.EXIT_INCONCLUSIVE) else oc.INCONCLUSIVE
-        msg = oc.headline(judged, "no result rows", "a complete benchmark table",
+        judged = FAIL if remote_code not in (0, EXIT_INCONCLUSIVE) else INCONCLUSIVE
+        msg = headline(judged, "no result rows", "a complete benchmark table",
                           f"no {benchmark} results in the output ({exc}); {program} exited {remote_code}")
-        code = remote_code if remote_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(judged)
+        code = remote_code if remote_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else exit_code(judged)
         return ({"ok": False, "outcome": judged, "remote_exit_code": remote_code, "message": msg,
                  "verdict": {"outcome": judged, "ok": False, "exit_code": code, "message": msg}}, code, msg)
     verdict = nccl_report.evaluate(report, instance_type, nodes, expect, stand_in_network)
@@ -46,20 +56,20 @@ def bandwidth(text: str, instance_type: str | None, remote_code: int, nodes: int
     # The remote ran the same checks: its INCONCLUSIVE (3) can only lower a local PASS; any other non-zero
     # status (the run failed, bad arguments, Ctrl-C) is a FAIL of the run whatever its rows say.
     code, message = verdict.exit_code, verdict.message
-    if stand_in_network and remote_code == oc.EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
+    if stand_in_network and remote_code == EXIT_FAIL and _failed_only_on_transport(report, instance_type, nodes,
                                                                                       expect, text):
         remote_code = 0  # the remote judged the stand-in network as the type's own: that FAIL is not the run's
-    if remote_code == oc.EXIT_INCONCLUSIVE and verdict.outcome == oc.PASS:
-        code = oc.EXIT_INCONCLUSIVE
-        message = oc.headline(oc.INCONCLUSIVE, verdict.number,
+    if remote_code == EXIT_INCONCLUSIVE and verdict.outcome == PASS:
+        code = EXIT_INCONCLUSIVE
+        message = headline(INCONCLUSIVE, verdict.number,
                               "the remote's own verdict", f"{program} on the cluster judged it INCONCLUSIVE "
                               "(its output above says why)") + "\n" + message
-    elif remote_code not in (0, oc.EXIT_INCONCLUSIVE) and verdict.outcome != oc.FAIL:
-        code = oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, f"exit status {remote_code}", "0",
+    elif remote_code not in (0, EXIT_INCONCLUSIVE) and verdict.outcome != FAIL:
+        code = EXIT_FAIL
+        message = headline(FAIL, f"exit status {remote_code}", "0",
                               f"{program} failed on the cluster (its output above says why)") + "\n" + message
     if code != verdict.exit_code:
-        judged = oc.INCONCLUSIVE if code == oc.EXIT_INCONCLUSIVE else oc.FAIL
+        judged = INCONCLUSIVE if code == EXIT_INCONCLUSIVE else FAIL
         data["outcome"] = judged
         data["verdict"].update(outcome=judged, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     return data, code, message
@@ -71,13 +81,13 @@ def _failed_only_on_transport(report: Any, instance_type: str | None, nodes: int
     as the node judged it fails that check alone, the benchmark itself did not exit non-zero, and the ranks'
     environment check (scripts/env_check) did not fail."""
     real = nccl_report.evaluate(report, instance_type, nodes, expect)
-    failed = {k for k, c in real.checks.items() if c.outcome == oc.FAIL}
+    failed = {k for k, c in real.checks.items() if c.outcome == FAIL}
     return (failed == {"transport"} and "exited with status" not in text
             and "transport environment is not the worker type's" not in text)  # the env check stays a FAIL
 
 
 def _outcome_of(code: int) -> str:
-    return {oc.EXIT_PASS: oc.PASS, oc.EXIT_INCONCLUSIVE: oc.INCONCLUSIVE}.get(code, oc.FAIL)
+    return {EXIT_PASS: PASS, EXIT_INCONCLUSIVE: INCONCLUSIVE}.get(code, FAIL)
 
 
 def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None, backend: str, cluster: str,
@@ -87,13 +97,13 @@ def judge_bandwidth(req: TestRequest, raw: RawOutcome, instance_type: str | None
     data, code, message = bandwidth(raw.log, instance_type, raw.exit_code, req.node_count, req.expect,
                                     stand_in_network, raw.command.split(" ")[0] or program, BENCHMARKS[req.test])
     if raw.timed_out:
-        code = oc.EXIT_FAIL
-        message = oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+        code = EXIT_FAIL
+        message = headline(FAIL, "stopped", f"within {req.timeout_s}s",
                               f"{raw.command or program} did not finish in time") + "\n" + message
     data["command"] = raw.command
     if code and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
-    outcome = _outcome_of(code) if code not in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.FAIL
+    outcome = _outcome_of(code) if code not in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else FAIL
     data["outcome"] = outcome
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
 
@@ -103,26 +113,26 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     """The sweep's own JSON report (``run-nccl-test --sweep --output json``): its outcome and its node table.
     No report back is a FAIL of the run (2 and 130 keep their meaning: the node refused the arguments, or
     was interrupted)."""
-    doc = node_sweep.extract_json(raw.log)
+    doc = sweep.extract_json(raw.log)
     if doc is None:
         program = raw.command.split(" ")[0] or "run-nccl-test"
-        if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED):  # refused its arguments, or interrupted
+        if raw.exit_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED):  # refused its arguments, or interrupted
             code, message = raw.exit_code, f"no sweep result came back: {program} exited {raw.exit_code} (its " \
                                            "message is above)"
         else:
-            code = oc.EXIT_FAIL
-            message = oc.headline(oc.FAIL, "no sweep result", "a sweep report",
+            code = EXIT_FAIL
+            message = headline(FAIL, "no sweep result", "a sweep report",
                                   f"{program} exited {raw.exit_code} (its messages are above)")
-        data = {"outcome": oc.FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
-        return TestResult(req.test, backend, cluster, oc.FAIL, code, message, instance_type, req.nodes, data)
+        data = {"outcome": FAIL, "remote_exit_code": raw.exit_code, "stderr_tail": raw.stderr_tail()}
+        return TestResult(req.test, backend, cluster, FAIL, code, message, instance_type, req.nodes, data)
     doc["remote_exit_code"] = raw.exit_code
-    code = int(doc.get("exit_code", oc.EXIT_FAIL))
+    code = int(doc.get("exit_code", EXIT_FAIL))
     outcome = str(doc.get("outcome") or _outcome_of(code))
-    if outcome == oc.PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
-        outcome, code = oc.FAIL, oc.EXIT_FAIL
+    if outcome == PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
+        outcome, code = FAIL, EXIT_FAIL
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
-    return TestResult(req.test, backend, cluster, outcome, code, node_sweep.format_report(doc), instance_type,
+    return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,
                       nodes, doc)
 
 
@@ -150,34 +160,34 @@ def judge_nanogpt(req: TestRequest, raw: RawOutcome, instance_type: str | None, 
     if isinstance(doc.get("nodes"), int) and isinstance(doc.get("processes_per_node"), int):
         ranks = doc["nodes"] * doc["processes_per_node"]
     status = doc["exit_status"] if isinstance(doc.get("exit_status"), int) else raw.exit_code
-    training_rc = 0 if status == oc.EXIT_INCONCLUSIVE else status
+    training_rc = 0 if status == EXIT_INCONCLUSIVE else status
     outcome, message = run_nanogpt.assess_text(training_rc, raw.log, metrics, ranks)
     env = doc.get("environment_check") if isinstance(doc.get("environment_check"), dict) else {}
-    if env.get("ok") is False and outcome != oc.FAIL:
-        outcome = oc.FAIL
-        message = oc.headline(oc.FAIL, "transport", "the worker type's environment",
+    if env.get("ok") is False and outcome != FAIL:
+        outcome = FAIL
+        message = headline(FAIL, "transport", "the worker type's environment",
                               "; ".join(str(p) for p in env.get("problems") or []) or "environment check failed") \
             + "\n" + message
     program = raw.command or PROGRAMS[NANOGPT]
     if raw.timed_out:
-        outcome, message = oc.FAIL, oc.headline(oc.FAIL, "stopped", f"within {req.timeout_s}s",
+        outcome, message = FAIL, headline(FAIL, "stopped", f"within {req.timeout_s}s",
                                                 f"{program} did not finish in time") + "\n" + message
-    elif outcome == oc.PASS and raw.exit_code == oc.EXIT_INCONCLUSIVE:
-        outcome = oc.INCONCLUSIVE
-        message = oc.headline(oc.INCONCLUSIVE, "exit status 3", "0", f"{program} judged it INCONCLUSIVE on the "
+    elif outcome == PASS and raw.exit_code == EXIT_INCONCLUSIVE:
+        outcome = INCONCLUSIVE
+        message = headline(INCONCLUSIVE, "exit status 3", "0", f"{program} judged it INCONCLUSIVE on the "
                               "cluster (its output above says why)") + "\n" + message
-    elif outcome != oc.FAIL and raw.exit_code not in (0, oc.EXIT_INCONCLUSIVE):
-        outcome = oc.FAIL
-        message = oc.headline(oc.FAIL, f"exit status {raw.exit_code}", "0",
+    elif outcome != FAIL and raw.exit_code not in (0, EXIT_INCONCLUSIVE):
+        outcome = FAIL
+        message = headline(FAIL, f"exit status {raw.exit_code}", "0",
                               f"{program} failed on the cluster ({_ended(raw)})") + "\n" + message
     facts = run_nanogpt.from_text(raw.log)
     data = {**doc, **{k: v for k, v in facts.items() if k not in doc}, "command": raw.command,
             "exit_status": raw.exit_code, "outcome": outcome}
     if raw.state:
         data["job"] = _job(raw)
-    if outcome != oc.PASS and raw.stderr.strip():
+    if outcome != PASS and raw.stderr.strip():
         data["stderr_tail"] = raw.stderr_tail()
-    code = raw.exit_code if raw.exit_code in (oc.EXIT_BAD_INPUT, oc.EXIT_INTERRUPTED) else oc.exit_code(outcome)
+    code = raw.exit_code if raw.exit_code in (EXIT_BAD_INPUT, EXIT_INTERRUPTED) else exit_code(outcome)
     return TestResult(req.test, backend, cluster, outcome, code, message, instance_type, req.node_count, data)
 
 
@@ -226,14 +236,14 @@ def judge_validate(req: TestRequest, raw: RawOutcome, instance_type: str | None,
     if unhealthy:
         problems.append("HyperPod's health checks failed on " + ", ".join(unhealthy))
     if problems:
-        outcome, reason = oc.FAIL, "; ".join(problems)
+        outcome, reason = FAIL, "; ".join(problems)
     elif checking:
-        outcome, reason = oc.INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(checking)
+        outcome, reason = INCONCLUSIVE, ("HyperPod is running deep health checks on " + ", ".join(checking)
                                             + f" ({HEALTH_LABEL}={HEALTH_CHECKING}): rerun when they end")
     else:
-        outcome, reason = oc.PASS, "every accelerator and EFA device visible" + (
+        outcome, reason = PASS, "every accelerator and EFA device visible" + (
             f"; {len(seen.get('usable') or [])} {seen.get('instance_type')} node(s) Ready and Schedulable"
             if facts else "")
     data["outcome"] = outcome
-    message = oc.headline(outcome, number, f"{nodes} node(s) seeing every device", reason)
-    return TestResult(req.test, backend, cluster, outcome, oc.exit_code(outcome), message, instance_type, nodes, data)
+    message = headline(outcome, number, f"{nodes} node(s) seeing every device", reason)
+    return TestResult(req.test, backend, cluster, outcome, exit_code(outcome), message, instance_type, nodes, data)

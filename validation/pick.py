@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.aws import hyperpod as aws_hyperpod
-from hpq.aws import ssh as aws_ssh
+from hpq.aws import hyperpod, ssh
 from hpq.aws.session import client, make_session
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
@@ -58,7 +57,7 @@ def backend_for(cluster: str, reach: Reach, programs: dict[str, list[str]] | Non
                             programs=programs)
     session = make_session(reach.region, reach.profile)
     sm = client(session, "sagemaker")
-    cl = aws_hyperpod.describe_cluster(sm, cluster)
+    cl = hyperpod.describe_cluster(sm, cluster)
     facts = ClusterFacts(cl.name, cl.orchestrator, worker_type(cl.groups))
     if cl.orchestrator == "eks":
         return EksBackend.for_cluster(cl, facts, reach, session)
@@ -73,16 +72,16 @@ def controller_target(cluster: str, reach: Reach, described: tuple[Any, Any, Any
         raise UsageError("--host does not apply without --proxy-command: hpq reaches the node through SSM")
     if reach.proxy_command and reach.host:
         proxy = reach.proxy_command.replace("%h", reach.host).replace("%p", str(reach.port))
-        return aws_ssh.SshTarget(reach.host, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+        return ssh.SshTarget(reach.host, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
                                  via_ssm=False), None
     if described is None:
         session = make_session(reach.region, reach.profile)
         sm = client(session, "sagemaker")
-        described = (sm, session, aws_hyperpod.describe_cluster(sm, cluster))
+        described = (sm, session, hyperpod.describe_cluster(sm, cluster))
     sm, session, cl = described
-    picked = aws_hyperpod.resolve_node(sm, cl, reach.group, reach.node)
+    picked = hyperpod.resolve_node(sm, cl, reach.group, reach.node)
     proxy = (reach.proxy_command.replace("%h", picked.target).replace("%p", str(reach.port)) if reach.proxy_command
-             else aws_hyperpod.ssh_proxy_command(picked.target, reach.region or session.region_name, reach.profile,
+             else hyperpod.ssh_proxy_command(picked.target, reach.region or session.region_name, reach.profile,
                                                  reach.port))
-    return aws_ssh.SshTarget(picked.target, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
+    return ssh.SshTarget(picked.target, proxy, reach.user, reach.port, reach.key, reach.known_hosts,
                              via_ssm=not reach.proxy_command), cl

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.scripts import outcome as oc
+from hpq.scripts.outcome import PASS, json_safe
 
 TIMED_OUT = 124  # coreutils timeout's status (the backends report a run they stopped with it)
 
@@ -54,7 +54,7 @@ class TestResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == oc.PASS
+        return self.outcome == PASS
 
     def to_dict(self) -> dict[str, Any]:
         """Strict-JSON-ready: ``outcome`` first, then where it ran, then the evidence."""
@@ -63,5 +63,5 @@ class TestResult:
                                "instance_type": self.instance_type, "nodes": self.nodes, "message": self.message}
         for key, value in self.data.items():
             doc.setdefault(key, value)
-        return oc.json_safe(doc)
+        return json_safe(doc)
 

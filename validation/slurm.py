@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hpq.aws import ssh as aws_ssh
+from hpq.aws import ssh
 from hpq.errors import UsageError
 from hpq.scripts import nccl_report
 from hpq.validation import doctor, judges
@@ -61,7 +61,7 @@ class SshShell:
             command = f"timeout -k {KILL_GRACE_S} {int(timeout)} {command}"
         out = io.BytesIO()
         err = _LineTap(on_stderr_line) if on_stderr_line else io.BytesIO()
-        code = aws_ssh.run(self.target, aws_ssh.remote_command([command]), stdout=out, stderr=err, on_stdout=echo)
+        code = ssh.run(self.target, ssh.remote_command([command]), stdout=out, stderr=err, on_stdout=echo)
         return code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
 
 

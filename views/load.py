@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpq.errors import UsageError
-from hpq.scripts import outcome as oc
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS
 
 MAX_FILE_BYTES = 16 << 20  # a 128-node sweep's JSON is well under 1 MiB
 MAX_FILES = 64
 MAX_TOTAL_BYTES = 64 << 20  # all files together: the page stays a few MB, memory a few hundred
 MAX_TEXT = 4000  # characters of one message shown; the rest is cut with a note
 MAX_ROWS = 2000  # benchmark rows, pairs, history points, hosts: more is not a result hpq wrote
-OUTCOMES = (oc.PASS, oc.FAIL, oc.INCONCLUSIVE)
+OUTCOMES = (PASS, FAIL, INCONCLUSIVE)
 NCCL, NCCOM, SWEEP, NANOGPT = "nccl", "nccom", "sweep", "nanogpt"
 _STAMP_RE = re.compile(r"(?<!\d)(20\d\d)(\d\d)(\d\d)-(\d\d)(\d\d)(\d\d)(?!\d)")  # scripts/launch.run_stamp
 
@@ -180,7 +180,7 @@ def when_of(doc: dict[str, Any], fallback_mtime: float | None) -> str | None:
 
 
 def _outcome(value: Any) -> str:
-    return value if value in OUTCOMES else oc.INCONCLUSIVE
+    return value if value in OUTCOMES else INCONCLUSIVE
 
 
 def _message(doc: dict[str, Any]) -> str:

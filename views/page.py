@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hpq import __version__
-from hpq.scripts import outcome as oc
+from hpq.scripts.outcome import INCONCLUSIVE, combine
 from hpq.views import svg
 from hpq.views.load import (
     NANOGPT,
@@ -76,7 +76,7 @@ def badge(outcome: str) -> str:
 
 
 def _overall(items: list[Item]) -> str:
-    return oc.combine(i.outcome for i in items) if items else oc.INCONCLUSIVE
+    return combine(i.outcome for i in items) if items else INCONCLUSIVE
 
 
 def _title_of(item: Item) -> str:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
+import hpq.aws.deploy
 from hpq import vocab
-from hpq.aws import deploy as aws_deploy
 from hpq.aws import deploy_plan, estimate, pricing
-from hpq.aws.s3 import validate_bucket_name
 from hpq.aws.session import client, make_session, region_of
 from hpq.aws.stacks import describe
 from hpq.cfn.synth import calendar_notes, parse_params
@@ -103,14 +102,11 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     from rich.console import Console
 
-    # Bad input exits 2 before any credential lookup or network call.
-    aws_deploy.check_variant(variant)
-    if size is not None:
-        aws_deploy.check_size(size)
-    validate_bucket_name(bucket)
+    # Bad input exits 2 before any credential lookup or network call: VARIANT, BUCKET and --size are checked by
+    # their parameter types (hpq.cli.inputs), the rest here.
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     user_params = parse_params(params)
-    templates = aws_deploy.synthesize(variant, size or "small", user_params)  # every --param checked here, before AWS
+    templates = hpq.aws.deploy.synthesize(variant, size or "small", user_params)  # every --param checked here, before AWS
     if emulate == "moto" and not rendition.endpoint_is_moto():
         raise UsageError("--emulate moto needs AWS_ENDPOINT_URL pointing at a running moto server "
                          "(it deploys stand-ins that only make sense there)")
@@ -181,7 +177,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
                       "rendition moto can create)", highlight=False)
             return templates
 
-    dep = aws_deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params, transform=transform,
+    dep = hpq.aws.deploy.deploy_stack(session, variant, bucket, stack_name, size, user_params, transform=transform,
                                   on_changes=show_changes, on_progress=_upload_progress(err),
                                   on_note=lambda msg: err.print(msg, highlight=False, markup=False),
                                   on_plan=show_plan, dry_run=dry_run, confirm=confirm, quotas=not no_quota_check)
@@ -218,7 +214,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     else:
         info = printing.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
                                            dep.submit.started, rel.totals.get(variant), poll_seconds)
-    nxt = aws_deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
+    nxt = hpq.aws.deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
     if output == "json":
         printing.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
         return
@@ -248,14 +244,12 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     """
     from rich.console import Console
 
-    validate_bucket_name(bucket)
-    aws_deploy.check_size(size)
-    session = make_session(region, profile)
+    session = make_session(region, profile)  # BUCKET and --size are checked by their parameter types
     err = Console(stderr=True, soft_wrap=True)
-    rel = aws_deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
+    rel = hpq.aws.deploy.publish(session, bucket, size, on_progress=_upload_progress(err))
     for note in calendar_notes("eks-gpu"):
         err.print(f"warning: {note}", markup=False)
-    links = {v: aws_deploy.quick_create_url(rel, v) for v in rel.variants}
+    links = {v: hpq.aws.deploy.quick_create_url(rel, v) for v in rel.variants}
     if output == "json":
         printing.echo_json({"version": rel.version, "bucket": bucket, "region": rel.region, "links": links,
                             "templates": {v: rel.template_url(v) for v in rel.variants}})
@@ -266,4 +260,4 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
     for variant, url in links.items():
         click.echo(f"\n{variant}:\n  {url}")
     click.echo("\nMarkdown:\n")
-    click.echo(aws_deploy.markdown_table(rel))
+    click.echo(hpq.aws.deploy.markdown_table(rel))

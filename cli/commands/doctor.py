@@ -18,7 +18,7 @@ from hpq.cli.common_options import aws_options, output_option
 from hpq.cli.printing import echo_json, table
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation import doctor_fix, pick
 from hpq.validation.backend import run_test
 from hpq.validation.request import DOCTOR, TestRequest
@@ -97,7 +97,7 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
         result = run_test(backend, request, echo)
     except KeyboardInterrupt:
         click.echo("hpq: interrupted; node checks may still be running on the cluster", err=True)
-        sys.exit(oc.EXIT_INTERRUPTED)
+        sys.exit(outcome.EXIT_INTERRUPTED)
     view = None
     view_error = ""
     if sm is not None:
@@ -118,13 +118,13 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     if sweep is not None:
         nodes_data = doctor_fix.merge_sweep(nodes_data, sweep)
         if sweep["slow_nodes"]:
-            exit_code = oc.EXIT_FAIL
+            exit_code = outcome.EXIT_FAIL
     steps = doctor_fix.plan(nodes_data, view or {}, cluster, doctor_fix.actions_for(backend))
     if output == "json":
         doc = result.to_dict()
         if sweep is not None:
             doc.update(nodes=nodes_data, exit_code=exit_code, ok=exit_code == 0,
-                       outcome=oc.FAIL if exit_code == oc.EXIT_FAIL else doc["outcome"],
+                       outcome=outcome.FAIL if exit_code == outcome.EXIT_FAIL else doc["outcome"],
                        sweep_slow_nodes=sweep["slow_nodes"])
         doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
         doc["hyperpod_error"] = view_error or None
@@ -173,12 +173,12 @@ def _fix(cluster: str, steps: list[doctor_fix.Step], backend: Any, sm: Any, requ
         echo("nothing to fix")
         if doc is not None:
             echo_json(doc)
-        return oc.EXIT_PASS if doc is None or doc.get("ok") else int(doc.get("exit_code", oc.EXIT_INCONCLUSIVE))
+        return outcome.EXIT_PASS if doc is None or doc.get("ok") else int(doc.get("exit_code", outcome.EXIT_INCONCLUSIVE))
     if sm is None and any(s.action != "drain" for s in steps):
         raise UsageError("--fix with reboot or replace needs the AWS API (leave out --proxy-command/--host)")
     if not yes and not click.confirm(f"apply these {len(steps)} step(s) to {cluster}?", err=True):
         echo("nothing done")
-        return oc.EXIT_INCONCLUSIVE
+        return outcome.EXIT_INCONCLUSIVE
     report = doctor_fix.fix(cluster, steps, backend, sm, request, wait_s, echo)
     if doc is not None:
         doc["fix"] = report

@@ -12,11 +12,12 @@ from typing import Any
 import click
 
 from hpq.cli import inputs
-from hpq.cli.commands import test as test_cmd
+from hpq.cli.commands.test import PROGRAM_MAX_BYTES, echo_for, finish, run
 from hpq.cli.common_options import aws_options, output_option
 from hpq.manifests.render import RenderRequest, render
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
+from hpq.vocab import DEFAULT_FSX_GIB
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
@@ -28,7 +29,6 @@ RENDER_OPTIONS = {
     "nodes": _JOBS,
 }
 NAMESPACE_HELP = "Kubernetes namespace the test objects go in (it must exist)."
-PROGRAM_MAX_BYTES = test_cmd.PROGRAM_MAX_BYTES
 
 
 @click.group("eks", context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -81,7 +81,7 @@ def _request(test: str, **kw: Any) -> RenderRequest:
 @click.option("--fsx-dns", default=None, type=inputs.FSX_DNS, help="fsx: DNS name (stack output FsxDnsName).")
 @click.option("--fsx-mount-name", default=None, type=inputs.FSX_MOUNT_NAME,
               help="fsx: mount name (stack output FsxMountName).")
-@click.option("--fsx-capacity", type=inputs.FSX_CAPACITY, default=1200, show_default=True,
+@click.option("--fsx-capacity", type=inputs.FSX_CAPACITY, default=DEFAULT_FSX_GIB, show_default=True,
               help="fsx: capacity in GiB (1200, 2400 or a multiple of 2400).")
 def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | None, image: str | None,
                namespace: str, name: str | None, program: str | None, program_args: str,
@@ -142,7 +142,7 @@ def _alias(test: str, cluster: str, nodes: int, gpus: int | None, *, instance_ty
     """`hpq test TEST` on the EKS backend, for the cluster named (an EKS cluster, or a HyperPod cluster on EKS)."""
     request = TestRequest(test, nodes, gpus, instance_type, None, (), timeout_s, nccl_debug)
     backend = EksBackend.for_eks_name(cluster, EksOptions(**options), region, profile)
-    test_cmd.finish(test_cmd.run(backend, request, test_cmd.echo_for(output)), output)
+    finish(run(backend, request, echo_for(output)), output)
 
 
 @eks.command("nccl-test")

@@ -8,7 +8,7 @@ import click
 
 from hpq.aws import inventory, pricing
 from hpq.aws.session import make_session
-from hpq.cfn import regions as cfn_regions
+from hpq.cfn import regions
 from hpq.cli import printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import HpqError, UsageError
@@ -55,7 +55,7 @@ def list_clusters(region: str | None, profile: str | None, all_regions: bool, in
         raise UsageError("--region and --all-regions: give one of them")
     session = make_session(region, profile)
     if all_regions:
-        where = list(cfn_regions.hyperpod_regions())
+        where = list(regions.hyperpod_regions())
     else:
         if not session.region_name:
             raise UsageError("no AWS region: pass --region, --all-regions, or set AWS_REGION")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hpq.aws import amp
-from hpq.aws import hyperpod as aws_hyperpod
-from hpq.aws import stacks as aws_stacks
+from hpq.aws import amp, hyperpod, stacks
 from hpq.aws.session import client, make_session
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
@@ -32,7 +30,7 @@ def observe(stack: str, check: bool, region: str | None, profile: str | None, ou
       hpq observe hpq-slurm-gpu --check        # per node: expected, present, missing series and why
     """
     session = make_session(region, profile)
-    info = aws_stacks.describe(client(session, "cloudformation"), stack)
+    info = stacks.describe(client(session, "cloudformation"), stack)
     try:
         view = endpoints.describe(info.name, session.region_name, info.outputs)
     except endpoints.ObservabilityOff as exc:
@@ -65,7 +63,7 @@ def _check(session, info, view) -> dict:
     cluster = info.parameters.get("ClusterName") or info.name
     sm = client(session, "sagemaker")
     nodes = []
-    for n in aws_hyperpod.list_nodes(sm, aws_hyperpod.describe_cluster(sm, cluster)):
+    for n in hyperpod.list_nodes(sm, hyperpod.describe_cluster(sm, cluster)):
         entry = catalog.CATALOG.get(str(n.get("InstanceType", "")))
         nodes.append(series_check.Node(
             instance=series_check.instance_label(str(n.get("PrivateDnsHostname", ""))),

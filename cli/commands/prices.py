@@ -12,7 +12,7 @@ import click
 from hpq.atomic import write_file
 from hpq.aws import pricing
 from hpq.aws.session import aws_errors, make_session
-from hpq.cfn import regions as cfn_regions
+from hpq.cfn.regions import hyperpod_regions, known_regions
 from hpq.cfn.storage import FSX_THROUGHPUTS
 from hpq.cli import printing
 from hpq.cli.common_options import output_option
@@ -51,8 +51,8 @@ def refresh(profile: str | None, regions: tuple[str, ...], out: str | None) -> N
       hpq prices refresh --region us-east-1 --region us-west-2
       hpq prices refresh --out my-prices.json
     """
-    where = list(regions) or list(cfn_regions.hyperpod_regions())
-    unknown = [r for r in where if r not in cfn_regions.known_regions()]
+    where = list(regions) or list(hyperpod_regions())
+    unknown = [r for r in where if r not in known_regions()]
     if unknown:
         raise UsageError(f"unknown region(s): {', '.join(unknown)}")
     target = Path(out) if out else Path(str(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE)))

@@ -12,7 +12,7 @@ from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.vocab import ORCHESTRATORS, SLURM
+from hpq.vocab import DEFAULT_EBS_GB, DEFAULT_FSX_GIB, ORCHESTRATORS, SLURM
 
 
 @click.command("check-quotas")
@@ -23,9 +23,9 @@ from hpq.vocab import ORCHESTRATORS, SLURM
               help="Slurm adds a controller node; EKS adds an EKS cluster.")
 @click.option("--controller-type", default=catalog.DEFAULT_CONTROLLER_TYPE, show_default=True, type=inputs.CPU_TYPE,
               help="Slurm controller instance type.")
-@click.option("--fsx-gib", default=1200, show_default=True, type=inputs.FSX_GIB,
+@click.option("--fsx-gib", default=DEFAULT_FSX_GIB, show_default=True, type=inputs.FSX_GIB,
               help="FSx for Lustre capacity the deploy creates (0: none).")
-@click.option("--ebs-gib", default=500, show_default=True, type=inputs.EBS_GIB, help="EBS volume per node.")
+@click.option("--ebs-gib", default=DEFAULT_EBS_GB, show_default=True, type=inputs.EBS_GIB, help="EBS volume per node.")
 @output_option
 def check_quotas(instance_type: str, nodes: int, region: str | None, profile: str | None, orchestrator: str,
                  controller_type: str, fsx_gib: int, ebs_gib: int, output: str) -> None:

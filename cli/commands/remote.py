@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from hpq.aws import ssh as aws_ssh
+from hpq.aws import ssh
 from hpq.cli import inputs
 from hpq.cli.commands.test import finish, run
 from hpq.cli.common_options import aws_options, output_option
@@ -40,7 +40,7 @@ def remote(cluster: str, command: tuple[str, ...], region: str | None, profile: 
     target, _ = pick.controller_target(cluster, reach(region, profile, group, node, user, key, known_hosts, port,
                                                       host, proxy_command))
     try:
-        code = aws_ssh.run(target, aws_ssh.remote_command(list(command), login=not no_login))
+        code = ssh.run(target, ssh.remote_command(list(command), login=not no_login))
     except KeyboardInterrupt:
         click.echo("hpq: interrupted; the remote command may still be running", err=True)
         sys.exit(130)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hpq.cli import inputs
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.views import load, output, page
 
 
@@ -48,5 +48,5 @@ def report(results: tuple[str, ...], out: str, title: str | None, force: bool) -
     items = load.load(list(results))
     html = page.render(items, title)
     output.write_report(out, html, force)
-    overall = oc.combine(i.outcome for i in items)
+    overall = outcome.combine(i.outcome for i in items)
     click.echo(f"wrote {out}: {len(items)} result(s), overall {overall}")

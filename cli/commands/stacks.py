@@ -8,8 +8,7 @@ from typing import Any
 import click
 
 from hpq.aws import events, inventory, stacks
-from hpq.aws import s3 as s3_buckets
-from hpq.aws.session import NotFound, client, make_session, region_of
+from hpq.aws.session import client, make_session, region_of
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
@@ -128,39 +127,6 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
         sys.exit(1)
 
 
-def stack_buckets(cfn: Any, stack_id: str) -> list[str]:
-    """Physical names of every S3 bucket in the stack tree (for --empty-buckets)."""
-    out = []
-    for node in stacks.stack_tree(cfn, stack_id):
-        for res in node.resources:
-            if res.get("ResourceType") == "AWS::S3::Bucket" and res.get("PhysicalResourceId") \
-                    and res.get("ResourceStatus") != "DELETE_COMPLETE":
-                out.append(res["PhysicalResourceId"])
-    return out
-
-
-def destroy_stack(session: Any, stack: str, empty_buckets: bool = False, wait: bool = True,
-                  poll_seconds: float = 5.0) -> dict[str, Any]:
-    """Delete a stack (optionally emptying its versioned buckets first) and follow the deletion."""
-    cfn = client(session, "cloudformation")
-    info = stacks.describe(cfn, stack)
-    emptied: dict[str, int] = {}
-    if empty_buckets:
-        s3 = client(session, "s3")
-        for bucket in stack_buckets(cfn, info.stack_id):
-            try:
-                emptied[bucket] = s3_buckets.empty_bucket(s3, bucket)
-            except NotFound:  # already deleted
-                continue
-    started = stacks.delete_stack(cfn, info.stack_id)
-    result = {"stack": info.name, "stack_id": info.stack_id, "emptied": emptied, "status": "DELETE_IN_PROGRESS"}
-    if wait:
-        final = printing.follow_and_explain(cfn, info.stack_id, info.name, "delete", started,
-                                            poll_seconds=poll_seconds)
-        result["status"] = final.status
-    return result
-
-
 @click.command("destroy")
 @click.argument("stack", type=inputs.STACK)
 @aws_options
@@ -185,7 +151,13 @@ def destroy(stack: str, region: str | None, profile: str | None, yes: bool, empt
     info = stacks.describe(client(session, "cloudformation"), stack)
     if not yes:
         click.confirm(f"Delete stack {info.name} ({info.status}) and everything in it?", abort=True, err=True)
-    result = destroy_stack(session, stack, empty_buckets, not no_wait, poll_seconds)
+    deletion = stacks.start_destroy(session, stack, empty_buckets)
+    result = {"stack": deletion.info.name, "stack_id": deletion.info.stack_id, "emptied": deletion.emptied,
+              "status": "DELETE_IN_PROGRESS"}
+    if not no_wait:
+        result["status"] = printing.follow_and_explain(client(session, "cloudformation"), deletion.info.stack_id,
+                                                       deletion.info.name, "delete", deletion.started,
+                                                       poll_seconds=poll_seconds).status
     if output == "json":
         printing.echo_json(result)
     else:

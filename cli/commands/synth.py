@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from hpq import atomic
-from hpq.cfn import lint as cfn_lint
-from hpq.cfn import synth as cfn_synth
 from hpq.cfn import synth_out
+from hpq.cfn.lint import lint_files, template_files
+from hpq.cfn.synth import ROOT_FILE, calendar_notes, parse_params, stack_files, synthesize, to_json
 from hpq.cli import inputs
 from hpq.cli.inputs import show
 from hpq.errors import HpqError, OperationFailed, UsageError
@@ -91,18 +91,18 @@ def synth(variant: str | None, all_: bool, out: str, size: str, params: tuple[st
         raise UsageError("give a VARIANT or --all, not both")
     if not all_ and not variant:
         raise UsageError(f"missing VARIANT (one of: {', '.join(VARIANTS)}) or --all")
-    overrides = cfn_synth.parse_params(params)
+    overrides = parse_params(params)
     chosen = list(VARIANTS) if all_ else [variant]
     # Links, folders in the way and foreign manifests are refused at once, before the slow rendering.
-    synth_out.precheck(Path(out), {name: [cfn_synth.ROOT_FILE, *cfn_synth.stack_files(name)] for name in chosen})
+    synth_out.precheck(Path(out), {name: [ROOT_FILE, *stack_files(name)] for name in chosen})
     # Render (and so validate) everything before writing anything.
-    rendered = {name: cfn_synth.synthesize(name, size, overrides) for name in chosen}
-    for note in dict.fromkeys(n for name in chosen for n in cfn_synth.calendar_notes(name, overrides)):
+    rendered = {name: synthesize(name, size, overrides) for name in chosen}
+    for note in dict.fromkeys(n for name in chosen for n in calendar_notes(name, overrides)):
         click.echo(f"hpq: warning: {note}", err=True)
     out_dir = Path(out)
     state = _state_file()
     _check_state_file(state)
-    trees = {name: {f: cfn_synth.to_json(t).encode("utf-8") for f, t in files.items()}
+    trees = {name: {f: to_json(t).encode("utf-8") for f, t in files.items()}
              for name, files in rendered.items()}
     written = synth_out.write_trees(out_dir, trees)
     for path in written:
@@ -132,13 +132,13 @@ def lint(directory: str | None, regions: tuple[str, ...]) -> None:
       hpq lint out/ --region us-west-2 --region us-east-1
     """
     target = Path(directory) if directory else _last_dir()
-    files = cfn_lint.template_files(target) if target.is_dir() else []
+    files = template_files(target) if target.is_dir() else []
     if not files:
         raise UsageError(f"no *.json templates under {target} (run: hpq synth --all -o {target})")
     def progress(done: int, total: int) -> None:
         click.echo(f"\rhpq: cfn-lint {done}/{total} files", err=True, nl=done == total)
 
-    findings = cfn_lint.lint_files(files, regions or None, on_progress=progress)
+    findings = lint_files(files, regions or None, on_progress=progress)
     for finding in findings:
         click.echo(str(finding))
     if findings:

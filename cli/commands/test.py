@@ -18,16 +18,12 @@ from hpq.cli import inputs
 from hpq.cli.common_options import aws_options, output_option
 from hpq.cli.printing import echo_json
 from hpq.cli.ssh_options import reach, ssh_options
-from hpq.rehearsal import backend as rehearsal_backend
-from hpq.scripts import outcome as oc
+from hpq.rehearsal.backend import find
+from hpq.scripts import outcome
 from hpq.validation import pick
 from hpq.validation.backend import Backend, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TestResult
-
-EXIT_HELP = """\b
-Exit 0 PASS (every check holds on positive evidence), 1 FAIL, 3 INCONCLUSIVE
-(evidence missing: the message says what to run), 2 bad input, 130 interrupted."""
 
 
 def _test_options(func: Any) -> Any:
@@ -98,7 +94,7 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
     request = TestRequest(test, nodes, gpus, instance_type, expect, tuple(shlex.split(extra)), timeout_s, nccl_debug)
     where = reach(region, profile, group, node, user, key, known_hosts, port, host, proxy_command, **eks)
     # A kept rehearsal on this machine answers to its cluster's name first (local state, no AWS call).
-    backend = rehearsal_backend.find(cluster) or pick.backend_for(cluster, where)
+    backend = find(cluster) or pick.backend_for(cluster, where)
     refuse_other_orchestrator(click.get_current_context(), backend, cluster)
     finish(run(backend, request, echo_for(output)), output)
 
@@ -114,15 +110,15 @@ def run(backend: Backend, request: TestRequest, echo: Callable[[str], None]) -> 
     except KeyboardInterrupt:  # the backend cleaned up; a Slurm job may outlive the SSH session
         left = "; the test may still be running on the cluster" if backend.name == "slurm" else ""
         click.echo(f"hpq: interrupted{left}", err=True)
-        sys.exit(oc.EXIT_INTERRUPTED)
+        sys.exit(outcome.EXIT_INTERRUPTED)
 
 
 def finish(result: TestResult, output: str) -> NoReturn:
     """Print the verdict (JSON on stdout with --output json) and exit with its code. A node program that refused
     its arguments (2) gives no verdict: its one line is on stderr already, this says so."""
-    if result.exit_code == oc.EXIT_BAD_INPUT:
+    if result.exit_code == outcome.EXIT_BAD_INPUT:
         reason = result.message.split("\n", 1)[0]
-        click.echo("hpq: error: " + (reason.split(": ", 1)[1] if reason.startswith(oc.FAIL + ": ") else reason),
+        click.echo("hpq: error: " + (reason.split(": ", 1)[1] if reason.startswith(outcome.FAIL + ": ") else reason),
                    err=True)
     elif output == "json":
         echo_json(result.to_dict())

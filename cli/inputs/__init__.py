@@ -49,7 +49,6 @@ from hpq.cli.inputs.aws import (  # noqa: F401
     SERVICES_NODES,
     SERVICES_PUBLISH,
     SERVICES_QUOTAS,
-    SERVICES_STACKS,
     Region,
 )
 from hpq.cli.inputs.choices import (  # noqa: F401

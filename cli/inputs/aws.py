@@ -10,7 +10,6 @@ from hpq.aws.settings import region_problem
 from hpq.cli.inputs.text import Text
 
 # Commands that talk to AWS name the services they need; a region must be one botocore knows for each.
-SERVICES_STACKS = ("cloudformation",)
 SERVICES_DEPLOY = ("cloudformation", "s3", "ec2", "sagemaker")
 SERVICES_PUBLISH = ("cloudformation", "s3")
 SERVICES_NODES = ("sagemaker", "ssm")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpq.rehearsal import aws
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal.plan import Plan
 from hpq.rehearsal.stages.base import Failure, Say
 from hpq.rehearsal.teardown import TeardownStack
 
 
-def start_moto(plan: plan_mod.Plan, stack: TeardownStack, say: Say) -> aws.EmbeddedMoto:
+def start_moto(plan: Plan, stack: TeardownStack, say: Say) -> aws.EmbeddedMoto:
     """The emulated account on the bridge's gateway, and this process's AWS environment pointed at it."""
     moto = aws.EmbeddedMoto(plan.gateway).start()
     stack.push("embedded moto", moto.stop)  # kept: it stops with this process
@@ -23,7 +23,7 @@ def start_moto(plan: plan_mod.Plan, stack: TeardownStack, say: Say) -> aws.Embed
 
 @dataclass
 class DeployInput:
-    plan: plan_mod.Plan
+    plan: Plan
     without_fsx: bool
 
 

@@ -6,21 +6,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpq.rehearsal import aws
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal.plan import CONTROLLER, Plan
 from hpq.standins import hyperpod
 
 # Keys a stage fills (through its output, or Failure.found when it failed); None when it did not run.
 STAGE_KEYS = ("ssh", "nccl", "environment", "nanogpt", "sweep", "doctor")
 
 
-def node_results(plan: plan_mod.Plan | None, runs: Mapping[str, hyperpod.LifecycleRun],
+def node_results(plan: Plan | None, runs: Mapping[str, hyperpod.LifecycleRun],
                  slurm_ready: Mapping[str, float]) -> list[dict[str, Any]]:
     out = []
     for spec in (plan.nodes if plan else []):
         run = runs.get(spec.name)
         out.append({
             "name": spec.name, "role": spec.role, "group": spec.group, "hostname": spec.hostname,
-            "slurm_node": spec.hostname if spec.role != plan_mod.CONTROLLER else None,
+            "slurm_node": spec.hostname if spec.role != CONTROLLER else None,
             "ip": spec.ip, "instance_id": spec.instance_id, "instance_type": spec.instance_type,
             "lifecycle_seconds": run.seconds if run else None,
             "lifecycle_exit_code": run.exit_code if run else None,
@@ -31,7 +31,7 @@ def node_results(plan: plan_mod.Plan | None, runs: Mapping[str, hyperpod.Lifecyc
 
 
 def summary(*, variant: str, run_id: str, passed: bool, seconds: float, stage_seconds: dict[str, float],
-            plan: plan_mod.Plan | None, moto: aws.EmbeddedMoto | None, deployed: aws.Deployed | None,
+            plan: Plan | None, moto: aws.EmbeddedMoto | None, deployed: aws.Deployed | None,
             nodes: list[dict[str, Any]], found: Mapping[str, Any], without_fsx: bool, kept: bool,
             logs: str | None) -> dict[str, Any]:
     p, d = plan, deployed

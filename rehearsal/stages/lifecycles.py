@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hpq.rehearsal import aws, validate
-from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal.node import Node
+from hpq.rehearsal.plan import CONTROLLER, Plan
 from hpq.rehearsal.stages.base import TAIL_LINES, Failure, Say
 from hpq.rehearsal.teardown import TeardownStack
 from hpq.standins import hyperpod
@@ -18,7 +18,7 @@ from hpq.standins import hyperpod
 
 @dataclass
 class LifecycleInput:
-    plan: plan_mod.Plan
+    plan: Plan
     nodes: Mapping[str, Node]
     groups: list[hyperpod.GroupRequest]
     logdir: str
@@ -101,10 +101,10 @@ def lifecycle_failure(run: hyperpod.LifecycleRun, why: str) -> Failure:
                    log=run.log_path, last_lines=[ln for ln in run.lines[-TAIL_LINES:]])
 
 
-def _poll_slurm_ready(plan: plan_mod.Plan, nodes: Mapping[str, Node], lc: Lifecycles, stop: threading.Event) -> None:
+def _poll_slurm_ready(plan: Plan, nodes: Mapping[str, Node], lc: Lifecycles, stop: threading.Event) -> None:
     """Record when each Slurm node first shows idle (for the node-start-to-ready figure)."""
     ctl = nodes.get(plan.controller.name) if plan.controller else None
-    want = {n.hostname: n.name for n in plan.nodes if n.role != plan_mod.CONTROLLER}
+    want = {n.hostname: n.name for n in plan.nodes if n.role != CONTROLLER}
     while ctl is not None and want and len(lc.slurm_ready) < len(want) and not stop.is_set():
         res = ctl.run(validate.NODE_STATES_COMMAND.split(), check=False, timeout=10)
         for host, state in validate.parse_node_states(res.stdout.decode(errors="replace")).items():

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpq.rehearsal import aws
-from hpq.rehearsal import eks as eks_mod
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal import aws, eks
+from hpq.rehearsal.plan import Plan
 from hpq.rehearsal.stages.base import Failure, Say
 
 
-def check_manifests(plan: plan_mod.Plan, deployed: aws.Deployed, say: Say) -> dict[str, Any]:
+def check_manifests(plan: Plan, deployed: aws.Deployed, say: Say) -> dict[str, Any]:
     say("manifests", "no Kubernetes API server runs in a rehearsal: the test manifests are rendered for "
                      "this cluster and validated against the Kubernetes schemas, not applied")
-    report = eks_mod.check(plan, deployed)
+    report = eks.check(plan, deployed)
     for item in report["manifests"]:
         say("manifests", f"{item['test']}: {item['objects']} object(s) {item['status']}")
     if not report["ok"]:

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass
 
 from hpq.lifecycle import catalog
-from hpq.rehearsal import netns, procs
-from hpq.rehearsal import plan as plan_mod
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import netns, procs, state
+from hpq.rehearsal.plan import Plan, new_plan, new_run_id
 from hpq.rehearsal.stages.base import Say
+from hpq.rehearsal.state import RunState
 from hpq.rehearsal.teardown import TeardownStack
 
 
@@ -30,8 +30,8 @@ class NetworkInput:
 @dataclass
 class Network:
     run_id: str  # may differ from the input's: another rehearsal on this host had claimed that one
-    state: state_mod.RunState
-    plan: plan_mod.Plan
+    state: RunState
+    plan: Plan
 
 
 def setup_network(inp: NetworkInput, stack: TeardownStack, say: Say) -> Network:
@@ -41,17 +41,17 @@ def setup_network(inp: NetworkInput, stack: TeardownStack, say: Say) -> Network:
     while True:  # a run id no other rehearsal on this host has recorded (they run side by side)
         workdir = tempfile.mkdtemp(prefix=f"hpq-rehearse-{run_id}-")
         logdir = os.path.join(inp.log_base, run_id)
-        st = state_mod.RunState(run_id, inp.variant, os.getpid(), time.time(), workdir, logdir, keep=inp.keep,
+        st = RunState(run_id, inp.variant, os.getpid(), time.time(), workdir, logdir, keep=inp.keep,
                                 pid_start=me.start if me else None)
         if st.claim():
             break
         os.rmdir(workdir)
-        run_id = plan_mod.new_run_id()
+        run_id = new_run_id()
     push_teardown(stack, st, say, inp.log_base)
     os.makedirs(logdir, exist_ok=True)
     with netns.host_lock():
         subnet = netns.pick_subnet(run_id)
-        plan = plan_mod.new_plan(run_id, inp.variant, inp.workers, itype, inp.login, subnet)
+        plan = new_plan(run_id, inp.variant, inp.workers, itype, inp.login, subnet)
         st.bridge, st.subnet = plan.bridge, subnet
         st.cluster_name, st.worker_type = plan.cluster_name, plan.worker_type
         st.save()
@@ -60,13 +60,13 @@ def setup_network(inp: NetworkInput, stack: TeardownStack, say: Say) -> Network:
     return Network(run_id, st, plan)
 
 
-def push_teardown(stack: TeardownStack, st: state_mod.RunState, say: Say, log_base: str) -> None:
+def push_teardown(stack: TeardownStack, st: RunState, say: Say, log_base: str) -> None:
     """The undos of a claimed run: everything its state file records (state.teardown, the same code
     ``hpq rehearse down`` runs), then a passing run's logs, then the log and state folders once empty.
     A kept run is only marked finished (``hpq rehearse down`` removes it later)."""
 
     def parents() -> None:
-        for d in (log_base, str(state_mod.STATE_DIR)):  # the parents, once nothing is left in them
+        for d in (log_base, str(state.STATE_DIR)):  # the parents, once nothing is left in them
             try:
                 os.rmdir(d)
             except OSError:
@@ -81,4 +81,4 @@ def push_teardown(stack: TeardownStack, st: state_mod.RunState, say: Say, log_ba
     stack.push("log folders", parents)
     if st.logdir:
         stack.push("logs of a passing run", lambda: shutil.rmtree(st.logdir, ignore_errors=True), only_if_passed=True)
-    stack.push("rehearsal state", lambda: state_mod.teardown(st, own_children=True), when_kept=kept)
+    stack.push("rehearsal state", lambda: state.teardown(st, own_children=True), when_kept=kept)

@@ -14,11 +14,11 @@ from typing import Any
 
 from hpq.lifecycle import catalog
 from hpq.rehearsal import aws, image, netns, procs
-from hpq.rehearsal import backend as backend_mod
-from hpq.rehearsal import plan as plan_mod
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal.backend import RehearsalBackend, controller_shell, facts
 from hpq.rehearsal.node import Node
+from hpq.rehearsal.plan import NODE_IFACE, REGION, WORKER, ZONE, NodeSpec, Plan, add_nodes
 from hpq.rehearsal.stages.base import Failure, Say, tail
+from hpq.rehearsal.state import NodeState, RunState
 from hpq.rehearsal.teardown import TeardownStack
 from hpq.standins import fsx, hyperpod
 from hpq.validation.slurm import SshShell
@@ -26,9 +26,9 @@ from hpq.validation.slurm import SshShell
 
 @dataclass
 class NodesInput:
-    plan: plan_mod.Plan  # gains its nodes here (plan.add_nodes)
+    plan: Plan  # gains its nodes here (plan.add_nodes)
     deployed: aws.Deployed
-    state: state_mod.RunState  # records each node as it is created (teardown, hpq rehearse down)
+    state: RunState  # records each node as it is created (teardown, hpq rehearse down)
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Nodes:
     nodes: dict[str, Node]
     groups: list[hyperpod.GroupRequest]
     shell: SshShell  # a login shell on the controller (validation.slurm)
-    backend: backend_mod.RehearsalBackend  # the tests' backend over that shell
+    backend: RehearsalBackend  # the tests' backend over that shell
 
 
 def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
@@ -48,13 +48,13 @@ def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
     bucket, prefix = hyperpod.split_s3_uri(groups[0].source_s3_uri)
     roles = hyperpod.roles_of(groups, hyperpod.read_legacy_params(s3, bucket, prefix))
     if p.orchestrator == "eks":
-        roles = {g.name: plan_mod.WORKER for g in groups}
-    plan_mod.add_nodes(p, [(g.name, roles[g.name], g.instance_type, g.count) for g in groups])
+        roles = {g.name: WORKER for g in groups}
+    add_nodes(p, [(g.name, roles[g.name], g.instance_type, g.count) for g in groups])
     p.eks = {"name": d.eks.get("name", ""), "endpoint": d.eks.get("endpoint", ""), "ca": ""}
     say("hyperpod", f"cluster {d.cluster_arn}: " + ", ".join(
         f"{g.name} ({roles[g.name]}, {g.instance_type} x{g.count})" for g in groups))
     for n in p.nodes:
-        st.nodes.append(state_mod.NodeState(n.name, n.netns, n.host_iface, None, n.ip, n.hostname, n.role))
+        st.nodes.append(NodeState(n.name, n.netns, n.host_iface, None, n.ip, n.hostname, n.role))
     st.save()
     fsx_source = ""
     live_fsx = bool(d.outputs.get("FsxMountName")) and not d.fsx_deleted
@@ -82,7 +82,7 @@ def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
         ns = st.node(spec.name)
         assert ns is not None
         netns.create_node_link(spec.netns, spec.host_iface, p.bridge, spec.ip, p.prefix_len, p.gateway,
-                               plan_mod.NODE_IFACE)
+                               NODE_IFACE)
         node = Node(spec, Path(st.workdir) / "nodes" / spec.name)
         node.create(st.fsx_export or None, data_volume=_has_data_volume(d, spec.group), efa_devices=_efa_devices(spec))
         nodes[spec.name] = node
@@ -110,9 +110,9 @@ def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
         ctl.write(hyperpod.SLURM_CONF, conf)
         say("hyperpod", f"cluster agent: {hyperpod.SLURM_CONF} on {ctl.spec.hostname} "
                         f"({len(p.nodes) - 1} NodeName lines)")
-    shell = backend_mod.controller_shell(p.controller.ip if p.controller else "", str(keyfile),
+    shell = controller_shell(p.controller.ip if p.controller else "", str(keyfile),
                                          str(Path(st.workdir) / "ssh" / "known_hosts"))
-    return Nodes(nodes, groups, shell, backend_mod.RehearsalBackend(shell, backend_mod.facts(p)))
+    return Nodes(nodes, groups, shell, RehearsalBackend(shell, facts(p)))
 
 
 def keep_results(export: Path, logdir: Path) -> None:
@@ -146,8 +146,8 @@ def _has_data_volume(deployed: aws.Deployed, group: str) -> bool:
 def _start_imds(node: Node) -> None:
     s = node.spec
     argv = ["ip", "netns", "exec", s.netns, sys.executable, "-m", "hpq.standins.imds",
-            "--instance-id", s.instance_id, "--instance-type", s.instance_type, "--region", plan_mod.REGION,
-            "--zone", plan_mod.ZONE, "--local-ipv4", s.ip, "--hostname", s.hostname]
+            "--instance-id", s.instance_id, "--instance-type", s.instance_type, "--region", REGION,
+            "--zone", ZONE, "--local-ipv4", s.ip, "--hostname", s.hostname]
     log = open(node.log_dir / "imds.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -166,9 +166,9 @@ def _start_imds(node: Node) -> None:
                   last_lines=tail(node.log_dir / "imds.log"))
 
 
-def _efa_devices(spec: plan_mod.NodeSpec) -> int:
+def _efa_devices(spec: NodeSpec) -> int:
     """EFA devices a node's image shows (node.EFA_DEVICES): a worker's type's EFA interfaces, else none."""
-    if spec.role != plan_mod.WORKER:
+    if spec.role != WORKER:
         return 0
     try:
         return catalog.lookup(spec.instance_type).efa_interfaces

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpq.rehearsal import faults, validate
-from hpq.rehearsal import plan as plan_mod
 from hpq.rehearsal.node import Node
+from hpq.rehearsal.plan import Plan
 from hpq.rehearsal.stages.base import Failure, Say, tail
 from hpq.validation.slurm import SshShell
 
 
 @dataclass
 class SlurmInput:
-    plan: plan_mod.Plan
+    plan: Plan
     shell: SshShell
     controller: Node  # whose slurmctld.log a failure points to
     timeout: float
@@ -43,7 +43,7 @@ def wait_slurm(inp: SlurmInput, say: Say) -> SlurmNodes:
 
 @dataclass
 class SshInput:
-    plan: plan_mod.Plan
+    plan: Plan
     shell: SshShell
     timeout: float
 
@@ -72,7 +72,7 @@ def check_ssh(inp: SshInput, say: Say) -> dict[str, Any]:
 
 @dataclass
 class DoctorInput:
-    plan: plan_mod.Plan
+    plan: Plan
     nodes: Mapping[str, Node]
     shell: SshShell
     faults: list[tuple[str, str]]  # (node, kind) injected first

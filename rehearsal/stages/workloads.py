@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.rehearsal import backend as backend_mod
 from hpq.rehearsal import netns, throttle, validate
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal.backend import RehearsalBackend
+from hpq.rehearsal.plan import NODE_IFACE, Plan
 from hpq.rehearsal.stages import progress
 from hpq.rehearsal.stages.base import Failure, Say
-from hpq.scripts import sweep as node_sweep
+from hpq.scripts import sweep
 from hpq.validation.backend import run_test
 from hpq.validation.request import TestRequest
 from hpq.validation.result import TestResult
@@ -21,8 +21,8 @@ from hpq.validation.result import TestResult
 
 @dataclass
 class WorkloadInput:
-    plan: plan_mod.Plan
-    backend: backend_mod.RehearsalBackend  # over a login shell on the controller
+    plan: Plan
+    backend: RehearsalBackend  # over a login shell on the controller
     args: str  # the node program's extra words (--nccl-args, --nanogpt-args, --sweep-args)
     timeout: float  # each command, bounded on the controller
     logdir: str = ""  # where a failed run keeps the controller's /fsx/hpq-results (sweep)
@@ -86,11 +86,11 @@ def run_sweep(inp: WorkloadInput, say: Say) -> dict[str, Any]:
     injected: list[dict[str, Any]] = []
     for index, rate in sorted(inp.throttle.items()):
         spec = workers[index]
-        netns.shape(spec.netns, plan_mod.NODE_IFACE, rate)
-        shown = netns.egress_rate(spec.netns, plan_mod.NODE_IFACE)
+        netns.shape(spec.netns, NODE_IFACE, rate)
+        shown = netns.egress_rate(spec.netns, NODE_IFACE)
         injected.append({"index": index, "node": spec.name, "slurm_node": spec.hostname, "rate": rate,
                          "tc_rate_bytes_per_s": shown})
-        say(spec.name, f"--throttle {index}={rate}: egress of {plan_mod.NODE_IFACE} limited with tc tbf "
+        say(spec.name, f"--throttle {index}={rate}: egress of {NODE_IFACE} limited with tc tbf "
                        f"inside its namespace ({shown} bytes/s as tc reports it)")
     request = validate.sweep_request(len(validate.worker_hostnames(p)), p.worker_type, inp.args,
                                      max(60.0, inp.timeout - 60), inp.timeout)
@@ -101,7 +101,7 @@ def run_sweep(inp: WorkloadInput, say: Say) -> dict[str, Any]:
 
     result = run_one("sweep", inp, request, say, on_stderr=on_stderr)
     raw = inp.backend.last_raw
-    doc = node_sweep.extract_json(raw.log) if raw else None
+    doc = sweep.extract_json(raw.log) if raw else None
     code = raw.exit_code if raw else result.exit_code
     expected = {t["slurm_node"]: t["rate"] for t in injected}
     names = {n.hostname: n.name for n in p.nodes}

@@ -14,7 +14,7 @@ import json
 import boto3
 import pytest
 
-from hpq.aws import hyperpod as aws_hyperpod
+from hpq.aws import hyperpod
 from hpq.lifecycle import names
 from tests.support import run_cli
 
@@ -54,8 +54,8 @@ def test_last_node_by_index_follows_pages(capsys):
     sm = boto3.client("sagemaker", region_name=REGION)
     calls = []
     sm.meta.events.register("before-call.sagemaker.ListClusterNodes", lambda **kw: calls.append(1))
-    cl = aws_hyperpod.describe_cluster(sm, "hpq-big")
-    nodes = aws_hyperpod.list_nodes(sm, cl, names.WORKER_GROUP)
+    cl = hyperpod.describe_cluster(sm, "hpq-big")
+    nodes = hyperpod.list_nodes(sm, cl, names.WORKER_GROUP)
     assert len(nodes) == WORKERS and len(calls) >= 2
     last = nodes[-1]["InstanceId"]
     assert last in all_worker_ids()
@@ -103,15 +103,15 @@ def test_node_by_instance_id_and_default_controller(capsys):
 
 
 def test_target_format():
-    assert aws_hyperpod.ssm_target("abc123", "worker", "i-0ad12c4e86af71ce0") == \
+    assert hyperpod.ssm_target("abc123", "worker", "i-0ad12c4e86af71ce0") == \
         "sagemaker-cluster:abc123_worker-i-0ad12c4e86af71ce0"
-    cl = aws_hyperpod.Cluster("c", "arn:aws:sagemaker:us-west-2:1:cluster/q7x2", "InService", "slurm", [
+    cl = hyperpod.Cluster("c", "arn:aws:sagemaker:us-west-2:1:cluster/q7x2", "InService", "slurm", [
         {"InstanceGroupName": "gpu", "InstanceType": "ml.p5.48xlarge", "CurrentCount": 4},
         {"InstanceGroupName": "head", "InstanceType": "ml.m5.xlarge", "CurrentCount": 1}])
-    assert cl.cluster_id == "q7x2" and aws_hyperpod.default_group(cl) == "head"
+    assert cl.cluster_id == "q7x2" and hyperpod.default_group(cl) == "head"
     cl.groups[1]["InstanceGroupName"] = "mgmt"
-    assert aws_hyperpod.default_group(cl) == "mgmt"  # the lone CPU node
-    proxy = aws_hyperpod.ssh_proxy_command("sagemaker-cluster:q7x2_head-i-1", "us-west-2", "dev")
+    assert hyperpod.default_group(cl) == "mgmt"  # the lone CPU node
+    proxy = hyperpod.ssh_proxy_command("sagemaker-cluster:q7x2_head-i-1", "us-west-2", "dev")
     assert proxy == ("aws ssm start-session --target sagemaker-cluster:q7x2_head-i-1 --document-name "
                      "AWS-StartSSHSession --parameters portNumber=22 --region us-west-2 --profile dev")
 

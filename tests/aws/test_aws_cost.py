@@ -4,8 +4,8 @@ The price data here is a price file the test writes itself, in the Price List's 
 ``product.attributes`` with servicecode, regionCode, usagetype; ``terms.OnDemand.*.priceDimensions.*`` with unit,
 beginRange and pricePerUnit.USD; https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/
 API_pricing_GetProducts.html), with prices that differ per region, so a figure taken from the wrong region, item
-or unit shows. The expected totals are computed here from the deploy's facts as the design states them
-(DESIGN.md section 3: one NAT gateway with its Elastic IP, seven interface endpoints in the one node subnet; the
+or unit shows. The expected totals are computed here from the deploy's facts as the templates state them
+(cfn/networking.py: one NAT gateway with its Elastic IP, seven interface endpoints in the one node subnet; the
 controller's 100 GB volume, cfn/hyperpod.py), not by calling the estimate's own helpers.
 The CLI tests run `hpq deploy` against a moto server (slow): moto has no Price List API, so `--prices auto`
 uses the file there, as it says.

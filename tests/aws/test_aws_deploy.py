@@ -20,9 +20,8 @@ import pytest
 from botocore.stub import Stubber
 
 from hpq import vocab
-from hpq.aws import deploy as aws_deploy
+from hpq.aws import deploy, stacks
 from hpq.aws import s3 as aws_s3
-from hpq.aws import stacks as aws_stacks
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import names
 from hpq.standins.rendition import RENDITION_NOTE
@@ -66,12 +65,12 @@ def test_good_bucket_names_accepted():
 
 def test_release_is_content_addressed():
     """Same content -> same prefix; a changed template -> a new prefix; node bundle included."""
-    a = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
-    b = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
-    c = aws_deploy.build_release("b", REGION, ["slurm-gpu"], params={"WorkerCount": "3"})
+    a = deploy.build_release("b", REGION, ["slurm-gpu"])
+    b = deploy.build_release("b", REGION, ["slurm-gpu"])
+    c = deploy.build_release("b", REGION, ["slurm-gpu"], params={"WorkerCount": "3"})
     assert a.version == b.version and a.objects == b.objects
     assert a.version != c.version
-    assert a.version.startswith(aws_deploy.__version__ + "-")
+    assert a.version.startswith(deploy.__version__ + "-")
     assert names.template_key(a.version, "slurm-gpu") in a.objects
     assert names.node_bundle_prefix(a.version) + names.ON_CREATE_SCRIPT in a.objects
     assert a.root_parameters("slurm-gpu")["AssetsPrefix"] == names.node_bundle_prefix(a.version)
@@ -88,20 +87,20 @@ def test_eks_release_ships_the_helm_layer_content_addressed():
 
     from hpq.aws import layer
 
-    rel = aws_deploy.build_release("b", REGION, ["eks-gpu"])
+    rel = deploy.build_release("b", REGION, ["eks-gpu"])
     key = rel.root_parameters("eks-gpu")["HelmLayerS3Key"]
     body = rel.objects[key]
     assert key == f"hpq/layers/kubectl-helm-{hashlib.sha256(body).hexdigest()[:16]}.zip"
     assert not key.startswith(names.s3_version_prefix(rel.version))
     assert {"helm/helm", "kubectl/kubectl"} <= set(zipfile.ZipFile(io.BytesIO(body)).namelist())
     assert layer.helm_layer().key == key
-    other = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"WorkerCount": "3"})
+    other = deploy.build_release("b", REGION, ["eks-gpu"], params={"WorkerCount": "3"})
     assert other.version != rel.version and other.root_parameters("eks-gpu")["HelmLayerS3Key"] == key
-    slurm = aws_deploy.build_release("b", REGION, ["slurm-gpu"])
+    slurm = deploy.build_release("b", REGION, ["slurm-gpu"])
     assert "HelmLayerS3Key" not in slurm.root_parameters("slurm-gpu")
     assert not any(k.startswith(layer.KEY_PREFIX) for k in slurm.objects)
     arn = "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"
-    own = aws_deploy.build_release("b", REGION, ["eks-gpu"], params={"KubectlLayerArn": arn})
+    own = deploy.build_release("b", REGION, ["eks-gpu"], params={"KubectlLayerArn": arn})
     assert "HelmLayerS3Key" not in own.root_parameters("eks-gpu")
     assert not any(k.startswith(layer.KEY_PREFIX) for k in own.objects)
 
@@ -119,19 +118,19 @@ def test_eks_release_without_the_layer_package_is_a_usage_error(monkeypatch):
     layer.helm_layer.cache_clear()
     try:
         with pytest.raises(UsageError) as exc:
-            aws_deploy.build_release("b", REGION, ["eks-gpu"])
+            deploy.build_release("b", REGION, ["eks-gpu"])
         assert exc.value.exit_code == 2
         assert "pip install 'hyperpod-quickstart[eks]'" in str(exc.value) and "KubectlLayerArn" in str(exc.value)
-        aws_deploy.build_release("b", REGION, ["slurm-gpu"])  # Slurm needs no layer
-        aws_deploy.build_release("b", REGION, ["eks-gpu"], params={
+        deploy.build_release("b", REGION, ["slurm-gpu"])  # Slurm needs no layer
+        deploy.build_release("b", REGION, ["eks-gpu"], params={
             "KubectlLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:my-helm:3"})
     finally:
         layer.helm_layer.cache_clear()
 
 
 def test_quick_create_link_prefills_release():
-    rel = aws_deploy.build_release("my-art", "eu-west-1", ["eks-gpu"])
-    url = aws_deploy.quick_create_url(rel, "eks-gpu")
+    rel = deploy.build_release("my-art", "eu-west-1", ["eks-gpu"])
+    url = deploy.quick_create_url(rel, "eks-gpu")
     assert url.startswith("https://console.aws.amazon.com/cloudformation/home?region=eu-west-1#/stacks/quickcreate?")
     from urllib.parse import parse_qs
 
@@ -240,7 +239,7 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
 
     # a parameter change plus a new root resource go through a change set whose changes are shown
     # (moto lists only added/removed/edited resources, not parameter-driven Modify, so add one)
-    synth = aws_deploy.synthesize
+    synth = deploy.synthesize
 
     def with_marker(variant, size, params=None):
         files = synth(variant, size, params)
@@ -248,7 +247,7 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
             "Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": "x", "Name": "/hpq-test/marker"}}
         return files
 
-    monkeypatch.setattr(aws_deploy, "synthesize", with_marker)
+    monkeypatch.setattr(deploy, "synthesize", with_marker)
     code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
                               "--poll-seconds", "0.05", "--output", "json", *EMULATE], capsys)
     assert code == 0, err
@@ -328,8 +327,8 @@ def test_change_set_without_changes_is_success_and_removed(bucket):
     url = f"https://{bucket}.s3.{REGION}.amazonaws.com/cs.json"
     cfn = boto3.client("cloudformation", region_name=REGION)
     cfn.create_stack(StackName="hpq-t-cs", TemplateURL=url, Parameters=[{"ParameterKey": "P", "ParameterValue": "a"}])
-    info = aws_stacks.describe(cfn, "hpq-t-cs")
-    assert aws_stacks.update_via_change_set(cfn, info, url, {"P": "a"}, {}).kind == "no-changes"
+    info = stacks.describe(cfn, "hpq-t-cs")
+    assert stacks.update_via_change_set(cfn, info, url, {"P": "a"}, {}).kind == "no-changes"
     left = cfn.list_change_sets(StackName="hpq-t-cs")["Summaries"]  # moto lists every stack's: filter
     assert [c for c in left if c.get("StackId") == info.stack_id] == []
 
@@ -338,7 +337,7 @@ def test_failed_change_set_is_deleted_and_explained():
     """Stubber stands in for CloudFormation failing a change set for a real reason (moto never does)."""
     cfn = boto3.client("cloudformation", region_name=REGION, aws_access_key_id="a", aws_secret_access_key="b")
     cs = "arn:aws:cloudformation:us-east-1:1:changeSet/hpq-x/1"
-    info = aws_stacks.StackInfo("s", "arn:aws:cloudformation:us-east-1:1:stack/s/1", "UPDATE_COMPLETE")
+    info = stacks.StackInfo("s", "arn:aws:cloudformation:us-east-1:1:stack/s/1", "UPDATE_COMPLETE")
     with Stubber(cfn) as stub:
         stub.add_response("create_change_set", {"Id": cs, "StackId": info.stack_id})
         stub.add_response("describe_change_set", {"Status": "FAILED", "Changes": [],
@@ -346,6 +345,6 @@ def test_failed_change_set_is_deleted_and_explained():
                           {"StackName": "s", "ChangeSetName": cs})
         stub.add_response("delete_change_set", {}, {"StackName": "s", "ChangeSetName": cs})
         with pytest.raises(OperationFailed) as exc:
-            aws_stacks.update_via_change_set(cfn, info, "https://b.s3.amazonaws.com/t.json", {}, {})
+            stacks.update_via_change_set(cfn, info, "https://b.s3.amazonaws.com/t.json", {}, {})
         stub.assert_no_pending_responses()
     assert "must be a number" in str(exc.value) and exc.value.exit_code == 1

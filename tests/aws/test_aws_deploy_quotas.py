@@ -12,8 +12,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.aws import preflight
-from hpq.aws import quotas as aws_quotas
+from hpq.aws import preflight, quotas
 from hpq.aws import session as aws_session
 from hpq.errors import UsageError
 from tests.aws.test_aws_quotas import GOOD, plan_responses, quota, sq_client
@@ -28,7 +27,7 @@ STACK = {"WorkerInstanceType": G5, "WorkerCount": "2", "ControllerInstanceType":
 
 
 def needs(values, previous=None, orchestrator="slurm"):  # type: ignore[no-untyped-def]
-    return {s.key: s.needed_new for s in aws_quotas.deploy_needs(values, previous, orchestrator)}
+    return {s.key: s.needed_new for s in quotas.deploy_needs(values, previous, orchestrator)}
 
 
 def test_a_new_stack_needs_everything():
@@ -93,7 +92,7 @@ def test_an_unreachable_quota_api_is_unknown_not_a_crash():
         def get_paginator(self, name):  # type: ignore[no-untyped-def]
             raise bex.EndpointConnectionError(endpoint_url="https://servicequotas.us-east-1.amazonaws.com/")
 
-    results = aws_quotas.check_specs(None, aws_quotas.deploy_needs(dict(STACK, WorkerCount="3"), STACK, "slurm"),
+    results = quotas.check_specs(None, quotas.deploy_needs(dict(STACK, WorkerCount="3"), STACK, "slurm"),
                                      sq=Down())
     assert [r.status for r in results] == ["unknown"] * 3
     assert all("cannot reach AWS" in r.note for r in results)

@@ -124,10 +124,10 @@ def test_validator_warns_while_the_plan_is_scheduled_and_refuses_what_cannot_wor
 @pytest.fixture
 def stubbed_sagemaker(monkeypatch):
     """deploy's SageMaker client answers DescribeTrainingPlan from the Stubber; every other client is moto's."""
-    from hpq.aws import deploy as aws_deploy
+    from hpq.aws import deploy
 
     answers: list[dict] = []
-    real = aws_deploy.client
+    real = deploy.client
 
     def client(session, service, region=None):
         if service != "sagemaker":
@@ -135,7 +135,7 @@ def stubbed_sagemaker(monkeypatch):
         sm, _ = sagemaker_stub(answers.pop(0))
         return sm
 
-    monkeypatch.setattr(aws_deploy, "client", client)
+    monkeypatch.setattr(deploy, "client", client)
     return answers
 
 

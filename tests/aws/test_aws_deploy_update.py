@@ -22,8 +22,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from hpq.aws import deploy_plan
-from hpq.aws import stacks as aws_stacks
+from hpq.aws import deploy_plan, stacks
 from hpq.cfn import synth
 from hpq.errors import UsageError
 from tests.support import run_cli
@@ -106,7 +105,7 @@ def test_a_kept_value_this_release_refuses_is_one_line_naming_it():
 
     values = dict(deploy_plan.parameter_plan(root_declared(), CURRENT, {}, None).values,
                   OnStartDeepHealthChecks="EveryTest")
-    existing = aws_stacks.StackInfo("team-a", "arn:aws:cloudformation:us-east-1:1:stack/team-a/1", "UPDATE_COMPLETE")
+    existing = stacks.StackInfo("team-a", "arn:aws:cloudformation:us-east-1:1:stack/team-a/1", "UPDATE_COMPLETE")
     with pytest.raises(UsageError) as exc:
         aws_deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, existing, None)
     msg = str(exc.value)
@@ -176,7 +175,7 @@ def stubbed_update(confirm=None, dry_run=False, execute=True):  # type: ignore[n
     root, child = wire(sample("nested-root")), wire(sample("nested-child"))
     child["Changes"] = [fsx_replacement()]
     cs_id, nested_id = root["ChangeSetId"], root["Changes"][0]["ResourceChange"]["ChangeSetId"]
-    info = aws_stacks.StackInfo("my-root-stack", root["StackId"], "UPDATE_COMPLETE",
+    info = stacks.StackInfo("my-root-stack", root["StackId"], "UPDATE_COMPLETE",
                                 parameters={"WorkerCount": "2", "Gone": "x"})
     stub = Stubber(cfn)
     # Every parameter explicit, none by UsePreviousValue: the plan is exactly what CloudFormation gets.
@@ -193,7 +192,7 @@ def stubbed_update(confirm=None, dry_run=False, execute=True):  # type: ignore[n
     seen: list = []
     with stub:
         try:
-            result = aws_stacks.update_via_change_set(cfn, info, "https://t", {"WorkerCount": "16"}, {},
+            result = stacks.update_via_change_set(cfn, info, "https://t", {"WorkerCount": "16"}, {},
                                                       on_changes=seen.extend, dry_run=dry_run, confirm=confirm)
         finally:
             stub.assert_no_pending_responses()

@@ -21,7 +21,7 @@ from botocore.stub import Stubber
 
 from hpq.aws import s3 as aws_s3
 from hpq.aws import session as aws_session
-from hpq.aws import stacks as aws_stacks
+from hpq.aws import stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed
 from hpq.lifecycle import names
@@ -47,9 +47,9 @@ def test_update_is_refused_before_any_call(status, needle):
     """A stack whose creation failed cannot be updated (CloudFormation answers ValidationError); one mid-operation
     must be waited for. hpq says so and what to run, without creating a change set."""
     cfn, stub = _no_calls_cfn()
-    info = aws_stacks.StackInfo("hpq-t", "arn:aws:cloudformation:us-east-1:123456789012:stack/hpq-t/1", status)
+    info = stacks.StackInfo("hpq-t", "arn:aws:cloudformation:us-east-1:123456789012:stack/hpq-t/1", status)
     with pytest.raises(OperationFailed, match=needle) as exc:
-        aws_stacks.update_via_change_set(cfn, info, "https://b.s3.us-east-1.amazonaws.com/root.json", {}, {})
+        stacks.update_via_change_set(cfn, info, "https://b.s3.us-east-1.amazonaws.com/root.json", {}, {})
     assert exc.value.exit_code == 1 and "hpq-t" in str(exc.value)
     stub.assert_no_pending_responses()
 

@@ -14,7 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from hpq.aws import quotas as aws_quotas
-from hpq.aws import session as aws_session
+from hpq.aws import session
 from hpq.cli.main import main
 from tests.support import patch_aws_client
 
@@ -75,7 +75,7 @@ def test_all_pass():
     sq = sq_client()
     with Stubber(sq) as stub:
         plan_responses(stub, GOOD)
-        report = aws_quotas.check_quotas(aws_session.make_session(REGION), "ml.g5.16xlarge", 2, sq=sq)
+        report = aws_quotas.check_quotas(session.make_session(REGION), "ml.g5.16xlarge", 2, sq=sq)
         stub.assert_no_pending_responses()
     assert len(report.results) >= 9
     assert report.ok, [r.as_dict() for r in report.results if r.status != "pass"]
@@ -93,7 +93,7 @@ def test_fail_and_unknown_are_not_pass():
     values = dict(GOOD, instance=1, vpcs=1)  # 1 < 2 workers; the default VPC already uses the only one
     with Stubber(sq) as stub:
         plan_responses(stub, values, deny={"nat"}, fsx_listing=False)
-        report = aws_quotas.check_quotas(aws_session.make_session(REGION), "ml.g5.16xlarge", 2, sq=sq)
+        report = aws_quotas.check_quotas(session.make_session(REGION), "ml.g5.16xlarge", 2, sq=sq)
     by = {r.spec.key: r for r in report.results}
     assert by["instance"].status == "fail" and "request-service-quota-increase" in by["instance"].note
     assert by["vpcs"].status == "fail"
@@ -111,7 +111,7 @@ def test_cli_json_and_exit_code(monkeypatch, capsys):
     stub = Stubber(sq)
     plan_responses(stub, dict(GOOD, total=2))
     stub.activate()
-    real = aws_session.client
+    real = session.client
     patch_aws_client(monkeypatch, lambda s, svc, region=None: sq if svc == "service-quotas"
                         else real(s, svc, region))
     with pytest.raises(SystemExit) as exc:
@@ -163,7 +163,7 @@ def test_cli_table_says_pass_fail_unknown(monkeypatch, capsys):
     stub = Stubber(sq)
     plan_responses(stub, dict(GOOD, instance=1), deny={"nat"})
     stub.activate()
-    real = aws_session.client
+    real = session.client
     patch_aws_client(monkeypatch, lambda s, svc, region=None: sq if svc == "service-quotas"
                         else real(s, svc, region))
     with pytest.raises(SystemExit) as exc:

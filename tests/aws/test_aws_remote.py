@@ -16,15 +16,15 @@ import time
 
 import pytest
 
-from hpq.aws import ssh as aws_ssh
+from hpq.aws import ssh
 from hpq.cli.main import main
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.slow
 
 
-def target(s: Sshd, known_hosts: str | None = None, key: str | None = None) -> aws_ssh.SshTarget:
-    return aws_ssh.SshTarget(s.host, s.proxy_command(), s.user, s.port, key or s.key, known_hosts or s.known_hosts,
+def target(s: Sshd, known_hosts: str | None = None, key: str | None = None) -> ssh.SshTarget:
+    return ssh.SshTarget(s.host, s.proxy_command(), s.user, s.port, key or s.key, known_hosts or s.known_hosts,
                              connect_timeout=20)
 
 
@@ -35,7 +35,7 @@ def cli_args(s: Sshd) -> list[str]:
 
 def test_exit_code_and_streams(sshd):
     out, err = io.BytesIO(), io.BytesIO()
-    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["echo to-out; echo to-err >&2; exit 7"]), out, err)
+    code = ssh.run(target(sshd), ssh.remote_command(["echo to-out; echo to-err >&2; exit 7"]), out, err)
     assert code == 7
     assert out.getvalue() == b"to-out\n" and err.getvalue() == b"to-err\n"
     assert os.path.getsize(sshd.known_hosts) > 0  # host key pinned on first use
@@ -44,7 +44,7 @@ def test_exit_code_and_streams(sshd):
 def test_remote_stdin_is_closed(sshd):
     """A command that reads stdin gets EOF at once instead of hanging (timeout 5 bounds a regression)."""
     out = io.BytesIO()
-    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["timeout 5 cat; echo rc=$?"]), out, io.BytesIO())
+    code = ssh.run(target(sshd), ssh.remote_command(["timeout 5 cat; echo rc=$?"]), out, io.BytesIO())
     assert code == 0 and out.getvalue() == b"rc=0\n"
 
 
@@ -68,13 +68,13 @@ def test_failed_proxy_is_one_line_fast_and_says_why(tmp_path, capsys):
 def test_silent_proxy_says_no_banner_came_and_names_no_ssm_plugin(tmp_path):
     """A user's own ProxyCommand that connects nowhere and says nothing: the error names the missing SSH
     banner and the wait, not the SSM plugin (it was "No existing session ... is the SSM plugin installed?")."""
-    t = aws_ssh.SshTarget("node1", "sleep 30", known_hosts=str(tmp_path / "kh"), connect_timeout=1)
-    with pytest.raises(aws_ssh.OperationFailed) as exc:
-        aws_ssh.connect(t)
+    t = ssh.SshTarget("node1", "sleep 30", known_hosts=str(tmp_path / "kh"), connect_timeout=1)
+    with pytest.raises(ssh.OperationFailed) as exc:
+        ssh.connect(t)
     assert "gave no SSH banner within 1 s" in str(exc.value) and "SSM" not in str(exc.value)
     t.via_ssm = True
-    with pytest.raises(aws_ssh.OperationFailed, match="is the SSM session manager plugin installed"):
-        aws_ssh.connect(t)
+    with pytest.raises(ssh.OperationFailed, match="is the SSM session manager plugin installed"):
+        ssh.connect(t)
 
 
 def test_output_streams_before_command_ends(sshd):
@@ -84,7 +84,7 @@ def test_output_streams_before_command_ends(sshd):
         if b"first" in chunk and not first_seen:
             first_seen.append(time.monotonic())
 
-    code = aws_ssh.run(target(sshd), aws_ssh.remote_command(["echo first; sleep 1.5; echo second"]),
+    code = ssh.run(target(sshd), ssh.remote_command(["echo first; sleep 1.5; echo second"]),
                        io.BytesIO(), io.BytesIO(), on_stdout=seen)
     done = time.monotonic()
     assert code == 0 and first_seen

@@ -11,11 +11,10 @@ import http.server
 import threading
 from collections.abc import Iterator
 
-import botocore.exceptions as bex
+import botocore.exceptions
 import pytest
 
-from hpq.aws import session as aws_session
-from hpq.aws import stacks as aws_stacks
+from hpq.aws import session, stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from tests.moto_server import set_aws_env
@@ -74,8 +73,8 @@ def fake_cfn(monkeypatch, tmp_path) -> Iterator[FakeCfn]:
 
 def test_throttling_is_retried(fake_cfn):
     fake_cfn.fail = 1
-    cfn = aws_session.client(aws_session.make_session("us-east-1"), "cloudformation")
-    assert aws_stacks.describe(cfn, "s").status == "CREATE_COMPLETE"
+    cfn = session.client(session.make_session("us-east-1"), "cloudformation")
+    assert stacks.describe(cfn, "s").status == "CREATE_COMPLETE"
     assert fake_cfn.requests == 2
 
 
@@ -111,17 +110,17 @@ def test_unknown_stack_is_exit_2(fake_cfn, capsys):
 
 def test_endpoint_url_is_honoured(fake_cfn):
     """AWS_ENDPOINT_URL alone routes the client (botocore >= 1.31 reads it natively)."""
-    cfn = aws_session.client(aws_session.make_session("us-east-1"), "cloudformation")
+    cfn = session.client(session.make_session("us-east-1"), "cloudformation")
     assert cfn.meta.endpoint_url.startswith("http://127.0.0.1:")
 
 
 def test_translations():
-    assert isinstance(aws_session.translate(bex.NoCredentialsError(), "x"), UsageError)
-    expired = bex.ClientError({"Error": {"Code": "ExpiredToken", "Message": "expired"}}, "Op")
-    assert aws_session.translate(expired, "x").exit_code == 2
-    denied = bex.ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Op")
-    assert isinstance(aws_session.translate(denied, "s3:PutObject"), OperationFailed)
-    assert "s3:PutObject" in str(aws_session.translate(denied, "s3:PutObject"))
-    assert aws_session.translate(ValueError("x"), "x") is None
+    assert isinstance(session.translate(botocore.exceptions.NoCredentialsError(), "x"), UsageError)
+    expired = botocore.exceptions.ClientError({"Error": {"Code": "ExpiredToken", "Message": "expired"}}, "Op")
+    assert session.translate(expired, "x").exit_code == 2
+    denied = botocore.exceptions.ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Op")
+    assert isinstance(session.translate(denied, "s3:PutObject"), OperationFailed)
+    assert "s3:PutObject" in str(session.translate(denied, "s3:PutObject"))
+    assert session.translate(ValueError("x"), "x") is None
     with pytest.raises(UsageError):
-        aws_session.make_session(profile="surely-not-a-profile-hpq")
+        session.make_session(profile="surely-not-a-profile-hpq")

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from hpq.cfn import lint as cfn_lint
-from hpq.cfn import synth
+from hpq.cfn import lint, synth
 from tests.cfn_render import COMBOS
 
 
@@ -43,7 +42,7 @@ def test_lint_runs_with_the_pinned_newest_cfn_lint():
                   if line.startswith("cfn-lint=="))
     assert version("cfn-lint") == pinned
     assert f"cfn-lint {pinned}" in (repo / "docs" / "templates.md").read_text()
-    assert cfn_lint.default_regions() == regions_module().hyperpod_regions()
+    assert lint.default_regions() == regions_module().hyperpod_regions()
 
 
 def regions_module():
@@ -60,13 +59,13 @@ def test_lint_finds_a_resource_type_missing_in_a_region(tmp_path):
     hp = tmp_path / "HyperPod.json"
     hp.write_text(synth.to_json(files["HyperPod.json"]), encoding="utf-8")
     assert "eu-central-2" not in regions_module().variant_regions("slurm-gpu")
-    assert any(f.rule == "E3006" for f in cfn_lint.lint_files([hp], ["eu-central-2"]))
+    assert any(f.rule == "E3006" for f in lint.lint_files([hp], ["eu-central-2"]))
     obs = files["Observability.json"]
-    assert not cfn_lint.lint_files([_write(tmp_path / "ok" / "Observability.json", obs)], ["us-west-1"])
+    assert not lint.lint_files([_write(tmp_path / "ok" / "Observability.json", obs)], ["us-west-1"])
     for resource in obs["Resources"].values():
         resource.pop("Condition", None)
     obs["Outputs"]["GrafanaUrl"]["Value"] = obs["Outputs"]["GrafanaUrl"]["Value"]["Fn::If"][1]
-    broken = cfn_lint.lint_files([_write(tmp_path / "broken" / "Observability.json", obs)], ["us-west-1"])
+    broken = lint.lint_files([_write(tmp_path / "broken" / "Observability.json", obs)], ["us-west-1"])
     assert any(f.rule == "E3006" and "Grafana" in f.message for f in broken), broken
 
 
@@ -83,6 +82,6 @@ def test_lint_reports_a_broken_template(tmp_path):
     template["Parameters"]["Unused"] = {"Type": "String"}
     path = tmp_path / "Security.json"
     path.write_text(json.dumps(template), encoding="utf-8")
-    findings = cfn_lint.lint_files([path], ["us-east-1"])
+    findings = lint.lint_files([path], ["us-east-1"])
     assert {f.severity for f in findings} >= {"error", "warning"}, findings
     assert any("GroupDescription" in f.message for f in findings)

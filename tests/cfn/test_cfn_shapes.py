@@ -361,8 +361,7 @@ def test_lint_sees_a_wrong_offer_claim(tmp_path):
     claim ml.p5e.48xlarge is on demand in us-east-1 and W1030 comes back."""
     import json
 
-    from hpq.cfn import hyperpod, synth
-    from hpq.cfn import lint as cfn_lint
+    from hpq.cfn import hyperpod, lint, synth
 
     template = synth.synthesize("slurm-gpu")["HyperPod.json"]
     cond = template["Conditions"][hyperpod.ON_DEMAND_OFFER]
@@ -371,10 +370,10 @@ def test_lint_sees_a_wrong_offer_claim(tmp_path):
         {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-east-1"]}]}]}
     path = tmp_path / "HyperPod.json"
     path.write_text(json.dumps(template))
-    assert cfn_lint.lint_files([path], ["us-east-1"]) and any(
-        f.rule == "W1030" for f in cfn_lint.lint_files([path], ["us-east-1"]))
+    assert lint.lint_files([path], ["us-east-1"]) and any(
+        f.rule == "W1030" for f in lint.lint_files([path], ["us-east-1"]))
     path.write_text(synth.to_json(synth.synthesize("slurm-gpu")["HyperPod.json"]))
-    assert cfn_lint.lint_files([path], ["us-east-1"]) == []
+    assert lint.lint_files([path], ["us-east-1"]) == []
 
 
 # --------------------------------------------------------------------------- networking (item 6)

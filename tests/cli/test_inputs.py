@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import pytest
 
-from hpq.cfn import synth as cfn_synth
+from hpq.cfn import synth
 from hpq.cli import inputs
 from hpq.cli.main import COMMANDS, cli, main
 
@@ -296,7 +296,7 @@ def test_every_help_example_works_when_pasted(tmp_path, monkeypatch, capsys):
             params = [a.split("=", 1) for a in args[args.index("--param") + 1:args.index("--param") + 2]] \
                 if "--param" in args else []
             size = args[args.index("--size") + 1] if "--size" in args else "small"
-            cfn_synth.synthesize(args[1], size, dict(params))  # raises on a parameter the template refuses
+            synth.synthesize(args[1], size, dict(params))  # raises on a parameter the template refuses
     assert not failures, "\n".join(failures)
 
 
@@ -312,13 +312,13 @@ def test_synth_replaces_only_what_it_wrote(tmp_path, monkeypatch):
     target.mkdir(parents=True)
     (target / "notes.json").write_text('{"mine": true}')
     (target / "Old.json").write_text("{}")
-    (target / cfn_synth.MANIFEST_FILE).write_text("Old.json\nroot.json\n")
+    (target / synth.MANIFEST_FILE).write_text("Old.json\nroot.json\n")
     run = [sys.executable, "-m", "hpq", "synth", "slurm-gpu", "-o", str(tmp_path / "out")]
     res = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
     assert (res.returncode, res.stdout) == (2, ""), res.stderr
     assert "was not written by this hpq" in res.stderr and (target / "Old.json").exists()
     digest = hashlib.sha256(b"{}").hexdigest()
-    (target / cfn_synth.MANIFEST_FILE).write_text(f"{synth_out.MANIFEST_HEADER}\n{digest}  Old.json\n")
+    (target / synth.MANIFEST_FILE).write_text(f"{synth_out.MANIFEST_HEADER}\n{digest}  Old.json\n")
     res = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert (target / "notes.json").read_text() == '{"mine": true}'

@@ -27,8 +27,7 @@ from hpq import atomic
 from hpq.cfn import synth_out
 from hpq.cli.commands.rehearse import _env_pairs
 from hpq.errors import HpqError, OperationFailed, UsageError
-from hpq.manifests import render as mrender
-from hpq.manifests import yamlsafe
+from hpq.manifests import render, yamlsafe
 from hpq.rehearsal import throttle
 
 # The budget, per test (a profile loaded here would change every other module's defaults in the same run): a count
@@ -161,9 +160,9 @@ def test_numbers_are_ascii_finite_and_in_range(text):
 def test_rendered_program_round_trips_or_is_refused(tmp_path_factory, source):
     path = tmp_path_factory.mktemp("prog") / "train.py"
     path.write_bytes(source.encode("utf-8", "surrogatepass"))
-    req = mrender.RenderRequest("nanogpt", instance_type="ml.g5.48xlarge", program=str(path))
+    req = render.RenderRequest("nanogpt", instance_type="ml.g5.48xlarge", program=str(path))
     try:
-        text = mrender.render(req)
+        text = render.render(req)
     except UsageError as exc:
         assert "\n" not in str(exc)
         assert yamlsafe.first_refused(source) is not None, f"refused a text YAML can carry: {exc}"
@@ -180,10 +179,10 @@ def test_rendered_program_round_trips_or_is_refused(tmp_path_factory, source):
 def test_rendered_program_args_reach_the_shell_line_exactly(args):
     import shlex
 
-    req = mrender.RenderRequest("nanogpt", instance_type="ml.g5.48xlarge", program_args=args)
+    req = render.RenderRequest("nanogpt", instance_type="ml.g5.48xlarge", program_args=args)
     try:
         words = shlex.split(args)
-        text = mrender.render(req)
+        text = render.render(req)
     except (ValueError, UsageError):
         return
     pod = [d for d in yaml.safe_load_all(text) if d][1]

@@ -18,10 +18,9 @@ import urllib.parse
 import pytest
 
 from hpq.errors import OperationFailed, UsageError
-from hpq.kube import jobs as eks_jobs
+from hpq.kube import jobs
 from hpq.kube.kube import ClusterAccess, KubeClient, KubeError, cluster_access
-from hpq.validation import eks as eks_backend
-from hpq.validation import judges
+from hpq.validation import eks, judges
 from hpq.validation.backend import run_test
 from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
 from hpq.validation.result import RawOutcome
@@ -44,7 +43,7 @@ def run(kube, test, nodes=2, gpus=None, client=None, echo=None, **kw):
     request = TestRequest(TESTS[test], nodes, gpus, kw.pop("instance_type", None), None, (), kw.pop("timeout_s", 60),
                           kw.pop("nccl_debug", None))
     api = client or kube_client(kube)
-    backend = eks_backend.EksBackend("test-eks", eks_backend.EksOptions(**kw), lambda: api, poll_s=0.01)
+    backend = eks.EksBackend("test-eks", eks.EksOptions(**kw), lambda: api, poll_s=0.01)
     result = run_test(backend, request, echo or lines.append)
     return result, lines
 
@@ -224,9 +223,9 @@ def test_unschedulable_pods_end_the_run_with_the_reason(fake_kube):
     client = kube_client(fake_kube)
     from hpq.manifests.render import RenderRequest, render_objects
 
-    plan = eks_jobs.plan_for("nccl-test", render_objects(RenderRequest("nccl-test", "ml.p5.48xlarge", 2)))
+    plan = jobs.plan_for("nccl-test", render_objects(RenderRequest("nccl-test", "ml.p5.48xlarge", 2)))
     clock = iter(range(0, 10_000, 10))
-    runner = eks_jobs.Runner(client, plan, echo=lambda s: None, poll_s=0, schedule_grace_s=60,
+    runner = jobs.Runner(client, plan, echo=lambda s: None, poll_s=0, schedule_grace_s=60,
                              clock=lambda: float(next(clock)), sleep=lambda s: None)
     try:
         with pytest.raises(OperationFailed, match="Unschedulable.*Insufficient vpc.amazonaws.com/efa"):
@@ -241,9 +240,9 @@ def test_image_pull_errors_end_the_run(fake_kube):
     fake_kube.scenario.update(waiting=("ImagePullBackOff", 'Back-off pulling image "nope:1"'))
     from hpq.manifests.render import RenderRequest, render_objects
 
-    plan = eks_jobs.plan_for("nccl-test", render_objects(RenderRequest("nccl-test", "ml.g5.16xlarge", 2)))
+    plan = jobs.plan_for("nccl-test", render_objects(RenderRequest("nccl-test", "ml.g5.16xlarge", 2)))
     clock = iter(range(0, 10_000, 30))
-    runner = eks_jobs.Runner(kube_client(fake_kube), plan, echo=lambda s: None, poll_s=0,
+    runner = jobs.Runner(kube_client(fake_kube), plan, echo=lambda s: None, poll_s=0,
                              clock=lambda: float(next(clock)), sleep=lambda s: None)
     try:
         with pytest.raises(OperationFailed, match="ImagePullBackOff"):
@@ -335,7 +334,7 @@ def test_json_output(fake_kube, monkeypatch, capsys):
 
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.0)})
-    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    monkeypatch.setattr(eks, "connect", lambda cluster, region, profile: kube_client(fake_kube))
     with pytest.raises(SystemExit) as exc:
         main(["eks", "nccl-test", "test-eks", "2", "--region", "us-west-2", "--output", "json"])
     out = capsys.readouterr().out
@@ -405,7 +404,7 @@ def test_cli_exit_code_is_the_verdict(fake_kube, monkeypatch, capsys, busbw, cod
 
     fake_kube.add_nodes("ml.g5.16xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(busbw)})
-    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    monkeypatch.setattr(eks, "connect", lambda cluster, region, profile: kube_client(fake_kube))
     with pytest.raises(SystemExit) as exc:
         main(["eks", "nccl-test", "test-eks", "2", "--region", "us-west-2"])
     out = capsys.readouterr().out
@@ -457,7 +456,7 @@ def test_validate_checks_efa_devices_and_hyperpod_health(fake_kube, twin, outcom
     for replacement) fail, and one still in deep health checks is INCONCLUSIVE."""
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.add_nodes("ml.p5.48xlarge", 1, **twin)
-    facts = eks_jobs.node_facts(kube_client(fake_kube), "ml.p5.48xlarge")
+    facts = jobs.node_facts(kube_client(fake_kube), "ml.p5.48xlarge")
     raw = RawOutcome(0, "HPQ-VALIDATE a OK\nHPQ-VALIDATE b OK", state="Succeeded", detail="done",
                      facts=facts.to_dict())
     verdict = judges.judge_validate(TestRequest(VALIDATE, 2), raw, "ml.p5.48xlarge", "eks", "test-eks")
@@ -470,9 +469,9 @@ def test_hyperpod_health_label_decides_which_nodes_count(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 1)
     fake_kube.add_nodes("ml.p5.48xlarge", 1, health="UnschedulablePendingReboot")
     fake_kube.add_nodes("ml.p5.48xlarge", 1, health=None)  # a node HyperPod does not manage: Ready is enough
-    assert eks_jobs.node_types(kube_client(fake_kube))["ml.p5.48xlarge"] == 2
+    assert jobs.node_types(kube_client(fake_kube))["ml.p5.48xlarge"] == 2
     with pytest.raises(UsageError, match="needs 3 Ready ml.p5.48xlarge"):
-        eks_jobs.pick_instance_type(kube_client(fake_kube), None, 3)
+        jobs.pick_instance_type(kube_client(fake_kube), None, 3)
 
 
 def test_fsx_claim_without_the_csi_driver_fails_before_anything_is_created(fake_kube):
@@ -529,7 +528,7 @@ def test_cli_fsx_claim_without_driver_is_one_line_exit_1(fake_kube, monkeypatch,
     from hpq.cli.main import main
 
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
-    monkeypatch.setattr(eks_backend, "connect", lambda cluster, region, profile: kube_client(fake_kube))
+    monkeypatch.setattr(eks, "connect", lambda cluster, region, profile: kube_client(fake_kube))
     with pytest.raises(SystemExit) as exc:
         main(["eks", "nanogpt", "test-eks", "2", "--fsx-claim", "hpq-fsx", "--region", "us-west-2"])
     err = capsys.readouterr().err

@@ -31,20 +31,19 @@ from pathlib import Path
 
 import pytest
 
-from hpq.cfn import s3 as cfn_s3
-from hpq.lifecycle import fields, names
-from hpq.lifecycle import observability as obs
+from hpq.cfn import s3
+from hpq.lifecycle import fields, names, observability
 from hpq.scripts import result_metrics
 from tests import node_samples as fn
 
 WORKER = "worker-group-1-1"
 WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
 URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
-ARCH = obs.machine_arch()
+ARCH = observability.machine_arch()
 FAKE_BINARY = '#!/bin/sh\necho "$0 $*" > "$(dirname "$0")/argv"\nexec sleep 120\n'
 
 
-def fake_tarball(art: obs.Artifact, body: str = FAKE_BINARY) -> bytes:
+def fake_tarball(art: observability.Artifact, body: str = FAKE_BINARY) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         data = body.encode()
@@ -86,13 +85,13 @@ class Mirror:
         self.server.server_close()
 
 
-def release_path(art: obs.Artifact) -> str:
-    return art.url_for(ARCH)[len(obs.GITHUB):]
+def release_path(art: observability.Artifact) -> str:
+    return art.url_for(ARCH)[len(observability.GITHUB):]
 
 
 @pytest.fixture
 def mirror():
-    blobs = {release_path(a): fake_tarball(a) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS)}
+    blobs = {release_path(a): fake_tarball(a) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)}
     m = Mirror(blobs)
     yield m
     m.close()
@@ -129,7 +128,7 @@ def sha(data: bytes) -> str:
 def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
-    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
         out = res.stdout + res.stderr
@@ -153,7 +152,7 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         assert set(jobs) == {"node_exporter"}  # only what runs is scraped
         assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(".", "-")
         assert sorted(r.split("/")[-1] for r in mirror.requests) == sorted(
-            os.path.basename(release_path(a)) for a in (obs.NODE_EXPORTER, obs.PROMETHEUS))
+            os.path.basename(release_path(a)) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
         # a second boot finds the verified copies: nothing downloaded again, nothing restarted
         mirror.requests.clear()
         again = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
@@ -173,9 +172,9 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
         stop_services(root)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
-    got = sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])
-    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(obs.NODE_EXPORTER)}: got {got}, "
-            f"pinned {obs.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
+    got = sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])
+    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(observability.NODE_EXPORTER)}: got {got}, "
+            f"pinned {observability.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
     assert not (root / "opt/hpq/observability/node_exporter-1.9.1/node_exporter").exists()
     assert not list((root / "opt/hpq/observability/node_exporter-1.9.1").glob("hpq-obs-*"))  # download removed
     assert "prometheus-agent not installed: no exporter runs to scrape" in out
@@ -203,39 +202,39 @@ def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):
 
 
 def test_todo_pin_refuses_before_any_download(tmp_path):
-    unpinned = obs.Artifact("prometheus", "9.9.9", obs.PROMETHEUS.url, {"amd64": obs.TODO}, "prometheus", "none")
-    with pytest.raises(obs.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"):
-        obs.fetch_verified(unpinned, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
+    unpinned = observability.Artifact("prometheus", "9.9.9", observability.PROMETHEUS.url, {"amd64": observability.TODO}, "prometheus", "none")
+    with pytest.raises(observability.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"):
+        observability.fetch_verified(unpinned, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
 
 
 def test_every_release_artifact_is_pinned_for_both_architectures():
     """The agent is no longer a TODO: a node of either architecture has a real pin to check against."""
-    for art in obs.ARTIFACTS.values():
+    for art in observability.ARTIFACTS.values():
         for arch in ("amd64", "arm64"):
             assert re.fullmatch(r"[0-9a-f]{64}", art.sha256.get(arch) or ""), (art.name, arch)
-    assert obs.PROMETHEUS.sha256 != obs.NODE_EXPORTER.sha256
+    assert observability.PROMETHEUS.sha256 != observability.NODE_EXPORTER.sha256
 
 
 def test_prometheus_pin_refuses_a_tarball_that_is_not_the_release(tmp_path, mirror):
     """The agent's real pin against the mirror's fake tarball: refused before unpacking, named by URL and pin."""
-    url = mirror.url + release_path(obs.PROMETHEUS)
-    with pytest.raises(obs.Refused, match=f"sha256 mismatch for {re.escape(url)}: got "
-                       f"{sha(mirror.blobs[release_path(obs.PROMETHEUS)])}, pinned {obs.PROMETHEUS.sha256[ARCH]}"):
-        obs.fetch_verified(obs.PROMETHEUS, ARCH, str(tmp_path), mirror=mirror.url)
-    assert mirror.requests == [release_path(obs.PROMETHEUS)]
+    url = mirror.url + release_path(observability.PROMETHEUS)
+    with pytest.raises(observability.Refused, match=f"sha256 mismatch for {re.escape(url)}: got "
+                       f"{sha(mirror.blobs[release_path(observability.PROMETHEUS)])}, pinned {observability.PROMETHEUS.sha256[ARCH]}"):
+        observability.fetch_verified(observability.PROMETHEUS, ARCH, str(tmp_path), mirror=mirror.url)
+    assert mirror.requests == [release_path(observability.PROMETHEUS)]
 
 
 @pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
                                   "node_exporter=" + "G" * 64])
 def test_bad_pin_setting_is_refused(text):
     with pytest.raises(ValueError, match="HPQ_OBSERVABILITY_SHA256"):
-        obs.parse_pins(text)
+        observability.parse_pins(text)
 
 
 def test_agent_config_passes_promtool(tmp_path):
     """Prometheus's own checker (Debian's promtool) takes the agent configuration as written (JSON is YAML)."""
     path = tmp_path / "agent.yml"
-    path.write_text(obs.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
+    path.write_text(observability.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
     res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     broken = json.loads(path.read_text())
@@ -246,12 +245,12 @@ def test_agent_config_passes_promtool(tmp_path):
 
 
 def test_one_textfile_directory_and_one_url_shape():
-    assert obs.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
+    assert observability.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
     samples = [URL, URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), "",
                URL.replace("https", "http"), URL + "/", URL.replace("ws-", "xx-"), URL + "\n"]
     for s in samples:
         node_ok = bool(fields.AMP_REMOTE_WRITE_URL.fullmatch(s))
-        template_ok = bool(re.fullmatch(cfn_s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
+        template_ok = bool(re.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
         assert node_ok == template_ok, s
 
 
@@ -263,7 +262,7 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
     ctl_id = fn.SLURM_NODES["controller-machine-1"][0]
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": fn.imds_answers(ctl_id, "m5.12xlarge")})
-    pins = f"node_exporter={sha(mirror.blobs[release_path(obs.NODE_EXPORTER)])}"
+    pins = f"node_exporter={sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])}"
     base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root),
                 HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins,
                 HPQ_BIN_DIR="/usr/local/bin")

@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpq.lifecycle import bundle, catalog
-from hpq.scripts import launch, node_doctor, result_metrics, run_nanogpt, sweep
-from hpq.scripts import node_checks as nc
+from hpq.scripts import launch, node_checks, node_doctor, result_metrics, run_nanogpt, sweep
 
 NCCL_LOG = Path(__file__).parents[1] / "data" / "nccl" / "h200x2_nccl-tests_all_reduce_perf.txt"
 CPU_NODE = catalog.InstanceType("ml.test.cpu", catalog.CPU, "", 0, 0, False, 10)
@@ -93,9 +92,9 @@ def sweep_result(tmp_path: Path) -> Path:
 def doctor_result(tmp_path: Path) -> Path:
     report = node_doctor.examine(CPU_NODE, fsx=None, efa_window=0, disks=())
     # A critical finding as the doctor's own judge would report it (examine's disks=() leaves disks unread).
-    finding = nc.Finding("disk_full", nc.SEVERITY_CRITICAL, "/ 99% full", nc.ACTION_REBOOT)
+    finding = node_checks.Finding("disk_full", node_checks.SEVERITY_CRITICAL, "/ 99% full", node_checks.ACTION_REBOOT)
     report["findings"].append(finding.to_dict())
-    report["verdict"] = nc.worst([finding])
+    report["verdict"] = node_checks.worst([finding])
     path = tmp_path / "doctor.json"
     path.write_text(json.dumps(report))
     return path
@@ -166,7 +165,7 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         parsed, "hpq_result_verdict", node=doc["slow_nodes"][0], test="nccl_sweep", verdict="FAIL"
     ) == [1.0]
     # The doctor is about this node only.
-    assert _series(parsed, "hpq_doctor_findings", node="ip-10-1-0-9", severity=nc.SEVERITY_CRITICAL) == [1.0]
+    assert _series(parsed, "hpq_doctor_findings", node="ip-10-1-0-9", severity=node_checks.SEVERITY_CRITICAL) == [1.0]
     assert _series(parsed, "hpq_result_verdict", test="doctor", node="ip-10-1-0-9", verdict="FAIL") == [1.0]
     assert _series(parsed, "hpq_nanogpt_tokens_per_second", node="ip-10-1-0-2") == [12345.5]
     assert _series(parsed, "hpq_result_verdict", test="nanogpt", node="ip-10-1-0-2", verdict="PASS") == [1.0]

@@ -21,10 +21,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as s
 
-from hpq.cli.commands import rehearse as cmd
+from hpq.cli.commands import rehearse
 from hpq.errors import EXIT_USAGE, UsageError
-from hpq.rehearsal import procs, throttle
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import procs, state, throttle
 
 RUN = "0a1b2c"
 
@@ -70,13 +69,13 @@ def mutated_state(draw) -> dict:
 
 def check_state_file(path: Path) -> None:
     try:
-        st = state_mod.RunState.load(path)
-    except state_mod.StateError as exc:
+        st = state.RunState.load(path)
+    except state.StateError as exc:
         assert exc.exit_code == EXIT_USAGE and "\n" not in str(exc) and str(path) in str(exc)
         return
     # accepted: it round-trips, and everything teardown would act on is this run's own
     st.save()
-    assert state_mod.RunState.load(st.path) == st
+    assert state.RunState.load(st.path) == st
     assert not st.workdir or os.path.basename(st.workdir).startswith(f"hpq-rehearse-{st.run_id}-")
     assert not st.logdir or os.path.basename(st.logdir) == st.run_id
     assert all(n.netns.startswith(f"hpq-{st.run_id}-") and st.run_id in n.host_iface for n in st.nodes)
@@ -85,14 +84,14 @@ def check_state_file(path: Path) -> None:
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path)
     return tmp_path
 
 
 def test_a_real_state_file_round_trips(state_dir):
     path = state_dir / f"{RUN}.json"
     path.write_text(json.dumps(valid_state()))
-    st = state_mod.RunState.load(path)
+    st = state.RunState.load(path)
     assert st.nodes[1].name == "worker-1" and st.nodes[1].holder_start == 123457
     check_state_file(path)
 
@@ -125,9 +124,9 @@ def test_any_bytes_are_refused_in_one_line_or_round_trip(state_dir, raw):
 def test_an_oversized_state_file_is_refused_without_reading_it_whole(state_dir):
     path = state_dir / f"{RUN}.json"
     with open(path, "wb") as fh:
-        fh.truncate(state_mod.MAX_STATE_BYTES + 10)
-    with pytest.raises(state_mod.StateError, match="larger than"):
-        state_mod.RunState.load(path)
+        fh.truncate(state.MAX_STATE_BYTES + 10)
+    with pytest.raises(state.StateError, match="larger than"):
+        state.RunState.load(path)
 
 
 def test_down_names_an_untrusted_state_file_and_touches_nothing(state_dir):
@@ -151,11 +150,11 @@ def test_down_names_an_untrusted_state_file_and_touches_nothing(state_dir):
 
 def parse_run(args: list[str]) -> dict:
     """`hpq rehearse run ARGS` up to where it starts creating: click's parsing, then the checks run_cmd makes."""
-    ctx = cmd.run_cmd.make_context("run", list(args))
+    ctx = rehearse.run_cmd.make_context("run", list(args))
     p = ctx.params
-    p["throttle"] = cmd._sweep_options(p["variant"], p["workers"], p["sweep"], p["throttles"], p["sweep_args"],
+    p["throttle"] = rehearse._sweep_options(p["variant"], p["workers"], p["sweep"], p["throttles"], p["sweep_args"],
                                        p["nccl_args"])
-    p["env"] = cmd._env_pairs(p["node_env"], cmd.node_names(p["variant"], p["workers"], p["login"]))
+    p["env"] = rehearse._env_pairs(p["node_env"], rehearse.node_names(p["variant"], p["workers"], p["login"]))
     return p
 
 
@@ -221,7 +220,7 @@ def test_node_env_any_specs(workers, login, specs):
         assert refused_cleanly(exc), exc
         return
     env = p["env"]
-    names = cmd.node_names("slurm-gpu", workers, login)
+    names = rehearse.node_names("slurm-gpu", workers, login)
     assert all(node == "" or node in names for node in env)
     back = [f"{node + ':' if node else ''}{k}={v}" for node, kv in env.items() for k, v in kv.items()]
     assert parse_run(["--nodes", str(workers)] + (["--login"] if login else []) +
@@ -234,7 +233,7 @@ def test_shell_node_any_name(name):
     command turns into one exit-2 line listing the nodes."""
     from hpq.rehearsal.run import shell_command
 
-    st = state_mod.from_dict(valid_state())
+    st = state.from_dict(valid_state())
     me = procs.identify(os.getpid())
     for n in st.nodes:  # a live holder: this process stands in for it (pid and start time recorded)
         n.holder_pid, n.holder_start = me.pid, me.start
@@ -252,7 +251,7 @@ def test_shell_refuses_a_node_whose_holder_pid_is_now_another_process():
     from hpq.rehearsal.node import NodeError
     from hpq.rehearsal.run import shell_command
 
-    st = state_mod.from_dict(valid_state())
+    st = state.from_dict(valid_state())
     me = procs.identify(os.getpid())
     st.nodes[0].holder_pid, st.nodes[0].holder_start = me.pid, me.start + 1
     with pytest.raises(NodeError, match="is not running"):

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hpq.rehearsal import procs
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import procs, state
 
 # A process tree that resists: the top ignores TERM and, on TERM, forks one more sleeper; a detached
 # daemon (double fork, its parent gone: re-parented to the nearest subreaper) that also ignores TERM.
@@ -108,11 +107,11 @@ def test_a_recycled_pid_is_not_taken_for_the_process_it_was():
     assert not procs.exists(other) and not procs.running(other)
 
 
-def _state(tmp_path: Path, run_id: str = "abcdef") -> state_mod.RunState:
+def _state(tmp_path: Path, run_id: str = "abcdef") -> state.RunState:
     work = tmp_path / f"hpq-rehearse-{run_id}-x"
     (work / "nodes").mkdir(parents=True)
-    return state_mod.RunState(run_id, "slurm-gpu", 1, 0.0, str(work), str(tmp_path / "logs" / run_id),
-                              nodes=[state_mod.NodeState("worker-1", f"hpq-{run_id}-worker-1", f"hpq{run_id}n0")])
+    return state.RunState(run_id, "slurm-gpu", 1, 0.0, str(work), str(tmp_path / "logs" / run_id),
+                              nodes=[state.NodeState("worker-1", f"hpq-{run_id}-worker-1", f"hpq{run_id}n0")])
 
 
 @pytest.mark.daemons
@@ -122,8 +121,8 @@ def test_teardown_stops_the_processes_of_a_node_namespace_and_checks_everything_
     ignores TERM and forks on it): teardown returns [] only when none of it is left."""
     if os.geteuid() != 0:
         pytest.fail("needs root (ip netns, veth); CI runs the suite as root")
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
-    monkeypatch.setattr(state_mod, "TERM_WAIT", 1.0)
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "TERM_WAIT", 1.0)
     run_id = os.urandom(3).hex()
     st = _state(tmp_path, run_id)
     n = st.nodes[0]
@@ -135,15 +134,15 @@ def test_teardown_stops_the_processes_of_a_node_namespace_and_checks_everything_
                             stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert node.stdout is not None and node.stdout.readline().strip() == b"ready"
-        members = state_mod.node_processes(st)
+        members = state.node_processes(st)
         assert len(members) >= 4
-        problems = state_mod.teardown(st)
+        problems = state.teardown(st)
         node.wait(timeout=5)  # the top is pytest's child; every other one was re-parented and reaped by PID 1
         assert problems == [], problems
         assert [p for p in members if procs.exists(p) and p.pid != node.pid] == []
         assert not os.path.exists(f"/run/netns/{n.netns}") and not os.path.exists(f"/sys/class/net/{n.host_iface}")
         assert not Path(st.workdir).exists() and not st.path.exists()
-        assert state_mod.teardown(st) == []  # idempotent
+        assert state.teardown(st) == []  # idempotent
     finally:
         node.kill()
         subprocess.run(["ip", "netns", "del", n.netns], capture_output=True)
@@ -154,13 +153,13 @@ def test_teardown_names_what_it_cannot_remove_and_keeps_the_state_file(tmp_path,
     """A mount under the run's work directory that is busy is detached lazily; a directory that cannot go
     is named. Twin: a process in the node's namespace that cannot be stopped in time (stop is made to give
     up at once) is named with its pid, and the state file stays for `hpq rehearse down`."""
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
-    monkeypatch.setattr(state_mod, "REMOVE_WAIT", 0.5)
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "REMOVE_WAIT", 0.5)
     st = _state(tmp_path)
     st.save()
     ghost = procs.Proc(os.getpid(), procs.identify(os.getpid()).start, "slurmd")
-    monkeypatch.setattr(state_mod.procs, "stop", lambda *a, **k: {ghost})
-    problems = state_mod.teardown(st)
+    monkeypatch.setattr(state.procs, "stop", lambda *a, **k: {ghost})
+    problems = state.teardown(st)
     assert problems and problems[0].startswith(f"process slurmd (pid {os.getpid()}): still running")
     assert any("kept: something of the run still uses it" in p for p in problems)
     assert st.path.exists() and Path(st.workdir).exists()
@@ -169,11 +168,11 @@ def test_teardown_names_what_it_cannot_remove_and_keeps_the_state_file(tmp_path,
 def test_a_run_id_is_claimed_once_so_concurrent_rehearsals_never_share_one(tmp_path, monkeypatch):
     """Two rehearsals that drew the same run id: the second's claim fails (it draws again), the first's
     record is untouched."""
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     first, second = _state(tmp_path), _state(tmp_path / "b")
     assert first.claim() is True
     assert second.claim() is False
-    assert state_mod.RunState.load(first.path) == first
+    assert state.RunState.load(first.path) == first
 
 
 def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_path, monkeypatch):
@@ -181,17 +180,16 @@ def test_a_rehearsal_whose_teardown_leaves_something_fails_and_says_what(tmp_pat
     stage teardown and each item, and the "removed" line is not printed. Twin: a clean teardown passes."""
     import io
 
-    from hpq.rehearsal import report
-    from hpq.rehearsal import run as run_mod
+    from hpq.rehearsal import report, run
     from hpq.rehearsal.stages import network
 
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
-    monkeypatch.setattr(run_mod.procs, "become_subreaper", lambda: True)  # pytest must not become one
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(run.procs, "become_subreaper", lambda: True)  # pytest must not become one
     for left in (["process slurmd (pid 4242): still running after TERM and KILL (state D)"], []):
         seen: list = []
-        monkeypatch.setattr(state_mod, "teardown", lambda st, seen=seen, left=left, **kw: seen.append(kw) or list(left))
+        monkeypatch.setattr(state, "teardown", lambda st, seen=seen, left=left, **kw: seen.append(kw) or list(left))
         err = io.StringIO()
-        r = run_mod.Rehearsal(run_mod.Options(), run_mod.Progress(err))
+        r = run.Rehearsal(run.Options(), run.Progress(err))
 
         def stages(r=r) -> None:
             r.state = _state(tmp_path / r.run_id, r.run_id)

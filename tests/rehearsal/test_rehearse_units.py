@@ -24,8 +24,7 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.rehearsal import cfn_eval, netns, plan, report
-from hpq.rehearsal import state as state_mod
+from hpq.rehearsal import cfn_eval, netns, plan, report, state
 from hpq.rehearsal.run import default_worker_type
 from hpq.standins import hyperpod, imds
 
@@ -284,17 +283,17 @@ def test_report_names_node_step_cause_and_log():
 
 
 def test_state_round_trip_and_idempotent_teardown(tmp_path, monkeypatch):
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     work = tmp_path / "hpq-rehearse-abcdef-x"
-    st = state_mod.RunState("abcdef", "slurm-gpu", 1, 0.0, str(work), str(tmp_path / "logs" / "abcdef"),
-                            nodes=[state_mod.NodeState("worker-1", "hpq-abcdef-worker-1", "hpqabcdefn0")])
+    st = state.RunState("abcdef", "slurm-gpu", 1, 0.0, str(work), str(tmp_path / "logs" / "abcdef"),
+                            nodes=[state.NodeState("worker-1", "hpq-abcdef-worker-1", "hpqabcdefn0")])
     (work / "nodes").mkdir(parents=True)
     st.save()
-    loaded = state_mod.RunState.load(st.path)
+    loaded = state.RunState.load(st.path)
     assert loaded == st and loaded.node("worker-1").netns == "hpq-abcdef-worker-1"
-    assert state_mod.teardown(loaded) == []  # nothing of it exists: nothing to complain about
+    assert state.teardown(loaded) == []  # nothing of it exists: nothing to complain about
     assert not work.exists() and not st.path.exists()
-    assert state_mod.teardown(loaded) == []
+    assert state.teardown(loaded) == []
 
 
 def run_hpq(*args: str) -> subprocess.CompletedProcess:
@@ -466,7 +465,7 @@ def test_an_aws_cli_from_another_environment_under_tmp_stays_visible(monkeypatch
     import tempfile
     from pathlib import Path
 
-    from hpq.rehearsal import node as node_mod
+    from hpq.rehearsal import node
 
     with tempfile.TemporaryDirectory(prefix="hpq-other-venv-", dir="/tmp") as other:
         aws = Path(other) / "bin" / "aws"
@@ -475,9 +474,9 @@ def test_an_aws_cli_from_another_environment_under_tmp_stays_visible(monkeypatch
         aws.chmod(0o755)
         monkeypatch.setattr(sys, "executable", "/nonexistent/bin/python3")  # no aws next to the interpreter
         monkeypatch.setenv("PATH", f"{aws.parent}:/usr/bin:/bin")
-        assert node_mod.host_aws_cli() == str(aws)
-        assert other in node_mod.host_tmp_dirs()
-    assert node_mod.host_tmp_dirs(["/tmp/a/b/c", "/usr/lib/x", "/tmp/a", "/tmpx/y"]) == ["/tmp/a"]
+        assert node.host_aws_cli() == str(aws)
+        assert other in node.host_tmp_dirs()
+    assert node.host_tmp_dirs(["/tmp/a/b/c", "/usr/lib/x", "/tmp/a", "/tmpx/y"]) == ["/tmp/a"]
 
 
 # ---------------------------------------------------------------------------- the rehearsal as a validation backend
@@ -507,7 +506,7 @@ def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked
     nothing about the type's network). Broken twin: the same log through the plain Slurm backend is held to
     the catalog and does not pass; and a figure the user names is held to, not replaced."""
     from hpq.rehearsal import backend as rb
-    from hpq.scripts import outcome as oc
+    from hpq.scripts import outcome
     from hpq.validation.backend import ClusterFacts, run_test
     from hpq.validation.request import NCCL, TestRequest
     from hpq.validation.slurm import SlurmBackend
@@ -516,17 +515,17 @@ def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked
     shell = CannedShell(bridge_log())
     result = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL), lambda line: None)
     assert shell.commands[0].endswith("run-nccl-test 2 --expect none")
-    assert result.outcome == oc.PASS and result.backend == "rehearsal" and result.cluster == "hpq-rehearse-a1b2c3"
-    assert result.data["verdict"]["checks"]["bandwidth"]["outcome"] == oc.NOT_JUDGED
+    assert result.outcome == outcome.PASS and result.backend == "rehearsal" and result.cluster == "hpq-rehearse-a1b2c3"
+    assert result.data["verdict"]["checks"]["bandwidth"]["outcome"] == outcome.NOT_JUDGED
     plain = run_test(SlurmBackend(CannedShell(bridge_log()), facts, stand_in_network=True), TestRequest(NCCL),
                      lambda line: None)
-    assert plain.outcome != oc.PASS
+    assert plain.outcome != outcome.PASS
     shell = CannedShell(bridge_log())
     asked = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL, expect="3"), lambda line: None)
-    assert shell.commands[0].endswith("--expect 3") and asked.outcome == oc.FAIL
+    assert shell.commands[0].endswith("--expect 3") and asked.outcome == outcome.FAIL
 
 
-def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", alive: bool = True) -> state_mod.RunState:
+def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", alive: bool = True) -> state.RunState:
     """A kept rehearsal's record whose controller is held by a live process of ours (or by a pid long gone)."""
     from hpq.rehearsal import procs
 
@@ -539,10 +538,10 @@ def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", ali
     if not alive:
         proc.kill()
         proc.wait()
-    st = state_mod.RunState(run_id, variant, 1, time.time(), str(workdir), f"/var/log/hpq-rehearse/{run_id}",
+    st = state.RunState(run_id, variant, 1, time.time(), str(workdir), f"/var/log/hpq-rehearse/{run_id}",
                             keep=True, finished=True, ssh_key=str(key), cluster_name=f"hpq-rehearse-{run_id}",
                             worker_type="ml.g5.xlarge")
-    st.nodes.append(state_mod.NodeState("controller", f"hpq-{run_id}-controller", f"hpq{run_id}n0", proc.pid,
+    st.nodes.append(state.NodeState("controller", f"hpq-{run_id}-controller", f"hpq{run_id}n0", proc.pid,
                                         "10.201.7.10", "ip-10-201-7-10", "controller", me.start if me else None))
     st.save()
     st._proc = proc  # type: ignore[attr-defined]
@@ -552,7 +551,7 @@ def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", ali
 def test_find_names_a_kept_rehearsal_by_its_cluster_and_nothing_else(tmp_path, monkeypatch):
     from hpq.rehearsal import backend as rb
 
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     st = kept_state(tmp_path)
     try:
         found = rb.find("hpq-rehearse-a1b2c3")
@@ -578,7 +577,7 @@ def test_find_refuses_a_rehearsal_that_cannot_run_tests_in_one_line(tmp_path, mo
     Through the command: exit 2 and one line, never a lookup in AWS for a cluster that only existed here."""
     from hpq.rehearsal import backend as rb
 
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     st = kept_state(tmp_path, variant=variant, alive=alive)
     try:
         with pytest.raises(UsageError, match=re.escape(said)):

@@ -21,7 +21,10 @@ PROBES = [
 
 
 def expected_transport(entry: catalog.InstanceType, probe: transport.NodeProbe) -> str:
-    """The decision written from DESIGN.md section 5, independently of transport.py."""
+    """The decision written out again, independently of transport.py's code: EFA only where a device (or, unprobed,
+    the catalog) and libfabric's efa provider are there; device RDMA only where the catalog says the type has it
+    (aws/sagemaker-training-toolkit src/sagemaker_training/torch_distributed.py sets FI_EFA_USE_DEVICE_RDMA=1 only
+    for its list of RDMA instance types) and a probe does not deny it; else TCP."""
     efa = entry.efa_interfaces > 0 if probe.efa_devices is None else probe.efa_devices > 0
     if not efa or probe.fi_info_efa is False:
         return transport.TCP

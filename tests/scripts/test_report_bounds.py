@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-from hpq.scripts import nccl_report as rep
-from hpq.scripts import outcome as oc
+from hpq.scripts import nccl_report, outcome
 from tests.nccl_logs import allreduce_log, efa_info
 
 P5 = "ml.p5.48xlarge"
@@ -51,8 +50,8 @@ def busbw_token(text: str) -> str:
 
 
 def test_healthy_p5_pair_passes():
-    v = rep.evaluate(rep.parse_text(healthy()), P5)
-    assert v.outcome == oc.PASS, v.message
+    v = nccl_report.evaluate(nccl_report.parse_text(healthy()), P5)
+    assert v.outcome == outcome.PASS, v.message
 
 
 @pytest.mark.parametrize("value", ["inf", "1e300", "nan", "-3.5", "1400.00"])
@@ -60,11 +59,11 @@ def test_impossible_bandwidth_is_an_error_in_the_log(value):
     """Issue 19: inf and 1e300 passed; nan made invalid JSON. Above p5's NVLink + network (1300 GB/s), not finite,
     or negative: FAIL with the values named, in nccl-report and in run-nccl-test's own verdict alike."""
     text = twin(busbw_token(healthy()), value)
-    r = rep.parse_text(text)
-    v = rep.evaluate(r, P5)
-    assert v.outcome == oc.FAIL and v.checks["values"].outcome == oc.FAIL, v.message
+    r = nccl_report.parse_text(text)
+    v = nccl_report.evaluate(r, P5)
+    assert v.outcome == outcome.FAIL and v.checks["values"].outcome == outcome.FAIL, v.message
     assert "impossible values" in v.message.splitlines()[0]
-    doc = strict_json(rep.report_to_dict(r, v))
+    doc = strict_json(nccl_report.report_to_dict(r, v))
     assert doc["outcome"] == "FAIL"
     if value in ("inf", "nan", "-3.5"):
         assert r.invalid and "line" in r.invalid[0]  # the row is kept as invalid, never dropped
@@ -73,8 +72,8 @@ def test_impossible_bandwidth_is_an_error_in_the_log(value):
 
 
 def test_without_a_type_the_universal_ceiling_still_holds():
-    r = rep.parse_text(twin(busbw_token(healthy()), "1e300"))
-    assert rep.evaluate(r, None, expect="none").outcome == oc.FAIL
+    r = nccl_report.parse_text(twin(busbw_token(healthy()), "1e300"))
+    assert nccl_report.evaluate(r, None, expect="none").outcome == outcome.FAIL
 
 
 @pytest.mark.parametrize("wrong, why", [("-5", "negative"), ("nan", "#wrong is nan"), ("1.5", "not a whole number"),
@@ -84,9 +83,9 @@ def test_wrong_must_be_a_non_negative_whole_number(wrong, why):
     row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("1073741824 "))
     toks = row.split()
     bad = row[:row.rindex(toks[-1])] + wrong  # the in-place #wrong, the last column
-    r = rep.parse_text(text.replace(row, bad))
+    r = nccl_report.parse_text(text.replace(row, bad))
     assert any(why in i for i in r.invalid), r.invalid
-    assert rep.evaluate(r, P5).outcome == oc.FAIL
+    assert nccl_report.evaluate(r, P5).outcome == outcome.FAIL
 
 
 def test_plus_and_minus_five_do_not_cancel_out():
@@ -94,9 +93,9 @@ def test_plus_and_minus_five_do_not_cancel_out():
     rows = [ln for ln in text.splitlines() if ln.lstrip()[:1].isdigit()]
     a, b = rows[-2], rows[-1]
     text = text.replace(a, a[:a.rindex(" 0")] + " 5").replace(b, b[:b.rindex(" 0")] + " -5")
-    r = rep.parse_text(text)
+    r = nccl_report.parse_text(text)
     assert r.wrong_total == 5 and r.invalid
-    assert rep.evaluate(r, P5).outcome == oc.FAIL
+    assert nccl_report.evaluate(r, P5).outcome == outcome.FAIL
 
 
 def test_a_run_with_a_dead_run_appended_is_never_a_pass():
@@ -104,30 +103,30 @@ def test_a_run_with_a_dead_run_appended_is_never_a_pass():
     whole = healthy()
     rows = [ln for ln in whole.splitlines() if ln.lstrip()[:1].isdigit()]
     dead = whole[:whole.index(rows[len(rows) // 2])]  # the banner, the header and the first half of the rows
-    r = rep.parse_text(whole + dead)
+    r = nccl_report.parse_text(whole + dead)
     assert r.runs == 2 and r.truncated
-    v = rep.evaluate(r, P5)
-    assert v.outcome == oc.FAIL and v.checks["complete"].outcome == oc.FAIL
-    assert strict_json(rep.report_to_dict(r, v))["truncated"] is True
+    v = nccl_report.evaluate(r, P5)
+    assert v.outcome == outcome.FAIL and v.checks["complete"].outcome == outcome.FAIL
+    assert strict_json(nccl_report.report_to_dict(r, v))["truncated"] is True
     header_only = whole + whole[:whole.index(rows[0])]  # died before its first row
-    hr = rep.parse_text(header_only)
-    assert hr.truncated and rep.evaluate(hr, P5).outcome == oc.FAIL
+    hr = nccl_report.parse_text(header_only)
+    assert hr.truncated and nccl_report.evaluate(hr, P5).outcome == outcome.FAIL
 
 
 def test_two_complete_runs_in_one_log_are_inconclusive():
-    r = rep.parse_text(healthy() + healthy())
+    r = nccl_report.parse_text(healthy() + healthy())
     assert r.runs == 2 and not r.truncated
-    v = rep.evaluate(r, P5)
-    assert v.outcome == oc.INCONCLUSIVE and "2 runs" in v.message
+    v = nccl_report.evaluate(r, P5)
+    assert v.outcome == outcome.INCONCLUSIVE and "2 runs" in v.message
 
 
 def test_json_is_strict_for_a_nan_summary():
     text = healthy().replace("# Avg bus bandwidth    : ", "# Avg bus bandwidth    : -nan #")
-    r = rep.parse_text(text)
-    v = rep.evaluate(r, P5)
-    doc = strict_json(rep.report_to_dict(r, v))
+    r = nccl_report.parse_text(text)
+    v = nccl_report.evaluate(r, P5)
+    doc = strict_json(nccl_report.report_to_dict(r, v))
     assert doc["avg_busbw_reported"] is False
-    assert oc.dumps({"x": float("nan"), "y": [float("inf")]}) == '{"x": null, "y": [null]}'
+    assert outcome.dumps({"x": float("nan"), "y": [float("inf")]}) == '{"x": null, "y": [null]}'
 
 
 # ---------------------------------------------------------------------------- linear time, bounded input
@@ -144,8 +143,8 @@ def test_pathological_lines_parse_in_well_under_a_second(name, text):
     start = time.monotonic()
     for _ in (1, 2):
         try:
-            rep.parse_text(healthy() + text)
-        except rep.ReportError:
+            nccl_report.parse_text(healthy() + text)
+        except nccl_report.ReportError:
             pass
     assert (time.monotonic() - start) / 2 < 1.0, name
 
@@ -154,7 +153,7 @@ def test_time_grows_linearly_with_the_number_of_lines():
     def cost(n: int) -> float:
         text = healthy() + "1 2\n" * n + "h:1:2 [0] NCCL INFO Channel 00 : 0 -> 1 via NET/a/0\n" * n
         start = time.monotonic()
-        rep.parse_text(text)
+        nccl_report.parse_text(text)
         return time.monotonic() - start
 
     small, big = min(cost(50_000) for _ in (1, 2)), min(cost(200_000) for _ in (1, 2))
@@ -162,8 +161,8 @@ def test_time_grows_linearly_with_the_number_of_lines():
 
 
 def test_input_past_the_limit_is_refused():
-    with pytest.raises(rep.ReportError, match="larger than 64 MiB"):
-        rep.parse_text("#" * (rep.MAX_LOG_BYTES + 1))
+    with pytest.raises(nccl_report.ReportError, match="larger than 64 MiB"):
+        nccl_report.parse_text("#" * (nccl_report.MAX_LOG_BYTES + 1))
 
 
 def _hpq(*args: str, **kw) -> subprocess.Popen:

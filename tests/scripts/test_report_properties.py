@@ -17,8 +17,7 @@ import json
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hpq.scripts import nccl_report as rep
-from hpq.scripts import outcome as oc
+from hpq.scripts import nccl_report, outcome
 
 TYPES = [None, "ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.48xlarge", "ml.g5.16xlarge", "ml.trn1.32xlarge",
          "ml.trn2.48xlarge"]
@@ -73,19 +72,19 @@ def log_text(draw) -> str:
 
 def check(text: str, itype: str | None, nodes: int | None, expect: str) -> None:
     try:
-        report = rep.parse_text(text)
-    except rep.ReportError:
+        report = nccl_report.parse_text(text)
+    except nccl_report.ReportError:
         return
     assert report.rows and report.runs >= 1
-    verdict = rep.evaluate(report, itype, nodes, expect)
-    assert verdict.outcome in (oc.PASS, oc.FAIL, oc.INCONCLUSIVE)
-    assert verdict.exit_code == oc.exit_code(verdict.outcome)
+    verdict = nccl_report.evaluate(report, itype, nodes, expect)
+    assert verdict.outcome in (outcome.PASS, outcome.FAIL, outcome.INCONCLUSIVE)
+    assert verdict.exit_code == outcome.exit_code(verdict.outcome)
     assert verdict.message.startswith(verdict.outcome + ": ")
-    if verdict.outcome == oc.PASS:  # a pass rests on positive evidence only
+    if verdict.outcome == outcome.PASS:  # a pass rests on positive evidence only
         assert not report.truncated and not report.invalid and report.wrong_total == 0 and report.runs == 1
-    doc = json.loads(oc.dumps(rep.report_to_dict(report, verdict)), parse_constant=_refuse)
+    doc = json.loads(outcome.dumps(nccl_report.report_to_dict(report, verdict)), parse_constant=_refuse)
     assert doc["outcome"] == verdict.outcome
-    rep.format_table(report)
+    nccl_report.format_table(report)
 
 
 def _refuse(token: str) -> None:
@@ -118,7 +117,7 @@ def test_any_bytes_through_the_stream_reader(data):
     import io
 
     try:
-        report = rep.read_stream(io.BytesIO(data))
-    except rep.ReportError:
+        report = nccl_report.read_stream(io.BytesIO(data))
+    except nccl_report.ReportError:
         return
     assert report.rows

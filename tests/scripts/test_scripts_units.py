@@ -23,6 +23,7 @@ import pytest
 
 from hpq.lifecycle import bundle
 from hpq.scripts import nccl_bench, run_nccl_test, run_nccom_test
+from hpq.scripts.args import INSTANCE_TYPE_RE, byte_size
 
 DATA = Path(__file__).parents[1] / "data" / "nccl"
 
@@ -56,14 +57,14 @@ def fake_node(root: Path, efa: bool, iface: str = "ens32") -> Path:
 
 
 def test_sizes_and_factors():
-    assert nccl_bench.parse_size("16G") == 16 << 30 and nccl_bench.parse_size("8") == 8
-    assert nccl_bench.parse_size("128K") == 128 << 10
+    assert byte_size("16G") == 16 << 30 and byte_size("8") == 8
+    assert byte_size("128K") == 128 << 10
     s = nccl_bench.sizes(8, 16 << 30, 2, 0)
     assert s[0] == 8 and s[-1] == 16 << 30 and len(s) == 32
     assert nccl_bench.bus_factor("all_reduce", 8) == pytest.approx(1.75)
     assert nccl_bench.bus_factor("all_gather", 4) == pytest.approx(0.75)
     with pytest.raises(argparse.ArgumentTypeError):
-        nccl_bench.parse_size("lots")
+        byte_size("lots")
 
 
 class _NoTransfer:
@@ -432,21 +433,18 @@ def test_bad_arguments_exit_2_with_one_line_before_anything_runs(tmp_path, modul
 
 
 def test_sizes_are_whole_byte_counts():
-    from hpq.scripts import args as node_args
-
-    assert node_args.size("1.5G") == 3 << 29 and node_args.size("16gb") == 16 << 30 and node_args.size(".5K") == 512
+    assert byte_size("1.5G") == 3 << 29 and byte_size("16gb") == 16 << 30 and byte_size(".5K") == 512
     for bad in ("inf", "nan", "1e3", "1.5", "-8", "0", "", "8X", "2048T"):
         with pytest.raises(argparse.ArgumentTypeError):
-            node_args.size(bad)
+            byte_size(bad)
 
 
 def test_every_catalog_type_is_a_well_formed_instance_type():
     from hpq.lifecycle import catalog
-    from hpq.scripts import args as node_args
 
     for name in catalog.names():
-        assert node_args.INSTANCE_TYPE_RE.fullmatch(name), name
-        assert node_args.INSTANCE_TYPE_RE.fullmatch(name.replace("ml.", "", 1)), name
+        assert INSTANCE_TYPE_RE.fullmatch(name), name
+        assert INSTANCE_TYPE_RE.fullmatch(name.replace("ml.", "", 1)), name
 
 
 def test_unused_neuron_devices_from_dev_and_transport(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
 from hpq.rehearsal import faults
-from hpq.scripts import node_checks as nc
+from hpq.scripts import node_checks
 
 
 def test_parse_and_applicability_refuse_with_one_line():
@@ -29,11 +29,11 @@ def test_parse_and_applicability_refuse_with_one_line():
 @pytest.mark.parametrize("itype", ["ml.g5.xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.g5.48xlarge"])
 def test_the_stand_in_nvidia_smi_is_healthy_for_the_type(itype):
     entry = catalog.lookup(itype)
-    smi = nc.parse_smi_xml(faults.smi_xml(entry.accelerator_count, entry.accelerator_model))
+    smi = node_checks.parse_smi_xml(faults.smi_xml(entry.accelerator_count, entry.accelerator_model))
     assert len({g.bus_id for g in smi.gpus}) == entry.accelerator_count
-    links = nc.GPU_MODELS[entry.accelerator_model].nvlinks
-    nvlinks = nc.parse_nvlink_status(faults.nvlink_text(entry.accelerator_count, links)) if links else None
-    assert nc.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, nvlinks) == []
+    links = node_checks.GPU_MODELS[entry.accelerator_model].nvlinks
+    nvlinks = node_checks.parse_nvlink_status(faults.nvlink_text(entry.accelerator_count, links)) if links else None
+    assert node_checks.judge_gpus(smi, entry.accelerator_count, entry.accelerator_model, nvlinks) == []
 
 
 @pytest.mark.parametrize("kind,finding", [("ecc", "ecc_uncorrectable"), ("row-remap-failure", "row_remap_failure"),
@@ -48,7 +48,7 @@ def test_the_xml_faults_are_seen(tmp_path, kind, finding):
                            check=True)
 
     faults.inject(Local(), kind)
-    found = nc.judge_gpus(nc.parse_smi_xml(path.read_text()), 8, "H100")
+    found = node_checks.judge_gpus(node_checks.parse_smi_xml(path.read_text()), 8, "H100")
     assert [f.kind for f in found] == [finding] and found[0].gpu == "00000000:00:06.0"
 
 
@@ -78,10 +78,10 @@ def test_the_stand_in_fi_info_answers_per_efa_device_and_fails_as_libfabric_does
     assert ok.returncode == 0 and ok.stdout.count("provider: efa") == 2, ok
     assert "domain: rdmap1s0-rdm" in ok.stdout and "mlx5" not in ok.stdout
     # node_doctor's reading of it (rc 0 and an efa provider): healthy; the broken twins: no device, the fault.
-    assert nc.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, ok.returncode == 0 and "provider: efa" in ok.stdout) == []
+    assert node_checks.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, ok.returncode == 0 and "provider: efa" in ok.stdout) == []
     for broken in (_fi_info(tmp_path / "none", 0), _fi_info(tmp_path / "fail", 2, fail=True)):
         assert broken.returncode == 1 and broken.stdout == "" and "fi_getinfo: -61" in broken.stderr
-        found = nc.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, broken.returncode == 0)
+        found = node_checks.judge_efa(["rdmap0s0", "rdmap1s0"], 2, {}, {}, broken.returncode == 0)
         assert [(f.kind, f.action) for f in found] == [("efa_provider", "reboot")]
     version = subprocess.run(["sh", "-c", faults.FI_INFO, "fi_info", "--version"], capture_output=True, text=True)
     assert node_doctor.re.search(r"^libfabric:\s*(\S+)", version.stdout, node_doctor.re.MULTILINE)

@@ -16,7 +16,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.standins.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.validation import doctor_fix
 from hpq.validation.backend import ClusterFacts
@@ -141,7 +141,7 @@ def test_fix_reboots_the_sick_node_and_passes_only_when_it_passes_again(reports)
     controller = Controller(reports, {"ip-10-1-0-2"})
     api = _api(on_reboot=lambda n: controller.sick.discard(n.hostname.split(".")[0]))
     first, steps, report = _fix(controller, api)
-    assert first.outcome == oc.FAIL
+    assert first.outcome == outcome.FAIL
     assert report["exit_code"] == 0 and report["outcome"] == "PASS", report["message"]
     assert ("BatchRebootClusterNodes", {"ClusterName": CLUSTER, "NodeIds": [IDS[1]]}) in api.calls
     assert controller.commands[1].startswith("sudo scontrol update NodeName=ip-10-1-0-2 State=DRAIN")

@@ -18,8 +18,7 @@ import pytest
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.scripts import node_doctor, run_node_doctor
-from hpq.scripts import outcome as oc
+from hpq.scripts import node_doctor, outcome, run_node_doctor
 from hpq.validation import doctor
 from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.request import DOCTOR, VALIDATE, TestRequest
@@ -71,7 +70,7 @@ def _judge(log: str, test: str = DOCTOR, code: int = 0):
 def test_a_healthy_cluster_passes_with_nothing_found(tmp_path, monkeypatch):
     reports = [_report(tmp_path, monkeypatch, f"ip-10-1-0-{i}") for i in range(3)]
     result = _judge(_fanout(*map(_entry, reports)))
-    assert result.outcome == oc.PASS and result.exit_code == 0, result.message
+    assert result.outcome == outcome.PASS and result.exit_code == 0, result.message
     assert result.data["findings"] == [] and [n["node"] for n in result.data["nodes"]] == [
         "ip-10-1-0-0", "ip-10-1-0-1", "ip-10-1-0-2"]
 
@@ -80,7 +79,7 @@ def test_an_xid_79_names_that_node_with_a_reboot(tmp_path, monkeypatch):
     reports = [_report(tmp_path, monkeypatch, "ip-10-1-0-1"),
                _report(tmp_path, monkeypatch, "ip-10-1-0-2", kernel=XID_79)]
     result = _judge(_fanout(*map(_entry, reports)))
-    assert result.outcome == oc.FAIL and result.exit_code == 1
+    assert result.outcome == outcome.FAIL and result.exit_code == 1
     [finding] = result.data["findings"]
     assert (finding["node"], finding["kind"], finding["action"]) == ("ip-10-1-0-2", "xid", "reboot")
     assert "ip-10-1-0-2" in result.message.splitlines()[0]
@@ -90,19 +89,19 @@ def test_an_xid_79_names_that_node_with_a_reboot(tmp_path, monkeypatch):
 def test_a_node_that_did_not_answer_is_inconclusive_never_pass(tmp_path, monkeypatch):
     healthy = _report(tmp_path, monkeypatch, "ip-10-1-0-1")
     result = _judge(_fanout(_entry(healthy), _entry(None, "no answer in 120 s")))
-    assert result.outcome == oc.INCONCLUSIVE and result.exit_code == oc.EXIT_INCONCLUSIVE
+    assert result.outcome == outcome.INCONCLUSIVE and result.exit_code == outcome.EXIT_INCONCLUSIVE
     silent = result.data["nodes"][1]
-    assert silent["verdict"] == oc.INCONCLUSIVE and silent["error"] == "no answer in 120 s"
+    assert silent["verdict"] == outcome.INCONCLUSIVE and silent["error"] == "no answer in 120 s"
     assert "no answer from ip-10-1-9-9" in result.message
     # A report that is not node_doctor's (a truncated line, a foreign JSON) is no answer either.
     broken = _entry(dict(healthy, verdict="MAYBE"))
-    assert _judge(_fanout(_entry(healthy), broken)).outcome == oc.INCONCLUSIVE
+    assert _judge(_fanout(_entry(healthy), broken)).outcome == outcome.INCONCLUSIVE
 
 
 def test_no_report_at_all_is_not_a_pass():
     for log, code in (("", 0), ("srun: error: Unable to allocate resources\n", 1), ("{not json", 0)):
         result = _judge(log, code=code)
-        assert result.outcome != oc.PASS and result.exit_code != 0
+        assert result.outcome != outcome.PASS and result.exit_code != 0
     assert _judge("", code=2).exit_code == 2  # the node refused the arguments: bad input keeps its code
 
 
@@ -132,10 +131,10 @@ def test_validate_judges_device_counts_only(tmp_path, monkeypatch):
     xid = _report(tmp_path, monkeypatch, "ip-10-1-0-1", kernel=XID_79)
     healthy = _report(tmp_path, monkeypatch, "ip-10-1-0-2")
     result = _judge(_fanout(_entry(xid), _entry(healthy)), VALIDATE)
-    assert result.outcome == oc.PASS, result.message  # an Xid is the doctor's, not validate's
+    assert result.outcome == outcome.PASS, result.message  # an Xid is the doctor's, not validate's
     missing = _report(tmp_path, monkeypatch, "ip-10-1-0-3", smi=_one_gpu(_real("nvidia-smi-q-x")))
     result = _judge(_fanout(_entry(healthy), _entry(missing)), VALIDATE)
-    assert result.outcome == oc.FAIL
+    assert result.outcome == outcome.FAIL
     [finding] = result.data["findings"]
     assert finding["node"] == "ip-10-1-0-3" and finding["kind"] == "gpu_count"
 
@@ -160,7 +159,7 @@ def test_the_slurm_backend_runs_run_node_doctor_and_judges_it(tmp_path, monkeypa
     backend = SlurmBackend(shell, ClusterFacts("c1", "slurm", "ml.p5.48xlarge"))
     result = run_test(backend, TestRequest(DOCTOR, timeout_s=600), lambda line: None)
     assert shell.commands == ["run-node-doctor --output json"]
-    assert result.outcome == oc.FAIL and result.data["findings"][0]["node"] == "ip-10-1-0-1"
+    assert result.outcome == outcome.FAIL and result.data["findings"][0]["node"] == "ip-10-1-0-1"
 
 
 def test_the_request_knows_the_doctor():

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation import doctor
 from hpq.validation.request import DOCTOR, TestRequest
 from hpq.validation.result import RawOutcome
@@ -34,9 +34,9 @@ def test_every_node_answers_tagged_and_a_drained_node_is_inconclusive(slurm_clus
         assert entry["report"]["node"] == entry["node"]  # the report says which node wrote it (SLURMD_NODENAME)
         assert entry["report"]["instance_type"] == "ml.g5.16xlarge"
         assert any(u.startswith("gpus:") for u in entry["report"]["unchecked"])
-    assert done.returncode == oc.EXIT_INCONCLUSIVE
+    assert done.returncode == outcome.EXIT_INCONCLUSIVE
     result = doctor.judge(TestRequest(DOCTOR), RawOutcome(done.returncode, done.stdout), None, "slurm", "t")
-    assert result.outcome == oc.INCONCLUSIVE
+    assert result.outcome == outcome.INCONCLUSIVE
 
     drain = slurm_cluster.run(["scontrol", "update", "nodename=node-2", "state=drain", "reason=hpq-test"])
     assert drain.returncode == 0, drain.stderr
@@ -46,7 +46,7 @@ def test_every_node_answers_tagged_and_a_drained_node_is_inconclusive(slurm_clus
         node2 = next(e for e in doc["nodes"] if e["node"] == "node-2")
         assert node2["report"] is None and "drain" in node2["error"]
         result = doctor.judge(TestRequest(DOCTOR), RawOutcome(done.returncode, done.stdout), None, "slurm", "t")
-        assert result.data["nodes"][1]["verdict"] == oc.INCONCLUSIVE
+        assert result.data["nodes"][1]["verdict"] == outcome.INCONCLUSIVE
     finally:
         slurm_cluster.run(["scontrol", "update", "nodename=node-2", "state=resume"])
     bad = subprocess.run([exe, "--nodelist", "node-9"], env=env, capture_output=True, text=True, timeout=60)

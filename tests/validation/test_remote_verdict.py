@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation.judges import bandwidth
 from tests.nccl_logs import allreduce_log, efa_info, socket_info
 
@@ -17,7 +17,7 @@ HEALTHY = allreduce_log(HOSTS, 8, 480.0, nccl_info=efa_info("p5-a"))
 def test_healthy_output_and_the_remote_status():
     data, code, message = bandwidth(HEALTHY, P5, 0)
     assert code == 0 and message.startswith("PASS: ") and data["outcome"] == "PASS"
-    json.loads(oc.dumps(data))
+    json.loads(outcome.dumps(data))
     _, code, message = bandwidth(HEALTHY, P5, 3)  # the node said INCONCLUSIVE: never a local PASS
     assert code == 3 and message.startswith("INCONCLUSIVE: ")
     data, code, message = bandwidth(HEALTHY, P5, 1)  # the run failed on the cluster
@@ -39,7 +39,7 @@ def test_stand_in_network_waives_the_transport_only():
     assert bandwidth(sock, P5, 1, 2, "none")[1] == 1
     data, code, message = bandwidth(sock, P5, 1, 2, "none", stand_in_network=True)
     assert code == 0, message
-    assert data["verdict"]["checks"]["transport"]["outcome"] == oc.NOT_JUDGED
+    assert data["verdict"]["checks"]["transport"]["outcome"] == outcome.NOT_JUDGED
     wrong = allreduce_log(HOSTS, 8, 3.0, nccl_info=socket_info("p5-a"), wrong=2)
     assert bandwidth(wrong, P5, 1, 2, "none", stand_in_network=True)[1] == 1
     crashed = sock + "\n  exit: FAIL: nccl-tests exited with status 3 (see the log)\n"

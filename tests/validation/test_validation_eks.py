@@ -21,12 +21,12 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from hpq.aws import hyperpod as aws_hyperpod
+from hpq.aws import hyperpod
 from hpq.cli.main import main
 from hpq.errors import UsageError
 from hpq.kube.kube import eks_name_from_arn
 from hpq.lifecycle import names
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation import eks as eks_backend
 from hpq.validation import pick
 from hpq.validation.backend import ClusterFacts, run_test
@@ -109,7 +109,7 @@ def test_describe_cluster_says_which_orchestrator_and_which_eks_cluster(orchestr
     sm = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
     with Stubber(sm) as stub:
         stub.add_response("describe_cluster", described("c", orchestrator), {"ClusterName": "c"})
-        cl = aws_hyperpod.describe_cluster(sm, "c")
+        cl = hyperpod.describe_cluster(sm, "c")
     assert (cl.orchestrator, cl.eks_cluster_arn) == (kind, eks_arn)
 
 
@@ -272,7 +272,7 @@ def test_a_job_that_failed_is_a_fail_like_a_program_that_exited_1(fake_kube, nam
     """The broken twin: the same logs from a job that ended Failed (EKS) and a node program that exited 1
     (Slurm): FAIL, exit 1 on both, whatever the table says."""
     eks, slurm = _both(fake_kube, (DATA / name).read_text(), G5, job_final="Failed")
-    assert (eks.outcome, eks.exit_code) == (slurm.outcome, slurm.exit_code) == (oc.FAIL, oc.EXIT_FAIL)
+    assert (eks.outcome, eks.exit_code) == (slurm.outcome, slurm.exit_code) == (outcome.FAIL, outcome.EXIT_FAIL)
     assert "mpijob/hpq-nccl-test" in eks.message and eks.data["job"]["state"] == "Failed"
 
 

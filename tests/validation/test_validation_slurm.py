@@ -2,7 +2,8 @@
 
 The controller is the sshd of tests/sshd.py (reached with --proxy-command, the stand-in for the
 SSM hop); the node programs are small scripts that print what run-nccl-test / run-nanogpt print (the
-nccl-tests table of tests/data/nccl's seed-004 excerpt, run-nanogpt's `# result: PATH` line and its JSON
+nccl-tests table of tests/data/nccl/seed004_slurm_2x_g5.16xlarge_excerpt.txt, a measured log: docs/design.md,
+"The measured runs"; run-nanogpt's `# result: PATH` line and its JSON
 written on the "node" and read back over SSH). What is real: SSH, the remote exit status, coreutils
 `timeout` on the controller, the judges.
 """

@@ -13,7 +13,7 @@ from hpq.cli.commands import test as test_command
 from hpq.cli.main import COMMANDS
 from hpq.errors import UsageError
 from hpq.scripts import outcome as oc
-from hpq.scripts import sweep as node_sweep
+from hpq.scripts import sweep
 from hpq.validation import judges, slurm
 from hpq.validation.request import NANOGPT, NCCL, SWEEP, TESTS, TestRequest
 from hpq.validation.result import TIMED_OUT, RawOutcome
@@ -88,9 +88,9 @@ def test_no_table_is_never_a_pass():
 
 def test_the_sweep_judge_keeps_the_reports_outcome_and_refuses_a_pass_from_a_failed_program():
     nodes = ["a", "b", "c"]
-    pairs = [node_sweep.PairResult(i + 1, pair, node_sweep.OK, 40.0, 1.0, 0, transport="Socket")
+    pairs = [sweep.PairResult(i + 1, pair, sweep.OK, 40.0, 1.0, 0, transport="Socket")
              for i, pair in enumerate([("a", "b"), ("b", "c"), ("a", "c")])]
-    doc = node_sweep.build_report(nodes, pairs, 3, 1 << 20)  # the node program's own report
+    doc = sweep.build_report(nodes, pairs, 3, 1 << 20)  # the node program's own report
     assert doc["outcome"] == oc.PASS
     req = TestRequest(SWEEP)
     good = judges.judge_sweep(req, RawOutcome(0, json.dumps(doc), command="run-nccl-test --sweep"), G5, "slurm", "c")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from hpq.scripts import nanogpt
 from hpq.views import load, output, page
-from tests import report_samples as samples
+from tests import report_samples
 
 
 class Dom(HTMLParser):
@@ -70,9 +70,9 @@ class Dom(HTMLParser):
 def results(tmp_path_factory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("sweep")
     healthy = tmp_path_factory.mktemp("sweep-healthy")
-    return {"p5": samples.nccl_p5(), "g5": samples.nccl_g5(), "nanogpt": samples.nanogpt(),
-            "sweep": samples.sweep(tmp, samples.p5_speeds(4, slow=2)),
-            "sweep_healthy": samples.sweep(healthy, samples.p5_speeds(4, slow=None))}
+    return {"p5": report_samples.nccl_p5(), "g5": report_samples.nccl_g5(), "nanogpt": report_samples.nanogpt(),
+            "sweep": report_samples.sweep(tmp, report_samples.p5_speeds(4, slow=2)),
+            "sweep_healthy": report_samples.sweep(healthy, report_samples.p5_speeds(4, slow=None))}
 
 
 def items(*docs: dict) -> list[load.Item]:
@@ -193,9 +193,9 @@ def test_nanogpt_charts_every_history_point(results):
 
 
 def test_nanogpt_without_history_says_so(results):
-    doc = json.loads(samples.NANOGPT_RESULT.read_text())
+    doc = json.loads(report_samples.NANOGPT_RESULT.read_text())
     del doc["metrics"]["history"]
-    dom = Dom(page.render(items(samples.nanogpt(doc=doc))))
+    dom = Dom(page.render(items(report_samples.nanogpt(doc=doc))))
     assert dom.find("svg", "chart") == [] and dom.find("p", "no-history")
 
 
@@ -247,7 +247,7 @@ def test_node_program_files_and_the_rehearsal_summary_are_read(results, tmp_path
     sweep_file["result"] = "/fsx/hpq-results/nccl-sweep-20261126-101500-job42.json"
     got = load.from_doc("s.json", sweep_file)[0]
     assert got.kind == "sweep" and got.cluster is None and got.when == "2026-11-26 10:15:00 (node clock)"
-    nano = json.loads(samples.NANOGPT_RESULT.read_text())
+    nano = json.loads(report_samples.NANOGPT_RESULT.read_text())
     assert load.from_doc("n.json", nano)[0].kind == "nanogpt"
     rehearsal = {"variant": "slurm-gpu", "run_id": "r1", "stages": {}, "cluster": {"name": "hpq-rehearsal"},
                  "worker_instance_type": "ml.g5.16xlarge", "nccl": results["g5"], "nanogpt": nano,
@@ -302,7 +302,7 @@ def test_nan_and_huge_numbers_are_no_numbers():
 
 
 def test_writes_then_replaces_its_own_report_but_not_another_file(results, tmp_path):
-    samples.write(tmp_path, "p5.json", results["p5"])
+    report_samples.write(tmp_path, "p5.json", results["p5"])
     res = hpq("report", "p5.json", "-o", "r.html", "--title", "first", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout == "wrote r.html: 1 result(s), overall PASS\n", res.stderr
     assert output.is_report(tmp_path / "r.html")
