@@ -20,16 +20,7 @@ import urllib.parse
 from typing import Any
 
 from tests.moto_server import set_aws_env
-
-
-def _serve(handler_cls: type, ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
-    server.daemon_threads = True
-    if ssl_ctx is not None:
-        server.socket = ssl_ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
+from tests.support import serve_http
 
 # ------------------------------------------------------------------------------- moto (EKS) over HTTP
 
@@ -490,7 +481,7 @@ def serve_fake_kube(tmp_path):
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    server = _serve(Handler, ctx)
+    server = serve_http(Handler, ctx)
     kube.url = f"https://127.0.0.1:{server.server_address[1]}"
     kube.ca_data = ca_data
     yield kube

@@ -8,7 +8,6 @@ AWS's throttling/denial behaviour, which moto does not emulate.
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 
 import botocore.exceptions
@@ -18,6 +17,7 @@ from hpq.aws import session, stacks
 from hpq.cli.main import main
 from hpq.errors import OperationFailed, UsageError
 from tests.moto_server import set_aws_env
+from tests.support import serve_http
 
 NS = "http://cloudformation.amazonaws.com/doc/2010-05-15/"
 OK = (f'<DescribeStacksResponse xmlns="{NS}"><DescribeStacksResult><Stacks><member><StackName>s</StackName>'
@@ -59,9 +59,7 @@ def fake_cfn(monkeypatch, tmp_path) -> Iterator[FakeCfn]:
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_http(Handler)
     set_aws_env(monkeypatch, f"http://127.0.0.1:{server.server_address[1]}", tmp_path)
     monkeypatch.delenv("AWS_MAX_ATTEMPTS")
     try:

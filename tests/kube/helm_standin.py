@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.kube_standins import _serve
+from tests.support import serve_http
 
 # ------------------------------------------------------------------------------- CloudFormation
 
@@ -55,7 +55,7 @@ def serve_cfn_responses():
         def log_message(self, *args):
             pass
 
-    server = _serve(Handler)
+    server = serve_http(Handler)
     box.url = f"http://127.0.0.1:{server.server_address[1]}/cfn-response?X-Amz-Signature=abc"
     yield box
     server.shutdown()

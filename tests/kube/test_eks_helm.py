@@ -30,10 +30,10 @@ import pytest
 
 from hpq.cfn.handlers import helm
 from tests.kube_standins import (
-    _serve,
     create_eks_cluster,
     self_signed_cert,
 )
+from tests.support import serve_http
 
 HANDLER_FILE = Path(helm.__file__)
 
@@ -127,7 +127,7 @@ def chart_server(tmp_path, monkeypatch):
     cert, key, _ = self_signed_cert(tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    server = _serve(Handler, ctx)
+    server = serve_http(Handler, ctx)
     monkeypatch.setenv("SSL_CERT_FILE", cert)
     yield f"https://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
@@ -515,7 +515,7 @@ def test_response_put_is_retried(cluster, fake_helm, chart_server):
         def log_message(self, *args):
             pass
 
-    server = _serve(Flaky)
+    server = serve_http(Flaky)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/cfn?X-Amz-Signature=abc"
         helm.handler(event("Create", url, props(chart_server[0])), Context(900))

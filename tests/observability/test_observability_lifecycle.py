@@ -25,7 +25,6 @@ import re
 import signal
 import subprocess
 import tarfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from hpq.cfn import s3
 from hpq.lifecycle import fields, names, observability
 from hpq.scripts import result_metrics
 from tests import node_samples as fn
+from tests.support import serve_http
 
 WORKER = "worker-group-1-1"
 WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
@@ -76,8 +76,7 @@ class Mirror:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self):

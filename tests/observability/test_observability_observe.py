@@ -16,14 +16,13 @@ import http.server
 import json
 import os
 import subprocess
-import threading
 
 import boto3
 import pytest
 
 from hpq.cfn import root
 from hpq.observability import dashboard_files, endpoints
-from tests.support import run_cli
+from tests.support import run_cli, serve_http
 
 REGION = "us-east-1"
 WS = "ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f"
@@ -103,8 +102,7 @@ class FakeGrafana:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
