@@ -101,10 +101,8 @@ def eks_node_name(instance_id: str) -> str:
     return EKS_NODE_PREFIX + instance_id
 
 
-def hyperpod_view(sm: Any, cluster: str, orchestrator: str = "slurm") -> dict[str, NodeView]:
-    """Node name -> NodeView, from ListClusterNodes (every page). Slurm: the name is the first label of
-    PrivateDnsHostname (DescribeClusterNode where the summary has none; a node without a host name yet is kept
-    under its instance id). EKS: ``hyperpod-<instance id>``, the Kubernetes node's name."""
+def node_summaries(sm: Any, cluster: str) -> list[dict[str, Any]]:
+    """ListClusterNodes' ClusterNodeSummaries, every page."""
     summaries: list[dict[str, Any]] = []
     token = None
     while True:
@@ -116,6 +114,14 @@ def hyperpod_view(sm: Any, cluster: str, orchestrator: str = "slurm") -> dict[st
         token = page.get("NextToken")
         if not token:
             break
+    return summaries
+
+
+def hyperpod_view(sm: Any, cluster: str, orchestrator: str = "slurm") -> dict[str, NodeView]:
+    """Node name -> NodeView, from ListClusterNodes (every page). Slurm: the name is the first label of
+    PrivateDnsHostname (DescribeClusterNode where the summary has none; a node without a host name yet is kept
+    under its instance id). EKS: ``hyperpod-<instance id>``, the Kubernetes node's name."""
+    summaries = node_summaries(sm, cluster)
     view: dict[str, NodeView] = {}
     for s in summaries:
         status = s.get("InstanceStatus") or {}
@@ -282,61 +288,153 @@ def apply(steps: list[Step], actions: Any, sm: Any, cluster: str, echo: Echo) ->
                 echo(f"{s.node}: {action} {s.instance_id} {'requested' if s.done else 'FAILED: ' + s.error}")
 
 
-def wait_running(sm: Any, cluster: str, nodes: list[str], timeout_s: float, echo: Echo,
-                 poll_s: float = 15.0, orchestrator: str = "slurm") -> dict[str, str]:
-    """Poll ListClusterNodes until every named node is listed Running again (a replaced node keeps its Slurm
-    name in this view only if its host name is kept; one not listed is reported as such). Node -> last status."""
+def instance_groups(sm: Any, cluster: str) -> dict[str, str]:
+    """Instance id -> InstanceGroupName of every node HyperPod lists now: taken before a replacement, so the
+    instance that appears in the group afterwards can be told from those that were there."""
+    return {s["InstanceId"]: s.get("InstanceGroupName", "") for s in node_summaries(sm, cluster)}
+
+
+@dataclass
+class Back:
+    """A node acted on, followed until it is back. A reboot keeps the instance; a replacement gives the group a
+    new instance (BatchReplaceClusterNodes answers only the old ids, API_BatchReplaceClusterNodes.html), found in
+    ListClusterNodes as the instance of the same InstanceGroupName that was not listed before the request."""
+
+    node: str  # the name the doctor knew it by
+    action: str  # reboot | replace
+    old_id: str
+    group: str
+    instance_id: str = ""  # the instance now: the same after a reboot, the new one after a replacement
+    name: str = ""  # its node name now: the Slurm name, or hyperpod-<instance id> on EKS
+    status: str = "NotFound"  # HyperPod's InstanceStatus.Status of instance_id
+    ready: str = ""  # EKS: the Kubernetes node's Ready condition (Ready | NotReady | absent); "" where not asked
+    seen_down: bool = False
+
+    @property
+    def back(self) -> bool:
+        return self.status == RUNNING and self.ready in ("", "Ready")
+
+
+def _host_label(sm: Any, cluster: str, summary: dict[str, Any]) -> str:
+    hostname = summary.get("PrivateDnsHostname") or ""
+    if not hostname:
+        details = sm.describe_cluster_node(ClusterName=cluster, NodeId=summary["InstanceId"]).get("NodeDetails", {})
+        hostname = details.get("PrivateDnsHostname") or ""
+    return _slurm_name(hostname)
+
+
+def follow(sm: Any, cluster: str, acted: list[Step], groups: dict[str, str], actions: Any, timeout_s: float,
+           echo: Echo, poll_s: float = 15.0) -> list[Back]:
+    """Poll ListClusterNodes until every node acted on is back: a rebooted instance Running again after having
+    been seen not Running (or Running at the deadline); a replaced node's new instance (same group, an id not in
+    ``groups``, the earliest launched first when one group had several replaced) Running. Where the actions can
+    read the orchestrator's node (EKS: ``node_ready``), that node must also be Ready: on EKS the new instance
+    registers as a new Kubernetes node, ``hyperpod-<new id>``. Bounded by ``timeout_s`` in all."""
+    eks = actions.orchestrator == "eks"
+    ready_of = getattr(actions, "node_ready", None)
+    backs = [Back(s.node, s.action, s.instance_id, groups.get(s.instance_id, ""),
+                  instance_id=s.instance_id if s.action == xid_catalog.ACTION_REBOOT else "",
+                  name=s.node if s.action == xid_catalog.ACTION_REBOOT else "",
+                  ready="" if ready_of is None else "not checked") for s in acted]
     deadline = time.monotonic() + timeout_s
-    seen_down: set[str] = set()
     while True:
-        view = hyperpod_view(sm, cluster, orchestrator)
-        status = {n: (view[n].status if n in view else "NotFound") for n in nodes}
-        seen_down |= {n for n, s in status.items() if s != RUNNING}
-        # Running again after having been seen not running, or Running at the deadline's end.
-        if all(s == RUNNING for s in status.values()) and (seen_down >= set(nodes) or time.monotonic() > deadline):
-            return status
-        if time.monotonic() > deadline:
-            return status
-        echo("waiting for " + ", ".join(f"{n} ({s})" for n, s in status.items() if s != RUNNING or n not in seen_down))
+        summaries = node_summaries(sm, cluster)
+        by_id = {s["InstanceId"]: s for s in summaries}
+        claimed = {b.instance_id for b in backs if b.instance_id}
+        for b in backs:
+            if b.action == xid_catalog.ACTION_REPLACE and not b.instance_id and b.group:
+                new = [s for s in summaries if s.get("InstanceGroupName") == b.group
+                       and s["InstanceId"] not in groups and s["InstanceId"] not in claimed]
+                if new:
+                    pick = min(new, key=lambda s: (str(s.get("LaunchTime", "")), s["InstanceId"]))
+                    b.instance_id, b.seen_down = pick["InstanceId"], True
+                    claimed.add(b.instance_id)
+                    b.name = eks_node_name(b.instance_id) if eks else (_host_label(sm, cluster, pick) or b.node)
+                    echo(f"{b.node}: replaced by {b.instance_id} in group {b.group} (node {b.name})")
+            summary = by_id.get(b.instance_id) if b.instance_id else None
+            b.status = (summary.get("InstanceStatus") or {}).get("Status", "") if summary else "NotFound"
+            b.seen_down |= b.status != RUNNING
+            if ready_of is not None and b.status == RUNNING:
+                b.ready = ready_of(b.name)
+        late = time.monotonic() > deadline
+        if late or all(b.back and b.seen_down for b in backs):
+            return backs
+        echo("waiting for " + ", ".join(
+            f"{b.name or b.node} ({b.status if b.instance_id else 'no new instance in group ' + (b.group or '?')}"
+            + (f", Kubernetes {b.ready}" if b.status == RUNNING and b.ready else "") + ")"
+            for b in backs if not (b.back and b.seen_down)))
         time.sleep(poll_s)
+
+
+def _resume(b: Back, actions: Any, echo: Echo) -> None:
+    """Resume a node that is back. A rebooted node is the same node object: Slurm RESUME, or uncordon on EKS.
+    A replaced node on Slurm takes the old Slurm name (the assumption :func:`_line` states), whose DRAIN
+    slurmctld keeps: RESUME. On EKS the new instance is a new Node object: cordoning set ``spec.unschedulable``
+    on the old object, and a kubelet registers its node schedulable (kubelet ``--register-schedulable``,
+    default true: https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/; cordon is a field
+    of the Node object: https://kubernetes.io/docs/concepts/architecture/nodes/#manual-node-administration),
+    so there is nothing to uncordon."""
+    if b.action == xid_catalog.ACTION_REPLACE and actions.orchestrator == "eks":
+        echo(f"{b.name}: Ready; a new Kubernetes node (registered schedulable): no uncordon needed")
+        return
+    error = actions.resume(b.name)
+    echo(f"{b.name}: back; resume {'done' if not error else 'FAILED: ' + error}")
+
+
+def _line(b: Back, verdict: str, orchestrator: str, wait_s: float) -> str:
+    """One node's part of the fix report: what was done, the node re-checked, its verdict."""
+    if b.action == xid_catalog.ACTION_REBOOT:
+        return f"{b.node} {verdict} (rebooted {b.old_id})"
+    if not b.instance_id:
+        return (f"{b.node} INCONCLUSIVE (replaced {b.old_id}: no new instance in group {b.group or '?'} "
+                f"within {int(wait_s)} s)")
+    line = f"{b.name} {verdict} (replaced {b.node} {b.old_id} by {b.instance_id}"
+    if orchestrator != "eks":
+        line += (f"; assumed: the new instance keeps the Slurm name, taken as the first label of its "
+                 f"PrivateDnsHostname, {b.name}")
+    return line + ")"
 
 
 def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wait_s: float, echo: Echo,
         poll_s: float = 15.0) -> dict[str, Any]:
-    """Apply the plan, wait for rebooted/replaced nodes to be Running, resume them (Slurm RESUME, or uncordon
-    on EKS), run the doctor again.
+    """Apply the plan, follow rebooted/replaced nodes until they are back (a replaced node under its new
+    instance id, and on EKS its new Kubernetes node Ready), resume them, run the doctor again and judge the node
+    as it is now.
 
     Exit 0 only when every node acted on passes the re-check; 1 when a step failed or a node still fails;
     3 when a node is only drained (a person decides) or did not come back in ``wait_s``."""
     actions = actions_for(backend)
+    acting = [s for s in steps if s.action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE)]
+    groups = instance_groups(sm, cluster) if any(s.action == xid_catalog.ACTION_REPLACE for s in acting) else {}
     apply(steps, actions, sm, cluster, echo)
     failed = [s for s in steps if not s.done]
-    acted = sorted({s.node for s in steps if s.done and s.action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE)})
-    drained_only = sorted({s.node for s in steps} - {s.node for s in steps if s.action != xid_catalog.ACTION_DRAIN})
-    status: dict[str, str] = {}
-    if acted:
-        status = wait_running(sm, cluster, acted, wait_s, echo, poll_s, actions.orchestrator)
-        for node in acted:
-            if status.get(node) == RUNNING:
-                error = actions.resume(node)
-                echo(f"{node}: Running again; resume {'done' if not error else 'FAILED: ' + error}")
+    acted = sorted((s for s in acting if s.done), key=lambda s: s.node)
+    drained_only = sorted({s.node for s in steps} - {s.node for s in acting})
+    backs = follow(sm, cluster, acted, groups, actions, wait_s, echo, poll_s) if acted else []
+    for b in backs:
+        if b.back:
+            _resume(b, actions, echo)
     recheck = run_test(backend, request, echo)
     by_node = {n["node"]: n for n in recheck.data.get("nodes", [])}
-    still = [n for n in acted if by_node.get(n, {}).get("verdict") != "PASS"]
-    if failed or any(by_node.get(n, {}).get("verdict") == "FAIL" for n in acted):
+    verdicts = {b.node: (by_node.get(b.name, {}).get("verdict", "not checked") if b.back else "not back")
+                for b in backs}
+    if failed or "FAIL" in verdicts.values():
         code, word = 1, "FAIL"
-    elif still or drained_only:
+    elif any(v != "PASS" for v in verdicts.values()) or drained_only:
         code, word = 3, "INCONCLUSIVE"
     else:
         code, word = 0, "PASS"
     parts = []
-    if acted:
-        parts.append(f"rebooted/replaced {', '.join(acted)}: "
-                     + ", ".join(f"{n} {by_node.get(n, {}).get('verdict', 'not checked')}" for n in acted))
+    if backs:
+        parts.append("rebooted/replaced: " + "; ".join(
+            _line(b, verdicts[b.node] if b.back else f"not back (HyperPod {b.status}"
+                  + (f", Kubernetes {b.ready}" if b.ready else "") + ")", actions.orchestrator, wait_s)
+            for b in backs))
     if drained_only:
         parts.append(f"drained {', '.join(drained_only)} (a person decides; then: "
                      + "; ".join(actions.resume_command(n) for n in drained_only) + ")")
     if failed:
         parts.append("failed: " + "; ".join(f"{s.node} {s.action}: {s.error}" for s in failed))
     return {"outcome": word, "exit_code": code, "message": f"{word}: --fix: " + "; ".join(parts),
-            "steps": [s.to_dict() for s in steps], "status": status, "recheck": recheck.to_dict()}
+            "steps": [s.to_dict() for s in steps], "status": {b.node: b.status for b in backs},
+            "followed": [dict(asdict(b), back=b.back) for b in backs], "recheck": recheck.to_dict()}

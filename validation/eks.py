@@ -210,6 +210,21 @@ class EksBackend:
     def resume(self, node: str) -> str:
         return self._patch(node, False)
 
+    def node_ready(self, node: str) -> str:
+        """The Kubernetes node's Ready condition: ``Ready``, ``NotReady`` (False or Unknown, as kubectl shows
+        both) or ``absent`` (not registered yet): what --fix waits for after a reboot or a replacement.
+        Reference: https://kubernetes.io/docs/reference/node/node-status/#condition."""
+        try:
+            obj = self.client().request("GET", f"/api/v1/nodes/{node}")
+        except KubeError as exc:
+            return "absent" if exc.status == 404 else f"unknown ({exc})"
+        except UsageError as exc:
+            return f"unknown ({exc})"
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready":
+                return "Ready" if c.get("status") == "True" else "NotReady"
+        return "NotReady"
+
     def _patch(self, node: str, unschedulable: bool) -> str:
         try:
             self.client().cordon(node, unschedulable)

@@ -28,7 +28,7 @@ from hpq.validation.backend import ClusterFacts, run_test
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import DOCTOR, TestRequest
 from tests.kube_standins import create_eks_cluster, kube_client
-from tests.validation.test_doctor_judge import XID_79, _report
+from tests.validation.test_doctor_judge import XID_79, _real, _report
 from tests.validation.test_validation_eks import REGION, api_to, described, run_cli, stub_describe
 
 CLUSTER = "hp-eks"
@@ -198,3 +198,60 @@ def test_hpq_doctor_on_an_eks_described_cluster(moto_aws, fake_kube, reports, mo
     assert (code, doc["backend"], doc["outcome"]) == (1, "eks", "FAIL"), err
     assert doc["plan"][0]["command"] == f"kubectl cordon {NODES[0]}"
     assert [o["kind"] for o in fake_kube.created].count("Job") == 3 and fake_kube.objects == {}
+
+
+def _row_remap_failure(tmp_path, monkeypatch, node: str) -> dict:
+    """A report whose first GPU is out of spare rows (the real H200 capture, ``remapped_row_failure`` Yes): replace."""
+    smi = _real("nvidia-smi-q-x").replace("<remapped_row_failure>No<", "<remapped_row_failure>Yes<", 1)
+    return _report(tmp_path, monkeypatch, node + "-remap", smi=smi)
+
+
+@pytest.mark.parametrize("case", ["heals", "never_ready", "other_group"])
+def test_fix_follows_a_replaced_node_to_its_new_kubernetes_node(fake_kube, reports, tmp_path, monkeypatch, case):
+    """After BatchReplaceClusterNodes the node comes back as a new instance of its group, registered as a new
+    Kubernetes node ``hyperpod-<new id>`` (the old Node object goes with the old instance). --fix finds the new
+    instance in ListClusterNodes (same InstanceGroupName, an id not listed before), waits for it Running and its
+    Kubernetes node Ready, re-checks that node (no uncordon: a new Node is registered schedulable) and names the
+    old and the new id. Twins: the new node never Ready is INCONCLUSIVE within the bound; a stand-in that puts the
+    new instance in another group is not taken for the replacement (INCONCLUSIVE, the other node not named)."""
+    kube = _cluster(fake_kube, reports)
+    sick = _row_remap_failure(tmp_path, monkeypatch, NODES[1])
+    kube.scenario["node_logs"][NODES[1]] = _log(sick)
+    kube.scenario["node_final"] = {NODES[1]: "Failed"}
+
+    def replaced(node: EmulatedNode) -> None:
+        if case == "other_group":
+            node.group = "spares"
+        name = doctor_fix.eks_node_name(node.instance_id)
+        kube.nodes[:] = [n for n in kube.nodes if n["metadata"]["name"] != NODES[1]]
+        kube.add_nodes(P5, 1, ready=case != "never_ready", names=[name])
+        kube.scenario["node_logs"][name] = _log(reports[NODES[1]][0])
+        kube.scenario["node_final"] = {}
+
+    api = _api(on_replace=replaced)
+    backend = _backend(kube)
+    first = run_test(backend, TestRequest(DOCTOR, timeout_s=30), lambda line: None)
+    steps = doctor_fix.plan(first.data["nodes"], doctor_fix.hyperpod_view(api, CLUSTER, "eks"), CLUSTER,
+                            doctor_fix.actions_for(backend))
+    assert [(s.node, s.action) for s in steps] == [(NODES[1], "drain"), (NODES[1], "replace")]
+    lines: list[str] = []
+    report = doctor_fix.fix(CLUSTER, steps, backend, api, TestRequest(DOCTOR, timeout_s=30), 3, lines.append,
+                            poll_s=0.1)
+    assert ("BatchReplaceClusterNodes", {"ClusterName": CLUSTER, "NodeIds": [IDS[1]]}) in api.calls
+    new_id = next(i for i in api.nodes if i not in IDS)
+    new_name = doctor_fix.eks_node_name(new_id)
+    assert [p for p in kube.patches if p[1] == {"spec": {"unschedulable": False}}] == []  # nothing uncordoned
+    followed = report["followed"][0]
+    if case == "heals":
+        assert (report["exit_code"], report["outcome"]) == (0, "PASS"), report["message"]
+        assert f"{new_name} PASS (replaced {NODES[1]} {IDS[1]} by {new_id})" in report["message"]
+        assert (followed["instance_id"], followed["ready"], followed["back"]) == (new_id, "Ready", True)
+        assert any("no uncordon" in line for line in lines)
+    elif case == "never_ready":
+        assert (report["exit_code"], report["outcome"]) == (3, "INCONCLUSIVE"), report["message"]
+        assert (followed["instance_id"], followed["status"], followed["ready"]) == (new_id, "Running", "NotReady")
+        assert "not back (HyperPod Running, Kubernetes NotReady)" in report["message"]
+    else:
+        assert (report["exit_code"], report["outcome"]) == (3, "INCONCLUSIVE"), report["message"]
+        assert followed["instance_id"] == "" and new_id not in report["message"]
+        assert "no new instance in group workers" in report["message"]

@@ -247,3 +247,22 @@ def test_hpq_doctor_refuses_a_sweep_result_that_is_not_one_in_one_line(tmp_path)
         assert res.returncode == 2, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1 and "--sweep-result" in res.stderr
         assert "Traceback" not in res.stderr
+
+
+def test_fix_replaces_on_slurm_names_old_and_new_id_and_states_the_name_assumption(reports):
+    """A replacement on Slurm: the new instance is found in ListClusterNodes (the group's instance not listed
+    before), its Slurm name read from its PrivateDnsHostname (the emulation keeps the host name), RESUMEd and
+    re-checked; the report names both ids and says the Slurm name is an assumption."""
+    for healthy, sick in reports.values():
+        sick["node"] = healthy["node"]
+    controller = Controller(reports, {"ip-10-1-0-2"})
+    api = _api(on_replace=lambda n: controller.sick.discard(n.hostname.split(".")[0]))
+    backend = SlurmBackend(controller, ClusterFacts(CLUSTER, "slurm", "ml.p5.48xlarge"))
+    first = doctor_fix.run_test(backend, TestRequest(DOCTOR), lambda line: None)
+    nodes = [dict(n, action="replace") if n["node"] == "ip-10-1-0-2" else n for n in first.data["nodes"]]
+    steps = doctor_fix.plan(nodes, doctor_fix.hyperpod_view(api, CLUSTER), CLUSTER)
+    report = doctor_fix.fix(CLUSTER, steps, backend, api, TestRequest(DOCTOR), 30, lambda line: None, poll_s=0.1)
+    new_id = next(i for i in api.nodes if i not in IDS)
+    assert report["exit_code"] == 0, report["message"]
+    assert f"ip-10-1-0-2 PASS (replaced ip-10-1-0-2 {IDS[1]} by {new_id}; assumed:" in report["message"]
+    assert "sudo scontrol update NodeName=ip-10-1-0-2 State=RESUME" in controller.commands
