@@ -196,13 +196,21 @@ def place(args, raw: Sequence[str], module: str, job_name: str,
     launcher = choose_launcher(args.launcher, args.nodes or 1)
     if launcher != "slurm":
         return launcher, [], None
+    pinned = list(getattr(args, "nodelist", None) or [])  # run-nccl-test --nodelist: exactly these nodes
     if not in_allocation():
+        pin = ["-w", ",".join(pinned)] if pinned else []  # salloc(1): -w, --nodelist
         if args.dry_run:
-            print("would run: salloc -N %d ... %s %s" % (args.nodes or 2, module, " ".join(raw)))
+            print("would run: salloc -N %d %s... %s %s" % (args.nodes or 2, " ".join(pin + [""]), module,
+                                                           " ".join(raw)))
             return launcher, [], 0
         return launcher, [], reexec_under_salloc(module, raw, args.nodes or 2, tasks_per_node, job_name,
-                                                 args.exclusive)
+                                                 args.exclusive, extra=pin)
     hosts = allocation_hosts()
+    if pinned:
+        missing = [h for h in pinned if h not in hosts]
+        if missing:
+            raise LaunchError("--nodelist: %s not in this allocation (%s)" % (",".join(missing), ",".join(hosts)))
+        return launcher, pinned, None
     nodes = args.nodes or len(hosts)
     if nodes > len(hosts):
         raise LaunchError("%d nodes asked for but the allocation has %d (%s)" % (nodes, len(hosts), ",".join(hosts)))

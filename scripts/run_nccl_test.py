@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="do not ask salloc for whole nodes")
     ap.add_argument("--nccl-debug", default=None,
                     help="NCCL_DEBUG level (default INFO, subsystems INIT,NET: shows the transport chosen)")
+    ap.add_argument("--nodelist", default=None, type=node_list, metavar="HOST,HOST",
+                    help="run on exactly these Slurm nodes, in this order (salloc/srun -w, --nodelist in "
+                         "salloc(1) and srun(1)); NODES, if given, must be their count. hpq doctor --fix uses it "
+                         "to test a fixed node paired with a healthy one")
     ap.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
     sw = ap.add_argument_group("pairwise sweep (find the slow node)")
     sw.add_argument("--sweep", action="store_true",
@@ -137,6 +142,14 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             args.expect = nccl_report.parse_expect(args.expect)
         except nccl_report.ReportError as exc:
             ap.error(str(exc))
+    if args.nodelist is not None:
+        if args.sweep:
+            ap.error("--nodelist pins one run; --sweep chooses its own pairs")
+        if args.launcher == "local":
+            ap.error("--nodelist names Slurm nodes; it cannot use --launcher local")
+        if args.nodes is not None and args.nodes != len(args.nodelist):
+            ap.error("NODES %d but --nodelist names %d node(s)" % (args.nodes, len(args.nodelist)))
+        args.nodes = len(args.nodelist)
     if args.sweep:
         if args.expect is not None:
             ap.error("--expect judges a single run; --sweep compares the nodes with each other")
@@ -228,6 +241,23 @@ def mpirun_command(mpirun: str, binary: str, hostfile: str, total: int, env: Dic
     return cmd + (env_check.wrap(program) if report_env else program)
 
 
+HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def node_list(text: str) -> List[str]:
+    """``--nodelist``: Slurm node names, comma-separated, each once (no hostlist ranges: a pair is named
+    node by node)."""
+    names = text.split(",")
+    bad = [n for n in names if not HOST.fullmatch(n)]
+    if bad:
+        raise argparse.ArgumentTypeError("not a node name: %r (HOST,HOST, no spaces or ranges)" % bad[0])
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError("a node named twice in %s" % text)
+    if len(names) > MAX_NODES:
+        raise argparse.ArgumentTypeError("at most %d nodes" % MAX_NODES)
+    return names
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     return launch.command_main("run-nccl-test", argv, parse_args, _run)
 
@@ -317,7 +347,9 @@ def _run_any(args: argparse.Namespace, raw: List[str], out: TextIO) -> int:
         python = launch.find_torch_python(args.python)
         bargs = bench_args(args) + ["--op", args.op, "-d", args.datatype]
         if launcher == "slurm":
-            cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs, report_env=True)
+            pin = ["-w", ",".join(hosts)] if args.nodelist else []
+            cmd = launch.srun_command(nodes, gpus, python, "hpq.scripts.nccl_bench", bargs, extra=pin,
+                                      report_env=True)
             runner = None
         else:
             cmd = [python, "-m", "hpq.scripts.nccl_bench"] + bargs

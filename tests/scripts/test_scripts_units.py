@@ -275,6 +275,29 @@ def test_mpirun_command_from_allocation(tmp_path, itype, rdma, busbw):
     assert "hpq-env: node-2 FI_PROVIDER=efa" in Path(doc["log"]).read_text()
 
 
+def test_nodelist_pins_the_run_to_the_named_nodes(tmp_path):
+    """--nodelist (what hpq doctor --fix pairs a fixed node with a healthy one by): inside an allocation the
+    hostfile names exactly those nodes in that order; a node outside the allocation is refused before mpirun
+    starts (the broken twin); outside an allocation salloc gets ``-N 2 -w HOST,HOST`` (salloc(1) --nodelist)."""
+    env, rec = mpirun_cluster(tmp_path)
+    base = ["2", "2", "--binary", str(tmp_path / "all_reduce_perf"), "--instance-type", "ml.p4d.24xlarge"]
+    res = run_module("hpq.scripts.run_nccl_test", ["--nodelist", "node-2,node-1", *base], env, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    argv = Path(f"{rec}.argv").read_text().split("\0")[:-1]
+    assert Path(argv[argv.index("--hostfile") + 1]).read_text() == "node-2 slots=2\nnode-1 slots=2\n"
+    Path(f"{rec}.argv").unlink()
+    res = run_module("hpq.scripts.run_nccl_test", ["--nodelist", "node-1,node-3", *base], env, tmp_path)
+    assert res.returncode == 1 and "--nodelist: node-3 not in this allocation (node-1,node-2)" in res.stderr
+    assert not Path(f"{rec}.argv").exists()  # nothing ran
+    outside = {k: v for k, v in env.items() if k not in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST")}
+    recorder(tmp_path / "bin" / "salloc", f"printf '%s\\0' \"$@\" > {tmp_path / 'salloc.argv'}; exit 99\n")
+    res = run_module("hpq.scripts.run_nccl_test", ["--nodelist", "node-2,node-1", *base], outside, tmp_path)
+    assert res.returncode == 99  # salloc's own status, as the command passes it on
+    salloc = (tmp_path / "salloc.argv").read_text().split("\0")
+    assert salloc[:5] == ["-N", "2", "-J", "hpq-nccl-test", "--ntasks-per-node"] and "-w" in salloc
+    assert salloc[salloc.index("-w") + 1] == "node-2,node-1"
+
+
 def test_rank_environment_unlike_the_workers_fails(tmp_path):
     """Broken twin of the test above: the ranks also carry NCCL_NET_PLUGIN=none that the launch did not give
     them (here the worker adds it, as a TaskProlog would). Same healthy log rows, yet FAIL naming the
@@ -411,6 +434,9 @@ BAD_NODE_ARGS = {
         ["-b", "1e400"], ["-n", "0"], ["-w", "-1"], ["-f", "0"], ["-b", "16G", "-e", "8"], ["-e", "1.5"],
         ["--sweep", "--pair-timeout", "nan"], ["--sweep", "--budget", "inf"], ["--instance-type", "ml.bogus"],
         ["--nccl-debug", "LOUD"], ["--nccl-debug", ""], ["99999", "99999"], ["٢"],
+        ["--nodelist", ""], ["--nodelist", "node-1,node-1"], ["--nodelist", "node-1 node-2"],
+        ["--nodelist", "node-[1-2]"], ["3", "--nodelist", "node-1,node-2"], ["--sweep", "--nodelist", "a,b"],
+        ["--nodelist", "a,b", "--launcher", "local"],
     ],
     "hpq.scripts.run_nccom_test": [["0"], ["2", "-e", "inf"], ["2", "0"], ["2", "-n", "0"]],
     "hpq.scripts.run_nanogpt": [["0"], ["--log-every", "0"], ["--ckpt-every", "-1"], ["--iters", "0"],
