@@ -38,8 +38,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from hpq.errors import UsageError
-from hpq.scripts import xid_catalog
+from hpq.scripts import run_node_doctor, xid_catalog
 from hpq.validation.backend import run_test
+from hpq.validation.request import NCCL, TestRequest
 
 BATCH_MAX = 25  # node ids per BatchReboot/BatchReplaceClusterNodes request (API reference)
 REASON_MAX = 200
@@ -395,14 +396,51 @@ def _line(b: Back, verdict: str, orchestrator: str, wait_s: float) -> str:
     return line + ")"
 
 
+PAIR_UNPINNED_EKS = ("not run: the EKS nccl-test MPIJob (manifests/nccl_test.yaml.j2) places its workers by "
+                     "instance type and HyperPod's health label only and cannot be pinned to two named nodes; "
+                     "`hpq test nccl` over the cluster is the check")
+
+
+def pair_partner(nodes: list[dict[str, Any]], exclude: set[str]) -> str:
+    """A healthy partner for a fixed node: the first node (natural order) the re-check passed that was not
+    acted on; "" when there is none."""
+    healthy = [n["node"] for n in nodes if n.get("verdict") == "PASS" and n["node"] not in exclude]
+    return min(healthy, key=run_node_doctor.natural) if healthy else ""
+
+
+def sweep_pair(backend: Any, orchestrator: str, node: str, partner: str, timeout_s: int,
+               echo: Echo) -> dict[str, Any]:
+    """The fixed node and a healthy one as a 2-node nccl test pinned to them (run-nccl-test --nodelist through
+    the controller, srun -w / salloc -w), judged by the nccl judge as `hpq test nccl` is: a slow or failing
+    pair is a FAIL. Not run (INCONCLUSIVE, with the reason) without a partner or on EKS (see PAIR_UNPINNED_EKS).
+    ``ran`` says whether its verdict is evidence."""
+    entry: dict[str, Any] = {"node": node, "partner": partner, "ran": False, "outcome": "INCONCLUSIVE",
+                             "exit_code": 3, "command": "", "message": ""}
+    if orchestrator == "eks":
+        entry["message"] = PAIR_UNPINNED_EKS
+    elif not partner:
+        entry["message"] = "not run: no healthy node the re-check passed to pair it with"
+    else:
+        request = TestRequest(NCCL, nodes=2, extra=("--nodelist", f"{node},{partner}"), timeout_s=timeout_s)
+        echo(f"{node}: nccl test paired with {partner}")
+        result = run_test(backend, request, echo)
+        entry.update(ran=True, outcome=result.outcome, exit_code=result.exit_code,
+                     command=f"run-nccl-test 2 --nodelist {node},{partner}",
+                     message=(result.message.splitlines() or [""])[0])
+    return entry
+
+
 def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wait_s: float, echo: Echo,
         poll_s: float = 15.0) -> dict[str, Any]:
     """Apply the plan, follow rebooted/replaced nodes until they are back (a replaced node under its new
     instance id, and on EKS its new Kubernetes node Ready), resume them, run the doctor again and judge the node
-    as it is now.
+    as it is now; then each node that passed, paired with a healthy node in a pinned 2-node nccl test
+    (:func:`sweep_pair`).
 
-    Exit 0 only when every node acted on passes the re-check; 1 when a step failed or a node still fails;
-    3 when a node is only drained (a person decides) or did not come back in ``wait_s``."""
+    Exit 0 only when every node acted on passes the re-check and every pair that ran passes; 1 when a step
+    failed, a node still fails or a pair fails; 3 when a node is only drained (a person decides), did not come
+    back in ``wait_s``, or a pair that ran was inconclusive. A pair that could not be run (EKS; no healthy
+    partner) is reported INCONCLUSIVE with its reason and does not count as evidence either way."""
     actions = actions_for(backend)
     acting = [s for s in steps if s.action in (xid_catalog.ACTION_REBOOT, xid_catalog.ACTION_REPLACE)]
     groups = instance_groups(sm, cluster) if any(s.action == xid_catalog.ACTION_REPLACE for s in acting) else {}
@@ -418,9 +456,13 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
     by_node = {n["node"]: n for n in recheck.data.get("nodes", [])}
     verdicts = {b.node: (by_node.get(b.name, {}).get("verdict", "not checked") if b.back else "not back")
                 for b in backs}
-    if failed or "FAIL" in verdicts.values():
+    healed = [b for b in backs if verdicts[b.node] == "PASS"]
+    partner = pair_partner(recheck.data.get("nodes", []), {b.name for b in backs})
+    pairs = [sweep_pair(backend, actions.orchestrator, b.name, partner, request.timeout_s, echo) for b in healed]
+    ran = [p for p in pairs if p["ran"]]  # a pair that could not be run is reported, not counted as evidence
+    if failed or "FAIL" in verdicts.values() or any(p["outcome"] == "FAIL" for p in ran):
         code, word = 1, "FAIL"
-    elif any(v != "PASS" for v in verdicts.values()) or drained_only:
+    elif any(v != "PASS" for v in verdicts.values()) or drained_only or any(p["outcome"] != "PASS" for p in ran):
         code, word = 3, "INCONCLUSIVE"
     else:
         code, word = 0, "PASS"
@@ -430,6 +472,9 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
             _line(b, verdicts[b.node] if b.back else f"not back (HyperPod {b.status}"
                   + (f", Kubernetes {b.ready}" if b.ready else "") + ")", actions.orchestrator, wait_s)
             for b in backs))
+    if pairs:
+        parts.append("sweep pair: " + "; ".join(
+            f"{p['node']}+{p['partner'] or '?'} {p['outcome']} ({p['message']})" for p in pairs))
     if drained_only:
         parts.append(f"drained {', '.join(drained_only)} (a person decides; then: "
                      + "; ".join(actions.resume_command(n) for n in drained_only) + ")")
@@ -437,4 +482,5 @@ def fix(cluster: str, steps: list[Step], backend: Any, sm: Any, request: Any, wa
         parts.append("failed: " + "; ".join(f"{s.node} {s.action}: {s.error}" for s in failed))
     return {"outcome": word, "exit_code": code, "message": f"{word}: --fix: " + "; ".join(parts),
             "steps": [s.to_dict() for s in steps], "status": {b.node: b.status for b in backs},
-            "followed": [dict(asdict(b), back=b.back) for b in backs], "recheck": recheck.to_dict()}
+            "followed": [dict(asdict(b), back=b.back) for b in backs], "pairs": pairs,
+            "recheck": recheck.to_dict()}

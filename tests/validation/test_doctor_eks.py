@@ -247,6 +247,10 @@ def test_fix_follows_a_replaced_node_to_its_new_kubernetes_node(fake_kube, repor
         assert f"{new_name} PASS (replaced {NODES[1]} {IDS[1]} by {new_id})" in report["message"]
         assert (followed["instance_id"], followed["ready"], followed["back"]) == (new_id, "Ready", True)
         assert any("no uncordon" in line for line in lines)
+        # No pinned pair on EKS: said plainly, INCONCLUSIVE, and no MPIJob created for it.
+        assert [(p["node"], p["ran"], p["outcome"]) for p in report["pairs"]] == [(new_name, False, "INCONCLUSIVE")]
+        assert "cannot be pinned to two named nodes" in report["message"]
+        assert "MPIJob" not in [o["kind"] for o in kube.created]
     elif case == "never_ready":
         assert (report["exit_code"], report["outcome"]) == (3, "INCONCLUSIVE"), report["message"]
         assert (followed["instance_id"], followed["status"], followed["ready"]) == (new_id, "Running", "NotReady")

@@ -22,6 +22,7 @@ from hpq.validation import doctor_fix
 from hpq.validation.backend import ClusterFacts
 from hpq.validation.request import DOCTOR, TestRequest
 from hpq.validation.slurm import SlurmBackend
+from tests.nccl_logs import allreduce_log, efa_info
 from tests.validation.test_doctor_judge import XID_79, _report
 
 CLUSTER = "c1"
@@ -99,15 +100,25 @@ def test_hyperpod_view_and_plan_name_the_instance_and_the_exact_commands():
 
 
 class Controller:
-    """The controller's shell: run-node-doctor answers with each node's report for its machine's state now."""
+    """The controller's shell: run-node-doctor answers with each node's report for its machine's state now;
+    ``run-nccl-test 2 --nodelist A,B`` with nccl-tests' all_reduce_perf table of those two hosts over EFA
+    (tests/nccl_logs.py), at 480 GB/s (p5's two-node figure passes) or at 30 GB/s where a node is in ``slow``
+    (exit 0 all the same: the nccl judge here must see it)."""
 
-    def __init__(self, reports: dict[str, tuple[dict, dict]], sick: set[str]):
-        self.reports, self.sick = reports, sick  # node -> (healthy report, sick report)
+    def __init__(self, reports: dict[str, tuple[dict, dict]], sick: set[str], slow: set[str] = frozenset()):
+        self.reports, self.sick, self.slow = reports, sick, slow  # node -> (healthy report, sick report)
         self.commands: list[str] = []
         self.drained: set[str] = set()
 
     def run(self, command, echo=None, timeout=None, on_stderr_line=None):
         self.commands.append(command)
+        if command.startswith("run-nccl-test"):
+            hosts = command.split("--nodelist ")[1].split()[0].split(",")
+            busbw = 30.0 if self.slow & set(hosts) else 480.0
+            log = allreduce_log(hosts, 8, busbw, nccl_info=efa_info(hosts[0]))
+            if echo:
+                echo(log.encode())
+            return 0, log, ""
         if command.startswith("sudo scontrol update"):
             node = command.split("NodeName=")[1].split()[0]
             (self.drained.add if "DRAIN" in command else self.drained.discard)(node)
@@ -266,3 +277,38 @@ def test_fix_replaces_on_slurm_names_old_and_new_id_and_states_the_name_assumpti
     assert report["exit_code"] == 0, report["message"]
     assert f"ip-10-1-0-2 PASS (replaced ip-10-1-0-2 {IDS[1]} by {new_id}; assumed:" in report["message"]
     assert "sudo scontrol update NodeName=ip-10-1-0-2 State=RESUME" in controller.commands
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_fix_pairs_the_fixed_node_with_a_healthy_one_in_a_pinned_nccl_test(reports, slow):
+    """After the re-check passes, the fixed node and a healthy one (the first the re-check passed, not acted
+    on) run `run-nccl-test 2 --nodelist FIXED,HEALTHY` through the controller, judged by the nccl judge: a
+    healthy pair keeps the PASS; the twin, the same fix with the pair at 30 GB/s, is a FAIL (exit 1)."""
+    for healthy, sick in reports.values():
+        sick["node"] = healthy["node"]
+    controller = Controller(reports, {"ip-10-1-0-2"}, slow={"ip-10-1-0-2"} if slow else set())
+    api = _api(on_reboot=lambda n: controller.sick.discard(n.hostname.split(".")[0]))
+    first, steps, report = _fix(controller, api)
+    pair = [c for c in controller.commands if c.startswith("run-nccl-test")]
+    assert pair == ["run-nccl-test 2 --nodelist ip-10-1-0-2,ip-10-1-0-1"]
+    assert [(p["node"], p["partner"], p["ran"]) for p in report["pairs"]] == [("ip-10-1-0-2", "ip-10-1-0-1", True)]
+    if slow:
+        assert (report["exit_code"], report["outcome"], report["pairs"][0]["outcome"]) == (1, "FAIL", "FAIL")
+        assert "ip-10-1-0-2 PASS (rebooted" in report["message"]  # the node's own re-check passed
+        assert "sweep pair: ip-10-1-0-2+ip-10-1-0-1 FAIL" in report["message"]
+    else:
+        assert (report["exit_code"], report["pairs"][0]["outcome"]) == (0, "PASS"), report["message"]
+        assert "sweep pair: ip-10-1-0-2+ip-10-1-0-1 PASS" in report["message"]
+
+
+def test_no_pair_without_a_healthy_partner_is_said_not_passed(reports):
+    """Every node sick and rebooted: no node the re-check passed was left alone to pair with, so no pair runs
+    and the report says why (INCONCLUSIVE part, never a PASS of the pair)."""
+    for healthy, sick in reports.values():
+        sick["node"] = healthy["node"]
+    controller = Controller(reports, set(HOSTS))
+    api = _api(on_reboot=lambda n: controller.sick.discard(n.hostname.split(".")[0]))
+    first, steps, report = _fix(controller, api)
+    assert not [c for c in controller.commands if c.startswith("run-nccl-test")]
+    assert {p["outcome"] for p in report["pairs"]} == {"INCONCLUSIVE"} and len(report["pairs"]) == 3
+    assert "no healthy node the re-check passed to pair it with" in report["message"]
