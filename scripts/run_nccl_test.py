@@ -71,6 +71,7 @@ EPILOG = """examples:
   run-nccl-test 2 --expect none      report the bandwidth, judge only completion and #wrong
   run-nccl-test 1 2 --launcher local one host, no Slurm (e.g. a single GPU box)
   run-nccl-test --sweep              every idle node, two at a time: name the slow node
+  run-nccl-test 2 --nodelist ip-10-1-0-2,ip-10-1-0-1   exactly these two nodes (salloc/srun -w)
   run-nccl-test --sweep 8 8 --output json   8 nodes x 8 GPUs, the result as JSON on stdout
   hpq nccl-report ~/hpq-results/nccl-test-*.log -t ml.p5.48xlarge   re-judge a saved log
 """
