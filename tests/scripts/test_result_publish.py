@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from hpq.lifecycle import observability
+from hpq.lifecycle import bundle, observability
 from hpq.scripts import result_metrics
 from tests import fake_fabric
 from tests.observability.test_result_metrics import _series, read_dir
@@ -232,3 +234,43 @@ def test_publish_never_raises(tmp_path, monkeypatch, capsys, doc):
     (tmp_path / result_metrics.file_name("nccl", "n1")).mkdir()
     assert result_metrics.publish(doc, "prog", str(tmp_path)) == []
     assert capsys.readouterr().err.startswith("prog: " + NOTE)
+
+
+def as_user(uid: int, root: Path, textfile: Path, doc: dict) -> subprocess.CompletedProcess:
+    """publish() from the node bundle alone (-S: no site-packages), as user ``uid`` (setpriv, util-linux)."""
+    code = ("import json, sys\nfrom hpq.scripts import result_metrics\n"
+            "print(json.dumps(result_metrics.publish(json.loads(sys.argv[1]), 'run-nccl-test', sys.argv[2])))")
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-S",
+                           "-c", code, json.dumps(doc), str(textfile)], cwd=str(root), capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HPQ_NODE_INFO": "/nonexistent"})
+
+
+def test_cluster_users_write_into_the_lifecycles_sticky_directory():
+    """The lifecycle makes the directory 1777 (lifecycle/observability.install_node_exporter): a user's program
+    writes its file; another user cannot replace that file (the sticky bit, as in /tmp) and gets the note."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as two other users")
+    base = Path(tempfile.mkdtemp(prefix="hpq-publish-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        for key, src in bundle.node_bundle_files().items():
+            dest = base / "bundle" / key
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(Path(src).read_bytes())
+        for d in [base / "bundle", *(p for p in (base / "bundle").rglob("*") if p.is_dir())]:
+            d.chmod(0o755)
+        textfile = base / "textfile"
+        textfile.mkdir()
+        textfile.chmod(0o1777)
+        doc = {"command": "run-nccl-test 1 8", "hosts": ["n1"], "peak_busbw_gbps": 3.5, "verdict": "PASS"}
+        first = as_user(65534, base / "bundle", textfile, doc)
+        target = textfile / result_metrics.file_name("nccl", "n1")
+        assert first.returncode == 0 and json.loads(first.stdout) == [str(target)], first.stderr
+        assert target.stat().st_uid == 65534
+        assert _series(read_dir(textfile), "hpq_nccl_busbw_peak_gbps", node="n1", cluster="unknown") == [3.5]
+        second = as_user(65533, base / "bundle", textfile, dict(doc, peak_busbw_gbps=9.0))
+        assert second.returncode == 0 and json.loads(second.stdout) == [], second.stderr
+        assert second.stderr.startswith("run-nccl-test: " + NOTE) and "not permitted" in second.stderr
+        assert _series(read_dir(textfile), "hpq_nccl_busbw_peak_gbps", node="n1") == [3.5]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
