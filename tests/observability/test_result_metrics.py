@@ -376,3 +376,14 @@ def test_it_keeps_to_python37_the_node_python_of_al2(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert _series(_parse(done.stdout), "hpq_nccl_busbw_peak_gbps", node="n1") == [3.5]
+
+
+def test_an_unwritable_file_is_one_line_exit_2_and_the_other_files_written(tmp_path, capsys):
+    """files.write_file refuses with WriteRefused, not OSError: one line (it was a traceback), every other
+    file still written."""
+    outdir = tmp_path / "textfile"
+    (outdir / result_metrics.file_name("nccl", "ip-10-1-0-1")).mkdir(parents=True)
+    rc = result_metrics.main([str(nccl_result(tmp_path)), "--cluster", "c", "--textfile-dir", str(outdir)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err and "ip-10-1-0-1" in err
+    assert (outdir / result_metrics.file_name("nccl", "ip-10-1-0-2")).is_file()
