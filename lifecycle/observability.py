@@ -244,7 +244,10 @@ def _start(ctx, unit: str, description: str, argv: List[str], changed: bool) -> 
 def install_node_exporter(ctx, arch: str, mirror: str, pins: Dict[str, str]) -> str:
     binary, changed = _install_binary(ctx, NODE_EXPORTER, arch, mirror, pins)
     os.makedirs(ctx.path(TEXTFILE_DIR), exist_ok=True)
-    os.chmod(ctx.path(TEXTFILE_DIR), 0o755)
+    # The node programs (run-nccl-test, node_doctor...) run as the cluster's users and write their results
+    # here (scripts/result_metrics.publish): writable by every user, sticky as /tmp and names.FSX_RESULTS_DIR,
+    # so no user can replace another's file (root's Slurm writer's included).
+    os.chmod(ctx.path(TEXTFILE_DIR), 0o1777)
     # Paths as they are under the node root (the same on a node, where the root is /).
     argv = [ctx.path(binary), "--web.listen-address=:%d" % PORTS["node_exporter"],
             "--collector.textfile.directory=%s" % ctx.path(TEXTFILE_DIR)]

@@ -25,7 +25,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from hpq.lifecycle import catalog, names
-from hpq.scripts import dcgm_checks, neuron_checks, node_checks, nodeinfo
+from hpq.scripts import dcgm_checks, neuron_checks, node_checks, nodeinfo, result_metrics
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 TOOL_TIMEOUT_S = 30.0
@@ -310,6 +310,9 @@ def main(argv=None) -> int:
     # too (lifecycle/context.py), for a node whose kernel table is not the one its mounts are recorded in.
     mounts = os.environ.get("HPQ_PROC_MOUNTS") or "/proc/mounts"
     report = examine(entry, args.fsx or None, args.efa_window, proc_mounts=mounts, with_dcgm=args.dcgm)
+    # This node's textfile directory when observability is on (run-node-doctor runs this on every node);
+    # a failure there is a stderr note only, the report and exit code are unchanged.
+    result_metrics.publish(report, "node_doctor")
     if args.output == "json":
         print(json.dumps(report, sort_keys=True))
     else:

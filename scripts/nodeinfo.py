@@ -59,18 +59,25 @@ def node_info_path() -> str:
     return os.path.join(os.environ.get("HPQ_ROOT", "/"), names.NODE_INFO.lstrip("/"))
 
 
+def read_node_info() -> Dict[str, object]:
+    """The node-info JSON the lifecycle's identify step wrote (cluster_name, slurm_node_name, instance_type...);
+    {} when it is missing or not a JSON object (a node the lifecycle did not set up)."""
+    try:
+        with open(node_info_path()) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def resolve_instance_type(override: Optional[str] = None, use_imds: bool = True) -> Optional[str]:
     """The node's instance type, or None when nothing says (e.g. a laptop or a CI box)."""
     for value in (override, os.environ.get("HPQ_INSTANCE_TYPE")):
         if value:
             return catalog.normalize(value)
-    try:
-        with open(node_info_path()) as fh:
-            value = json.load(fh).get("instance_type")
-        if value:
-            return catalog.normalize(value)
-    except (OSError, ValueError, AttributeError):
-        pass
+    value = read_node_info().get("instance_type")
+    if isinstance(value, str) and value:
+        return catalog.normalize(value)
     if use_imds:
         value = imds_instance_type()
         if value:

@@ -5,6 +5,16 @@ run-nanogpt and the node doctor (``node_doctor --output json``) write, and write
 Prometheus text exposition format into node_exporter's textfile-collector directory, so each result becomes
 a series labelled by cluster, node, instance type and test, and a regression shows as a trend.
 
+The node programs call ``publish`` as they finish (run-nccl-test and its sweep, run-nccom-test, run-nanogpt,
+node_doctor, which run-node-doctor starts on every node): when the textfile directory exists on the node
+(the lifecycle's observability step makes it, only with ``EnableObservability=true``: lifecycle/observability.py)
+their result goes there with no command to run by hand; when it does not, nothing is written. A failure to
+write is one note on stderr and never changes the program's output or exit code.
+
+One file per test kind and node, ``hpq_<kind>.<node>.prom``: a run replaces the series of its own kind on
+the nodes it ran on, never another test's, nor the same test's on other nodes (a file per kind alone would
+drop nodes A and B's latest nccl result when a later run covers C and D only).
+
 Why a textfile: node_exporter's textfile collector reads every ``*.prom`` file of the directories given
 with ``--collector.textfile.directory`` (repeatable since node_exporter 1.9.0, CHANGELOG #3135;
 collector/textfile.go at v1.9.1, the version AWS's HyperPod reference runs); AWS's reference feeds its
@@ -28,14 +38,16 @@ import argparse
 import json
 import math
 import os
+import re
 import socket
 import sys
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpq.lifecycle import files
+from hpq.scripts import nodeinfo
 
 TEXTFILE_DIR = "/var/lib/node_exporter/hpq"
-OUTPUT_NAME = "hpq_results.prom"
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 MAX_RESULT_BYTES = 64 << 20
 
@@ -170,6 +182,14 @@ class Samples:
         for name in VERDICTS:
             self.add("hpq_result_verdict", dict(base, verdict=name), 1.0 if name == verdict else 0.0)
 
+    def files(self) -> Dict[Tuple[str, str], "Samples"]:
+        """The series split by (test, node): one textfile each (see the module docstring)."""
+        out: Dict[Tuple[str, str], Samples] = {}
+        for (name, labels), value in self.series.items():
+            lab = dict(labels)
+            out.setdefault((lab["test"], lab["node"]), Samples()).series[(name, labels)] = value
+        return out
+
     def render(self) -> str:
         """The text exposition format: HELP and TYPE once per family, then its samples."""
         out = []
@@ -184,6 +204,11 @@ class Samples:
                 body = ",".join('%s="%s"' % (k, escape_label_value(v)) for k, v in labels)
                 out.append("%s{%s} %s" % (name, body, format_value(value)))
         return "\n".join(out) + "\n" if out else ""
+
+
+def file_name(kind: str, node: str) -> str:
+    """``hpq_<kind>.<node>.prom``; characters outside ``[A-Za-z0-9_.-]`` of the node name become ``_``."""
+    return "hpq_%s.%s.prom" % (kind, re.sub(r"[^A-Za-z0-9_.-]", "_", node).lstrip(".") or "_")
 
 
 def add_result(samples: Samples, doc: Dict, cluster: str, local: str, mtime: float) -> str:
@@ -253,7 +278,12 @@ def load(path: str) -> Dict:
 
 
 def build(paths: Sequence[str], cluster: str, local: str) -> str:
-    """The exposition text for ``paths``; a newer file's series replace an older file's."""
+    """The exposition text for ``paths`` (all in one); a newer file's series replace an older file's."""
+    return collect(paths, cluster, local).render()
+
+
+def collect(paths: Sequence[str], cluster: str, local: str) -> Samples:
+    """The series of ``paths``; a newer file's series replace an older file's."""
     samples = Samples()
     loaded = []
     for path in paths:
@@ -268,7 +298,63 @@ def build(paths: Sequence[str], cluster: str, local: str) -> str:
             add_result(samples, doc, cluster, local, mtime)
         except ResultError as exc:
             raise ResultError("%s: %s" % (path, exc)) from None
-    return samples.render()
+    return samples
+
+
+def write_files(samples: Samples, directory: str) -> List[str]:
+    """One file per (test, node), each replaced atomically (files.write_file: a temporary name starting
+    with ``.hpq-``, not ending in ``.prom``, renamed over the target: node_exporter's textfile collector reads
+    only ``*.prom``, https://github.com/prometheus/node_exporter#textfile-collector). The paths written;
+    files.WriteRefused after trying every file when any could not be written (the others are written)."""
+    written: List[str] = []
+    refused: List[str] = []
+    for (kind, node), part in sorted(samples.files().items()):
+        path = os.path.join(directory, file_name(kind, node))
+        try:
+            files.write_file(path, part.render(), mode=0o644)
+        except files.WriteRefused as exc:
+            refused.append(str(exc))
+            continue
+        written.append(path)
+    if refused:
+        more = " (and %d more file(s) not written)" % (len(refused) - 1) if len(refused) > 1 else ""
+        raise files.WriteRefused(refused[0] + more)
+    return written
+
+
+def node_textfile_dir() -> str:
+    """TEXTFILE_DIR under the node root (``HPQ_ROOT``, the lifecycle's and nodeinfo's root convention)."""
+    return os.path.join(os.environ.get("HPQ_ROOT", "/"), TEXTFILE_DIR.lstrip("/"))
+
+
+def node_identity() -> Tuple[str, str]:
+    """(cluster, node) as this node knows them: the lifecycle's node-info file (scripts/nodeinfo.py),
+    else Slurm's name for the node, else the host name; the cluster ``unknown`` when nothing says."""
+    info = nodeinfo.read_node_info()
+    cluster = str(info.get("cluster_name") or "unknown")
+    node = str(info.get("slurm_node_name") or os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    return cluster, node
+
+
+def publish(doc: Dict, prog: str, directory: Optional[str] = None) -> List[str]:
+    """Write a node program's finished result ``doc`` into the textfile directory, if that exists.
+
+    Never raises and never prints to stdout: the metrics are a by-product, so any failure (a read-only
+    directory, a result this module cannot read) is one note on stderr and the program goes on as before.
+    The paths written ([] when none)."""
+    directory = directory or node_textfile_dir()
+    if not os.path.isdir(directory):
+        return []  # observability is off on this node (or the lifecycle has not run): nothing to feed
+    try:
+        cluster, local = node_identity()
+        if kind_of(doc) == DOCTOR and doc.get("node"):
+            local = str(doc["node"])  # the node the doctor examined, as it names itself
+        samples = Samples()
+        add_result(samples, doc, cluster, local, time.time())
+        return write_files(samples, directory)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the test's own result stands
+        print("%s: note: result metrics not written to %s: %s" % (prog, directory, exc), file=sys.stderr)
+        return []
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -292,20 +378,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("--cluster must not be empty")
     local = args.node or socket.gethostname()
     try:
-        text = build(args.results, args.cluster, local)
+        samples = collect(args.results, args.cluster, local)
     except ResultError as exc:
         print("result_metrics: %s" % exc, file=sys.stderr)
         return 2
     if args.stdout:
-        sys.stdout.write(text)
+        sys.stdout.write(samples.render())
         return 0
-    target = os.path.join(args.textfile_dir, OUTPUT_NAME)
     try:
-        files.write_file(target, text, mode=0o644)
-    except OSError as exc:
-        print("result_metrics: cannot write %s: %s" % (target, exc.strerror or exc), file=sys.stderr)
+        written = write_files(samples, args.textfile_dir)
+    except files.WriteRefused as exc:
+        print("result_metrics: %s" % exc, file=sys.stderr)
         return 2
-    print("result_metrics: %d series in %s" % (text.count("\n") - 2 * text.count("# TYPE"), target))
+    print("result_metrics: %d series in %d file(s) in %s" % (len(samples.series), len(written), args.textfile_dir))
     return 0
 
 

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from hpq.scripts import env_check, launch, nanogpt
+from hpq.scripts import env_check, launch, nanogpt, result_metrics
 from hpq.scripts.args import MAX_PER_NODE, OneLineParser, add_nodes_argument, count, instance_type, positive
 from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, headline, json_safe
 
@@ -158,6 +158,7 @@ def _run(args: argparse.Namespace, raw: List[str]) -> int:
     result["outcome"] = verdict
     result["message"] = message
     launch.write_json(base + ".json", json_safe(result))
+    result_metrics.publish(json_safe(result), "run-nanogpt")  # stderr note at most, exit code unchanged
     print("# %s\n# exit status %d\n# log: %s\n# result: %s.json" % (message, rc, log_path, base))
     return exit_code(verdict)
 

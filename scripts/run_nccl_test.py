@@ -33,7 +33,17 @@ import sys
 from typing import Dict, List, Optional, TextIO, Tuple
 
 from hpq.lifecycle import catalog
-from hpq.scripts import distenv, env_check, launch, nccl_report, nccl_sweep, outcome, sweep, verdicts
+from hpq.scripts import (
+    distenv,
+    env_check,
+    launch,
+    nccl_report,
+    nccl_sweep,
+    outcome,
+    result_metrics,
+    sweep,
+    verdicts,
+)
 from hpq.scripts.args import (
     MAX_NODES,
     MAX_PER_NODE,
@@ -451,6 +461,7 @@ def run_sweep(args: argparse.Namespace, raw: List[str], hosts: List[str], gpus: 
     path = os.path.join(outdir, "nccl-sweep-%s.json" % stamp)
     doc["result"] = path
     launch.write_json(path, doc)
+    result_metrics.publish(doc, "run-nccl-test")  # stderr note at most: stdout and the exit code stay the sweep's
     print()
     print(sweep.format_report(doc))
     print("# pair logs: %s\n# result: %s" % (log_dir, path))

@@ -235,9 +235,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     while True:
         try:
             ok = write_once(args.textfile_dir)
-        except OSError as exc:
-            print("slurm_metrics: cannot write %s: %s" % (os.path.join(args.textfile_dir, OUTPUT_NAME),
-                                                         exc.strerror or exc), file=sys.stderr)
+        except files.WriteRefused as exc:  # files.write_file turns every OSError into this, path included
+            print("slurm_metrics: %s" % exc, file=sys.stderr)
             return 2
         if not args.every:
             return 0 if ok else 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from hpq.scripts import nccl_report
+from hpq.scripts import nccl_report, result_metrics
 from hpq.scripts.outcome import EXIT_FAIL, FAIL, INCONCLUSIVE, dumps, exit_code, headline
 
 
@@ -77,5 +77,7 @@ def judge_log(what: str, log_path: str, rc: int, result: Dict, instance_type: Op
             verdict_doc.update(outcome=FAIL, ok=False, exit_code=code, message=message)  # type: ignore[union-attr]
     print(message)
     _write_json(base + ".json", result)
+    # node_exporter's textfile directory when observability is on; a failure there is a stderr note only.
+    result_metrics.publish(result, str(result.get("command") or what).split()[0])
     print("# log: %s\n# result: %s.json" % (log_path, base))
     return code

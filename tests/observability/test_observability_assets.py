@@ -25,6 +25,7 @@ import yaml
 
 from hpq import observability
 from hpq.scripts import result_metrics
+from tests.observability.test_result_metrics import doctor_result, nanogpt_result, nccl_result, sweep_result
 
 DATA = Path(__file__).parent / "data" / "exporters"
 # Grafana's built-in interval variables, replaced by a duration before parsing; user variables ($cluster,
@@ -195,6 +196,36 @@ def test_the_dashboards_show_the_seed_gpu_fields_and_the_sick_link_counters():
             used |= selected_metrics(expr)
     assert set(SEED_GPU_FIELDS) <= used and set(EFA_SICK_LINK) <= used
     assert {"hpq_result_verdict", "hpq_nccl_busbw_peak_gbps", "hpq_sweep_node_slow"} <= used
+
+
+def written_by_the_node_programs(tmp_path: Path) -> set[str]:
+    """The metric names result_metrics writes for results made by the real producers (run-nccl-test's
+    ending, the sweep's report, the node doctor, run-nanogpt's verdict: tests/observability/test_result_metrics.py),
+    the files the node programs publish (tests/scripts/test_result_publish.py runs the programs themselves)."""
+    paths = [str(f(tmp_path)) for f in (nccl_result, sweep_result, doctor_result, nanogpt_result)]
+    return {name for name, _ in result_metrics.collect(paths, "c1", "ip-10-1-0-9").series}
+
+
+def results_page_names(board: dict) -> set[str]:
+    used: set[str] = set()
+    for _, expr in dashboard_queries(board):
+        used |= selected_metrics(expr)
+    return used - {"up"}  # the cluster variable's label_values(up, cluster)
+
+
+def test_the_results_page_shows_exactly_what_the_node_programs_write(tmp_path):
+    """Both ways: no panel selects a name no program writes (it would stay empty), and every family the
+    programs write has a panel (a new one without a panel fails here)."""
+    written = written_by_the_node_programs(tmp_path)
+    assert written == set(result_metrics.METRICS)  # the producers' results exercise every declared family
+    board = load_boards()["hpq-results"]
+    assert results_page_names(board) == written
+    # Broken twins: a misspelled name on the page, and a family the page no longer shows.
+    twin = copy.deepcopy(board)
+    wrong = next(p for p in twin["panels"] if p.get("title") == "Collectives with wrong elements")
+    wrong["targets"][0]["expr"] = wrong["targets"][0]["expr"].replace("hpq_nccl_wrong_elements", "hpq_nccl_wrong")
+    assert results_page_names(twin) - written == {"hpq_nccl_wrong"}
+    assert written - results_page_names(twin) == {"hpq_nccl_wrong_elements"}
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,8 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         argv = (ne / "argv").read_text()
         assert f"--collector.textfile.directory={root / result_metrics.TEXTFILE_DIR.lstrip('/')}" in argv
         assert (root / result_metrics.TEXTFILE_DIR.lstrip("/")).is_dir()
+        # every user's node programs write their results there; sticky, so none replaces another's file
+        assert (root / result_metrics.TEXTFILE_DIR.lstrip("/")).stat().st_mode & 0o7777 == 0o1777
         agent_argv = (root / "opt/hpq/observability/prometheus-3.2.1/argv").read_text()
         assert "--agent" in agent_argv
         config = json.loads((root / "etc/hpq/observability/prometheus-agent.yml").read_text())

@@ -49,6 +49,22 @@ def _series(parsed: dict, name: str, **labels) -> list:
     ]
 
 
+def read_dir(outdir: Path) -> dict:
+    """Every file of a textfile directory, parsed; each must be ``hpq_<test>.<node>.prom`` holding only that
+    test's and node's series, and no series may be in two files (node_exporter would refuse the duplicate)."""
+    out: dict = {}
+    for path in sorted(outdir.iterdir()):
+        assert path.name.endswith(".prom") and not path.name.startswith("."), path  # no temporary left behind
+        parsed = _parse(path.read_text())
+        assert parsed, path
+        for key, value in parsed.items():
+            labels = dict(key[1])
+            assert path.name == result_metrics.file_name(labels["test"], labels["node"]), (path.name, labels)
+            assert key not in out, f"series {key} in two files"
+            out[key] = value
+    return out
+
+
 def nccl_result(tmp_path: Path, hosts=("ip-10-1-0-1", "ip-10-1-0-2")) -> Path:
     """What run-nccl-test writes: its result dict (scripts/run_nccl_test.py) judged by launch.judge_log."""
     log = tmp_path / "nccl-run.log"
@@ -135,8 +151,7 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         [*map(str, paths), "--cluster", "c1", "--node", "ip-10-1-0-9", "--textfile-dir", str(outdir)]
     )
     assert rc == 0
-    assert sorted(os.listdir(outdir)) == ["hpq_results.prom"]  # no temporary file left behind
-    parsed = _parse((outdir / "hpq_results.prom").read_text())
+    parsed = read_dir(outdir)
     nccl = json.loads(paths[0].read_text())
     for host in ("ip-10-1-0-1", "ip-10-1-0-2"):
         assert _series(
@@ -240,14 +255,15 @@ def test_a_newer_result_replaces_the_older_series(tmp_path):
 def test_bad_input_is_one_line_exit_2_and_leaves_the_old_file(tmp_path, capsys, content, why):
     outdir = tmp_path / "textfile"
     outdir.mkdir()
-    (outdir / "hpq_results.prom").write_text("# previous\n")
+    previous = outdir / result_metrics.file_name("nccl", "ip-10-1-0-1")
+    previous.write_text("# previous\n")
     bad = tmp_path / "bad.json"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     good = nccl_result(tmp_path)
     rc = result_metrics.main([str(good), str(bad), "--cluster", "c", "--textfile-dir", str(outdir)])
     err = capsys.readouterr().err
     assert rc == 2 and why in err and err.count("\n") == 1 and "Traceback" not in err
-    assert (outdir / "hpq_results.prom").read_text() == "# previous\n"
+    assert previous.read_text() == "# previous\n" and len(list(outdir.iterdir())) == 1
 
 
 def test_a_missing_file_and_an_empty_cluster_are_refused(tmp_path, capsys):
@@ -287,8 +303,7 @@ def test_it_runs_from_the_node_bundle_alone_with_the_node_python(tmp_path):
         cwd=root,
     )
     assert done.returncode == 0, done.stderr
-    text = (outdir / "hpq_results.prom").read_text()
-    assert _series(_parse(text), "hpq_result_verdict", verdict="FAIL", node="ip-10-1-0-2") == [1.0]
+    assert _series(read_dir(outdir), "hpq_result_verdict", verdict="FAIL", node="ip-10-1-0-2") == [1.0]
 
 
 label_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
@@ -361,3 +376,14 @@ def test_it_keeps_to_python37_the_node_python_of_al2(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert _series(_parse(done.stdout), "hpq_nccl_busbw_peak_gbps", node="n1") == [3.5]
+
+
+def test_an_unwritable_file_is_one_line_exit_2_and_the_other_files_written(tmp_path, capsys):
+    """files.write_file refuses with WriteRefused, not OSError: one line (it was a traceback), every other
+    file still written."""
+    outdir = tmp_path / "textfile"
+    (outdir / result_metrics.file_name("nccl", "ip-10-1-0-1")).mkdir(parents=True)
+    rc = result_metrics.main([str(nccl_result(tmp_path)), "--cluster", "c", "--textfile-dir", str(outdir)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err and "ip-10-1-0-1" in err
+    assert (outdir / result_metrics.file_name("nccl", "ip-10-1-0-2")).is_file()

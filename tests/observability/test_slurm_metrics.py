@@ -111,6 +111,15 @@ def test_write_once_replaces_the_file_atomically(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [sm.OUTPUT_NAME]  # no temporary left behind
 
 
+def test_an_unwritable_file_is_one_line_and_exit_2_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """files.write_file refuses with WriteRefused (not OSError): main must still answer in one line."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # every command fails: families left out
+    (tmp_path / sm.OUTPUT_NAME).mkdir()  # its place taken: the rename fails, even for root
+    assert sm.main(["--textfile-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("slurm_metrics: cannot write ") and sm.OUTPUT_NAME in err[-1]
+
+
 @pytest.mark.parametrize("args", [["--every", "1"], ["--every", "-3"], ["--every", "x"]])
 def test_bad_interval_is_one_line_and_exit_2(args):
     res = subprocess.run(["python3", "-m", "hpq.scripts.slurm_metrics", *args], capture_output=True, text=True,
