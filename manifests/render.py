@@ -22,7 +22,7 @@ from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests import yamlsafe
 from hpq.scripts.args import NCCL_DEBUG_LEVELS  # the node commands' list: one for both
-from hpq.vocab import DEFAULT_FSX_GIB
+from hpq.vocab import DEFAULT_FSX_GIB, FSX_RULE, fsx_capacity_ok
 
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -425,8 +425,8 @@ def _resolve_fsx(req: RenderRequest, ctx: dict[str, Any]) -> dict[str, Any]:
         raise UsageError("the fsx manifest needs " + ", ".join(missing) + " (from the stack outputs: hpq status STACK)")
     if not re.match(r"^fs-[0-9a-f]{8,17}$", req.fsx_id or ""):
         raise UsageError(f"invalid FSx filesystem id {req.fsx_id!r} (expected fs-0123456789abcdef0)")
-    if req.fsx_capacity_gib < 1200:
-        raise UsageError("--fsx-capacity must be at least 1200 GiB (the smallest FSx for Lustre size)")
+    if not fsx_capacity_ok(req.fsx_capacity_gib):
+        raise UsageError(f"--fsx-capacity {req.fsx_capacity_gib}: FSx for Lustre takes {FSX_RULE}")
     ctx.update(
         name=_check_name(req.name or "hpq-fsx"),
         fsx_id=req.fsx_id,
