@@ -229,3 +229,39 @@ def test_a_pinned_pair_job_validates_against_the_chart_crd():
                                                                 "kubernetes.io/hostname"]
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["affinity"]["nodeAffinity"]
     assert "kubernetes.io/hostname" not in json.dumps(launcher)  # the launcher runs anywhere healthy
+
+
+@pytest.mark.parametrize("slow", [None, "node-2"])
+def test_the_same_pair_logs_reach_the_same_verdict_on_slurm_and_eks(fake_kube, tmp_path, slow):
+    """The Slurm side: run-nccl-test --sweep judges each pair's log file (nccl_sweep.judge_pair), builds the
+    report (sweep.build_report) and prints its JSON, which the Slurm backend brings back over SSH (the controller's
+    shell answered by LogShell, as in test_validation_eks). The same pair logs on EKS: the same outcome, exit
+    code, node scores, slow nodes and verdict line."""
+    from hpq.scripts import nccl_sweep
+    from hpq.validation.slurm import SlurmBackend
+    from tests.validation.test_validation_eks import LogShell
+
+    kube = cluster(fake_kube, slow=slow)
+    eks, _ = sweep_on(kube)
+    results = []
+    for rno, pairs in enumerate(sweep.schedule(NODES), 1):
+        for pair in pairs:
+            path = tmp_path / f"{rno}-{pair[0]}-{pair[1]}.log"
+            path.write_text("\n".join(kube.scenario["pair_logs"][pair_key(*pair)]) + "\n")
+            results.append(nccl_sweep.judge_pair(sweep.PairResult(rno, pair, sweep.OK, exit_status=0), str(path)))
+    doc = sweep.build_report(NODES, results, 3, sweep.SIZE_TCP)
+    slurm = run_test(SlurmBackend(LogShell(json.dumps(doc), int(doc["exit_code"])), ClusterFacts("c", "slurm", G5)),
+                     TestRequest(SWEEP), lambda line: None)
+    assert (eks.outcome, eks.exit_code) == (slurm.outcome, slurm.exit_code)
+    assert eks.data["scores"] == slurm.data["scores"] and eks.data["slow_nodes"] == slurm.data["slow_nodes"]
+    assert eks.message.splitlines()[-1] == slurm.message.splitlines()[-1]
+    assert eks.data["slow_nodes"] == ([slow] if slow else [])
+
+
+def test_keep_leaves_every_pair_job_and_says_so(fake_kube):
+    """--keep: the six pair jobs stay for kubectl (the broken twin of the cleanup the other tests check)."""
+    result, lines = sweep_on(cluster(fake_kube), options=EksOptions(keep=True))
+    assert result.outcome == outcome.PASS
+    assert sorted(name for plural, _ns, name in fake_kube.objects if plural == "mpijobs") == sorted(
+        f"hpq-sweep-{r}-{i}" for r in (1, 2, 3) for i in (0, 1))
+    assert any(line.startswith("--keep: leaving MPIJob(s) hpq-sweep-1-0") for line in lines)
