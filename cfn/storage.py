@@ -17,10 +17,8 @@ from troposphere import GetAtt, Ref, Sub, fsx
 
 from hpq.cfn import common
 from hpq.lifecycle import names
-from hpq.vocab import DEFAULT_FSX_GIB
+from hpq.vocab import DEFAULT_FSX_GIB, FSX_RULE, fsx_capacities
 
-# PERSISTENT_2: 1200 GiB, then increments of 2400 GiB.
-FSX_CAPACITIES = (1200, 2400, 4800, 9600, 19200, 38400)
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 LUSTRE_VERSION = "2.15"
 METADATA_MODE = "AUTOMATIC"
@@ -37,8 +35,8 @@ def build(cfg: StorageConfig) -> common.Template:
     cluster = common.cluster_name_param(t)
     subnet = common.param(t, "NodeSubnetId", "The node subnet.", type_="AWS::EC2::Subnet::Id")
     sg = common.param(t, "SecurityGroupId", "The cluster security group.", type_="AWS::EC2::SecurityGroup::Id")
-    capacity = common.param(t, "StorageCapacityGiB", "FSx for Lustre capacity in GiB.", type_="Number",
-                            Default=str(cfg.default_capacity_gib), AllowedValues=[str(c) for c in FSX_CAPACITIES])
+    capacity = common.param(t, "StorageCapacityGiB", f"FSx for Lustre capacity: {FSX_RULE}.", type_="Number",
+                            Default=str(cfg.default_capacity_gib), AllowedValues=[str(c) for c in fsx_capacities()])
     throughput = common.param(t, "PerUnitStorageThroughput", "MB/s per TiB of storage.", type_="Number",
                               Default=str(cfg.default_throughput), AllowedValues=[str(c) for c in FSX_THROUGHPUTS])
     fs = t.add_resource(fsx.FileSystem(

@@ -22,7 +22,7 @@ from hpq.errors import UsageError
 from hpq.lifecycle import catalog, transport
 from hpq.manifests import yamlsafe
 from hpq.scripts.args import NCCL_DEBUG_LEVELS  # the node commands' list: one for both
-from hpq.vocab import DEFAULT_FSX_GIB
+from hpq.vocab import DEFAULT_FSX_GIB, FSX_RULE, fsx_capacity_ok
 
 TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -83,6 +83,12 @@ MAX_NODES = 512  # the most nodes one hpq test job spans (pods are listed and ju
 
 # DNS-1035 (a letter first): the operators refuse other job names, and "<name>-worker-<n>" must fit in 63.
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
+# A label value (Kubernetes "Labels and Selectors": 63 characters, alphanumerics, '-', '_', '.').
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# The kubelet sets it on every node; a pod is pinned to nodes with a required nodeAffinity on it
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetesiohostname,
+# https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#node-affinity).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")  # what Kubernetes allows as a ConfigMap key
 
 
@@ -106,6 +112,10 @@ class RenderRequest:
     fsx_claim: str | None = None
     nccl_debug: str | None = None  # NCCL_DEBUG level; None: INFO for nccl-test, unset otherwise; "off": unset
     mpirun: str = MPIRUN  # absolute path of mpirun in the nccl-tests image
+    # nccl-test: pin the workers to these nodes (their kubernetes.io/hostname label values, one per node);
+    # the pairwise sweep runs each pair this way (hpq.validation.eks_sweep).
+    hosts: tuple[str, ...] = ()
+    message_bytes: int | None = None  # nccl-test: one message size (-b N -e N) instead of 8 B to 2 GB
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -231,6 +241,7 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
     # A memory request is mandatory next to hugepages; sized to leave most of the node to the workload.
     memory_request = f"{max(2, min(64, entry.memory_gib // 8))}Gi"
     name = _check_name(req.name or f"hpq-{req.test}")
+    _check_hosts(req)
     ranks_per_node = gpus * catalog.NEURON_CORES_PER_DEVICE.get(entry.family, 2) if neuron else gpus
     ctx.update(
         name=name,
@@ -252,6 +263,8 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
         launcher_labels={**ctx["labels"], "hpq.aws/job": name, "hpq.aws/role": "launcher"},
         neuron_bin=NEURON_BIN,
         fsx_claim=req.fsx_claim,
+        pin_hosts=list(req.hosts),
+        hostname_label=HOSTNAME_LABEL,
         health_label=HEALTH_LABEL,
         health_value=HEALTHY,
         deep_health_label=DEEP_HEALTH_LABEL,
@@ -265,7 +278,7 @@ def resolve(req: RenderRequest) -> dict[str, Any]:
             ctx["worker_command"] = ["/bin/sh", "-c", _NEURON_WORKER]
         else:
             ctx["launcher_command"] = mpirun_launcher_command(_check_mpirun(req.mpirun), total, gpus,
-                                                              sorted(variables))
+                                                              sorted(variables), req.message_bytes)
             ctx["worker_command"] = ["/usr/sbin/sshd", "-De"]
     elif req.test == "validate":
         ctx["image"] = req.image or (NEURON_IMAGE if neuron else NCCL_TESTS_IMAGE)
@@ -299,7 +312,18 @@ def _check_mpirun(path: str) -> str:
     return path
 
 
-def mpirun_launcher_command(mpirun: str, total: int, per_node: int, env_names: list[str]) -> list[str]:
+def _check_hosts(req: RenderRequest) -> None:
+    """Pinned workers: only nccl-test pins them, one distinct node per worker; sizes only for nccl-test."""
+    if req.hosts and (req.test != "nccl-test" or len(set(req.hosts)) != len(req.hosts) or len(req.hosts) != req.nodes):
+        raise UsageError(f"hosts {', '.join(req.hosts)}: {req.nodes} distinct node(s) for the nccl-test workers")
+    if any(not _LABEL_VALUE_RE.match(h) for h in req.hosts):
+        raise UsageError(f"hosts {', '.join(req.hosts)}: not Kubernetes label values")
+    if req.message_bytes is not None and (req.test != "nccl-test" or not 1 <= req.message_bytes <= 1 << 34):
+        raise UsageError(f"message size {req.message_bytes}: 1 B to 16 GiB, for nccl-test")
+
+
+def mpirun_launcher_command(mpirun: str, total: int, per_node: int, env_names: list[str],
+                            message_bytes: int | None = None) -> list[str]:
     """The MPI launcher: wait for the workers' DNS records, then nccl-tests through mpirun by absolute path.
 
     Every transport variable is passed with -x: ranks that sshd starts on the workers get nothing of the
@@ -311,7 +335,8 @@ def mpirun_launcher_command(mpirun: str, total: int, per_node: int, env_names: l
            "-x", "PATH", "-x", "LD_LIBRARY_PATH"]
     for name in env_names:
         cmd += ["-x", name]
-    return cmd + [NCCL_TESTS_BINARY, "-b", "8", "-e", "2G", "-f", "2", "-g", "1", "-c", "1", "-n", "20"]
+    sizes = ["-b", "8", "-e", "2G"] if message_bytes is None else ["-b", str(message_bytes), "-e", str(message_bytes)]
+    return cmd + [NCCL_TESTS_BINARY, *sizes, "-f", "2", "-g", "1", "-c", "1", "-n", "20"]
 
 
 # Neuron workers: sshd sessions get the container's environment through /etc/environment (read by
@@ -400,8 +425,8 @@ def _resolve_fsx(req: RenderRequest, ctx: dict[str, Any]) -> dict[str, Any]:
         raise UsageError("the fsx manifest needs " + ", ".join(missing) + " (from the stack outputs: hpq status STACK)")
     if not re.match(r"^fs-[0-9a-f]{8,17}$", req.fsx_id or ""):
         raise UsageError(f"invalid FSx filesystem id {req.fsx_id!r} (expected fs-0123456789abcdef0)")
-    if req.fsx_capacity_gib < 1200:
-        raise UsageError("--fsx-capacity must be at least 1200 GiB (the smallest FSx for Lustre size)")
+    if not fsx_capacity_ok(req.fsx_capacity_gib):
+        raise UsageError(f"--fsx-capacity {req.fsx_capacity_gib}: FSx for Lustre takes {FSX_RULE}")
     ctx.update(
         name=_check_name(req.name or "hpq-fsx"),
         fsx_id=req.fsx_id,

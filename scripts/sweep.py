@@ -53,7 +53,10 @@ SIZE_TCP = 64 << 20
 SIZE_CPU = 1 << 20
 
 OK, FAILED, TIMEOUT, WRONG, SKIPPED = "ok", "failed", "timeout", "wrong", "skipped"
-MEASURED = (OK, FAILED, TIMEOUT, WRONG)  # SKIPPED: the time budget ran out before the pair ran
+# A pair whose run ended without leaving a log to read (on EKS: a job that succeeded, its launcher log empty):
+# no evidence either way, so its nodes are not measured by it (INCONCLUSIVE, never PASS or FAIL).
+NO_LOG = "no-log"
+MEASURED = (OK, FAILED, TIMEOUT, WRONG)  # SKIPPED: the time budget ran out before the pair ran; NO_LOG: unread
 
 Pair = Tuple[str, str]
 
@@ -211,13 +214,13 @@ def exclude_command(nodes: Sequence[str]) -> str:
 
 def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int, size_bytes: int,
                  extra: Optional[Dict[str, object]] = None, min_gap: float = MIN_GAP,
-                 expect_efa: bool = False) -> Dict[str, object]:
+                 expect_efa: bool = False, budget_flag: str = "--budget") -> Dict[str, object]:
     """The sweep's result as one JSON-able dict (what ``--output json`` prints); verdict included.
 
     FAIL: a slow node, a failed pair, or (``expect_efa``: the workers' type has EFA) a pair whose log
-    says TCP sockets. INCONCLUSIVE: a node was not measured, fewer than three nodes were measured (a
-    slow node cannot be told from its only partner), or on an EFA type a pair's log does not name its
-    network. PASS only when every node met two partners or more and none is slow.
+    says TCP sockets. INCONCLUSIVE: a node was not measured, a pair left no log (NO_LOG), fewer than
+    three nodes were measured (a slow node cannot be told from its only partner), or on an EFA type a
+    pair's log does not name its network. PASS only when every node met two partners or more and none is slow.
     """
     scores = node_scores(nodes, pairs)
     met = partners(nodes, pairs)
@@ -225,13 +228,14 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     measured = [p for p in pairs if p.measured]
     bad = [p for p in measured if p.status != OK]
     skipped = [p for p in pairs if p.status == SKIPPED]
+    unread = [p for p in pairs if p.status == NO_LOG]
     notes: List[str] = []
     alone = [n for n in nodes if scores[n] is not None and len(met[n]) < 2]
     if alone:
         notes.append("%s met only one partner: a slow pair cannot be pinned on either of its nodes (a sweep of "
                      "3 nodes can, of %d or more reliably)" % (", ".join(alone), MIN_PARTNERS + 1))
     if skipped:
-        notes.append("%d pair(s) not run: the time budget ran out (--budget)" % len(skipped))
+        notes.append("%d pair(s) not run: the time budget ran out (%s)" % (len(skipped), budget_flag))
     unmeasured = [n for n in nodes if scores[n] is None]
     table = []
     for n in nodes:
@@ -260,10 +264,15 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
     missing: List[str] = []
     if not parts:
         if not measured:
-            missing.append("no pair ran: the time budget ran out first (--budget)")
+            missing.append("no pair was measured: %d pair(s) left no log" % len(unread) if unread else
+                           "no pair ran: the time budget ran out first (%s)" % budget_flag)
         elif unmeasured:
-            missing.append("%d node(s) not measured (%s): rerun with a larger --budget" % (
-                len(unmeasured), ", ".join(unmeasured[:8])))
+            missing.append("%d node(s) not measured (%s): %s" % (
+                len(unmeasured), ", ".join(unmeasured[:8]),
+                "a pair left no log; rerun" if unread else "rerun with a larger %s" % budget_flag))
+        if unread and measured:  # a scheduled pair with no evidence either way: no PASS on what was not read
+            missing.append("%d pair(s) left no log to read (%s)" % (
+                len(unread), ", ".join("%s+%s" % p.nodes for p in unread[:3])))
         judged = [n for n in nodes if scores[n] is not None]
         if 0 < len(judged) < MIN_PARTNERS:
             missing.append("only %d node(s) measured: a slow node cannot be told from its only partner; sweep 3 or "
@@ -323,6 +332,8 @@ def _fmt_pair(p: Dict) -> str:
         what = "WRONG DATA (%s)" % (p.get("note") or "wrong elements")
     elif p["status"] == SKIPPED:
         what = "not run"
+    elif p["status"] == NO_LOG:
+        what = "NO LOG"
     else:
         what = "FAILED (%s)" % (p.get("note") or "exit %s" % p.get("exit_status"))
     return "round %-3d %s + %s: %s" % (p["round"], a, b, what)

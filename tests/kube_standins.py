@@ -91,7 +91,11 @@ class FakeKube:
     then the API answers 401 until a new token comes, as EKS does after a token's 15 minutes),
     ``node_logs`` (node name -> the log lines of a pod pinned there with ``nodeName``), ``node_final``
     (node name -> the end state of the batch/v1 Job whose pod is pinned there), ``hang`` (node names whose
-    pinned Job never ends: a node that does not answer).
+    pinned Job never ends: a node that does not answer), ``pair_logs`` (sorted pair of hostnames -> the
+    launcher's log lines of an MPIJob whose workers a required node affinity on ``kubernetes.io/hostname`` pins
+    to those two nodes), ``pair_final`` (the same key -> that MPIJob's end state). Worker pods pinned to a
+    hostname no node carries stay Pending with the scheduler's PodScheduled=False condition, as the real
+    scheduler leaves them (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/).
 
     ``PATCH /api/v1/nodes/NAME`` (kubectl cordon/uncordon) is served as the API server serves it: only with a
     patch media type (others: 415 Unsupported Media Type), 404 NotFound for a node it does not have.
@@ -146,7 +150,10 @@ class FakeKube:
         except catalog.UnknownInstanceType:
             entry = None
         for _ in range(count):
-            labels = {"node.kubernetes.io/instance-type": instance_type}
+            name = names[_] if names else f"node-{len(self.nodes)}"
+            # The kubelet labels every node with its hostname (EKS: the node name), which pods pin to
+            # (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetesiohostname).
+            labels = {"node.kubernetes.io/instance-type": instance_type, "kubernetes.io/hostname": name}
             if health is not None:
                 labels["sagemaker.amazonaws.com/node-health-status"] = health
             allocatable = {"cpu": "191450m", "memory": "2097152Ki", "pods": "737"}
@@ -156,7 +163,6 @@ class FakeKube:
                 have = entry.efa_interfaces if efa is None else efa
                 if have:
                     allocatable["vpc.amazonaws.com/efa"] = str(have)
-            name = names[_] if names else f"node-{len(self.nodes)}"
             self.nodes.append({"metadata": {"name": name, "labels": labels}, "spec": {},
                                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                                           "allocatable": allocatable}})
@@ -167,10 +173,12 @@ class FakeKube:
         name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
         spec = obj.get("spec", {})
         if plural == "mpijobs":
+            hosts = self.pinned_hosts(obj)
             for role, rs in spec["mpiReplicaSpecs"].items():
                 for i in range(rs.get("replicas", 1)):
                     pod = f"{name}-launcher" if role == "Launcher" else f"{name}-worker-{i}"
                     self._add_pod(pod, ns, name, rs["template"], role.lower(), {})
+                    self.pods[pod]["_hosts"] = hosts
         elif plural == "pytorchjobs":
             for role, rs in spec["pytorchReplicaSpecs"].items():
                 for i in range(rs.get("replicas", 1)):
@@ -196,7 +204,11 @@ class FakeKube:
             self.ticks += 1
             for pod in self.pods.values():
                 st = pod["status"]
-                if self.scenario.get("unschedulable"):
+                if self._unplaceable(pod):
+                    st["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} "
+                                                    "node(s) didn't match Pod's node affinity/selector."}]
+                elif self.scenario.get("unschedulable"):
                     st["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                          "message": self.scenario["unschedulable"]}]
                 elif self.scenario.get("waiting"):
@@ -217,11 +229,32 @@ class FakeKube:
                         self.finish(obj)
 
     @staticmethod
+    def pinned_hosts(obj: dict[str, Any]) -> tuple[str, ...] | None:
+        """The hostnames an MPIJob's workers are pinned to (required nodeAffinity In), sorted; None: not pinned."""
+        worker = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}
+        affinity = (((worker.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity")
+        terms = ((affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms") or []
+        for term in terms:
+            for expr in term.get("matchExpressions") or []:
+                if expr.get("key") == "kubernetes.io/hostname" and expr.get("operator") == "In":
+                    return tuple(sorted(expr.get("values") or []))
+        return None
+
+    def _unplaceable(self, pod: dict[str, Any]) -> bool:
+        """A worker pinned to a hostname that no node carries: the scheduler cannot place it."""
+        hosts = pod.get("_hosts")
+        known = {(n["metadata"].get("labels") or {}).get("kubernetes.io/hostname") for n in self.nodes}
+        return pod["_role"] == "worker" and hosts is not None and not set(hosts) <= known
+
+    @staticmethod
     def _pinned(obj: dict[str, Any]) -> str | None:
         return ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeName")
 
     def finish(self, obj: dict[str, Any]) -> None:
-        final = self.scenario.get("node_final", {}).get(self._pinned(obj)) or self.scenario.get("final", "Succeeded")
+        final = (self.scenario.get("node_final", {}).get(self._pinned(obj))
+                 or self.scenario.get("pair_final", {}).get(self.pinned_hosts(obj))
+                 or self.scenario.get("final", "Succeeded"))
         kind = "Complete" if obj["kind"] == "Job" and final == "Succeeded" else final
         obj["status"] = {"conditions": [{"type": "Running", "status": "False"},
                                         {"type": kind, "status": "True", "message": f"job {final.lower()}"}]}
@@ -238,6 +271,9 @@ class FakeKube:
         node = self.pods[pod].get("_node")
         if node and node in self.scenario.get("node_logs", {}):
             return list(self.scenario["node_logs"][node])
+        hosts = self.pods[pod].get("_hosts")
+        if role == "launcher" and hosts is not None and hosts in self.scenario.get("pair_logs", {}):
+            return list(self.scenario["pair_logs"][hosts])
         lines = logs.get(pod) or logs.get(role) or []
         return list(lines)
 

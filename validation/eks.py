@@ -17,7 +17,7 @@ also takes an EKS cluster's own name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from hpq.aws.session import make_session
@@ -29,16 +29,17 @@ from hpq.manifests.render import RenderRequest, check_request, render_objects
 from hpq.validation import doctor, judges
 from hpq.validation.backend import ClusterFacts, Echo
 from hpq.validation.eks_doctor import NodeJobs
+from hpq.validation.eks_sweep import SWEEP_NAME, PairJobs
 from hpq.validation.request import DOCTOR, NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TIMED_OUT, RawOutcome, TestResult
 
 # The manifests each test runs (hpq.manifests.render.TESTS). On Trainium the nccl-test manifests run
 # nccom-test (the Neuron collectives benchmark), which is what nccom asks for.
-MANIFESTS = {NCCL: "nccl-test", NCCOM: "nccl-test", NANOGPT: "nanogpt", VALIDATE: "validate"}
-SWEEP_UNAVAILABLE = "sweep on an EKS cluster: not available yet (run `hpq test nccl` on two nodes at a time)"
+# The sweep runs nccl-test manifests, one MPIJob per pair of nodes (validation/eks_sweep.py).
+MANIFESTS = {NCCL: "nccl-test", NCCOM: "nccl-test", NANOGPT: "nanogpt", VALIDATE: "validate", SWEEP: "nccl-test"}
 # Which tests each EKS option shapes beyond every test's own (image, namespace, name, keep, fsx_claim); given
 # to another test it would be ignored without a word, so it is refused.
-OPTION_TESTS = {"program": (NANOGPT,), "program_args": (NANOGPT,), "mpirun": (NCCL,), "fsx_claim": tuple(MANIFESTS),
+OPTION_TESTS = {"program": (NANOGPT,), "program_args": (NANOGPT,), "mpirun": (NCCL, SWEEP), "fsx_claim": tuple(MANIFESTS),
                 "name": tuple(MANIFESTS)}
 
 
@@ -95,6 +96,7 @@ class EksBackend:
         self.poll_s = poll_s
         self._runner: jobs.Runner | None = None
         self._doctor: NodeJobs | None = None
+        self._sweep: PairJobs | None = None
         self._echo: Echo = lambda line: None
 
     @classmethod
@@ -134,8 +136,6 @@ class EksBackend:
 
     def check(self, request: TestRequest) -> None:
         """Refuse what this backend cannot run, before anything is created."""
-        if request.test == SWEEP:
-            raise UsageError(SWEEP_UNAVAILABLE)
         if request.test not in MANIFESTS and request.test != DOCTOR:
             raise UsageError(f"{request.test} has no EKS manifests")
         if request.extra and request.test == DOCTOR:
@@ -165,6 +165,8 @@ class EksBackend:
         self.check(request)
         if request.test == DOCTOR:
             return self._run_doctor(request, echo)
+        if request.test == SWEEP:
+            return self._run_sweep(request, instance_type, echo)
         nodes = request.node_count or 0
         client = self.client()
         itype = jobs.pick_instance_type(client, instance_type, nodes)
@@ -191,6 +193,17 @@ class EksBackend:
         self._doctor = NodeJobs(self.client(), o.namespace, o.image, poll_s=self.poll_s, keep=o.keep)
         code, line = self._doctor.run(request, echo)
         return RawOutcome(code, line, command=f"jobs/{self._doctor.name}-*", state="exited")
+
+    def _run_sweep(self, request: TestRequest, instance_type: str | None, echo: Echo) -> RawOutcome:
+        """The pairwise sweep: one nccl-tests MPIJob per pair, pinned to its two nodes (validation/eks_sweep.py)."""
+        client = self.client()
+        itype = jobs.pick_instance_type(client, instance_type, request.node_count or 2)
+        if self.options.fsx_claim:
+            jobs.check_fsx_claim(client, self.options.namespace, self.options.fsx_claim)
+        base = self.render_request(TestRequest(NCCL, 2, request.gpus, nccl_debug=request.nccl_debug), itype)
+        self._sweep = PairJobs(client, replace(base, name=self.options.name or SWEEP_NAME), poll_s=self.poll_s,
+                               keep=self.options.keep)
+        return self._sweep.run(request, echo)
 
     # The doctor's node actions on EKS (hpq.validation.doctor_fix calls these through the backend).
     @staticmethod
@@ -245,6 +258,8 @@ class EksBackend:
                 result.message += f"\n{raw.command or 'the job'} ended {raw.state}" + (
                     f": {raw.detail}" if raw.detail else "")
             return result
+        if request.test == SWEEP:
+            return judges.judge_sweep(request, raw, instance_type, self.name, cluster)
         if request.test == NANOGPT:
             return judges.judge_nanogpt(request, raw, instance_type, self.name, cluster)
         return judges.judge_validate(request, raw, instance_type, self.name, cluster)
@@ -254,6 +269,9 @@ class EksBackend:
         nodejobs, self._doctor = self._doctor, None
         if nodejobs is not None:
             nodejobs.cleanup(self._echo)
+        pairs, self._sweep = self._sweep, None
+        if pairs is not None:
+            pairs.cleanup(self._echo)
         runner, self._runner = self._runner, None
         if runner is None:
             return

@@ -17,7 +17,7 @@ from hpq.cli.common_options import aws_options, output_option
 from hpq.manifests.render import RenderRequest, render
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import NANOGPT, NCCL, VALIDATE, TestRequest
-from hpq.vocab import DEFAULT_FSX_GIB
+from hpq.vocab import DEFAULT_FSX_GIB, FSX_RULE
 
 RENDER_TESTS = ("nccl-test", "nanogpt", "validate", "fsx")
 _JOBS = ("nccl-test", "nanogpt", "validate")
@@ -82,7 +82,7 @@ def _request(test: str, **kw: Any) -> RenderRequest:
 @click.option("--fsx-mount-name", default=None, type=inputs.FSX_MOUNT_NAME,
               help="fsx: mount name (stack output FsxMountName).")
 @click.option("--fsx-capacity", type=inputs.FSX_CAPACITY, default=DEFAULT_FSX_GIB, show_default=True,
-              help="fsx: capacity in GiB (1200, 2400 or a multiple of 2400).")
+              help=f"fsx: capacity in GiB ({FSX_RULE}).")
 def render_cmd(test: str, instance_type: str | None, nodes: int, gpus: int | None, image: str | None,
                namespace: str, name: str | None, program: str | None, program_args: str,
                fsx_claim: str | None, nccl_debug: str | None, mpirun: str | None, fsx_id: str | None,

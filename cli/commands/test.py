@@ -145,7 +145,8 @@ def test(ctx: click.Context) -> None:
     the cluster itself (DescribeCluster), so the command is the same for both. On
     Slurm the node programs run on the controller over SSH through SSM; on EKS the
     tests run as Kubernetes jobs. Options marked EKS: apply on EKS only, the SSH
-    options and --extra on Slurm only; sweep is not available on EKS yet.
+    options and --extra on Slurm only. On EKS the sweep runs one nccl-tests MPIJob
+    per pair of GPU nodes, pinned to the two, within --timeout.
 
     \b
     Examples:

@@ -12,8 +12,9 @@ import click
 from hpq.lifecycle import catalog
 from hpq.manifests.render import MAX_NODES
 from hpq.text import show
+from hpq.vocab import FSX_MAX_GIB, FSX_MIN_GIB, FSX_RULE, fsx_capacity_ok
 
-FSX_CAPACITY_MAX = 2147483647  # fsx StorageCapacity
+FSX_CAPACITY_MAX = FSX_MAX_GIB  # fsx StorageCapacity
 MAX_INSTANCES = 6758  # sagemaker ClusterInstanceCount
 EBS_GIB_MAX = 16384  # sagemaker ClusterEbsVolumeConfig.VolumeSizeInGB
 
@@ -61,16 +62,15 @@ TIMEOUT = Count(1, 7 * 24 * 3600, "seconds")
 
 
 class FsxCapacity(Count):
-    """FSx for Lustre SSD capacity: 1200 GiB, 2400 GiB, then increments of 2400 GiB (CreateFileSystem
-    StorageCapacity, https://docs.aws.amazon.com/fsx/latest/APIReference/API_CreateFileSystem.html)."""
+    """FSx for Lustre SSD capacity by hpq.vocab's one rule (fsx_capacity_ok, FSX_RULE)."""
 
     def __init__(self, allow_none: bool) -> None:
-        super().__init__(0 if allow_none else 1200, FSX_CAPACITY_MAX,
-                         "GiB of FSx for Lustre: 1200, 2400 or a multiple of 2400" + ("; 0 for none" if allow_none else ""))
+        super().__init__(0 if allow_none else FSX_MIN_GIB, FSX_CAPACITY_MAX,
+                         f"FSx for Lustre: {FSX_RULE}" + ("; 0 for none" if allow_none else ""))
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
-        if number and number != 1200 and number % 2400:
+        if number and not fsx_capacity_ok(number):
             self.fail(f"{number} is not a valid size ({self.what})", param, ctx)
         return number
 

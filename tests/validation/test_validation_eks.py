@@ -208,7 +208,7 @@ def test_eks_options_on_a_moto_slurm_cluster_are_refused(moto_aws, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["nccl", "my-hp", "2", "--user", "bob"], "--user does not apply to an EKS cluster"),
     (["nanogpt", "my-hp", "2", "--extra", "--iters 5"], "--extra does not apply to an EKS cluster"),
-    (["sweep", "my-hp"], "sweep on an EKS cluster: not available yet"),
+    (["sweep", "my-hp", "3"], "needs 3 Ready ml.g5.16xlarge node(s); the cluster has 2"),
     (["nccom", "my-hp", "2"], "nccom runs nccom-test on Trainium"),
 ])
 def test_what_an_eks_cluster_cannot_do_is_one_line_exit_2(
@@ -281,11 +281,9 @@ def test_a_job_that_failed_is_a_fail_like_a_program_that_exited_1(fake_kube, nam
 
 def test_every_test_has_eks_manifests_or_a_clear_refusal():
     backend = eks_backend.EksBackend("c", eks_backend.EksOptions(), lambda: pytest.fail("no API call"))
-    for test in (NCCL, NCCOM, NANOGPT, VALIDATE):
+    for test in (NCCL, NCCOM, NANOGPT, VALIDATE, SWEEP):
         backend.check(TestRequest(test, 2))
         assert backend.render_request(TestRequest(test, 2), G5).test in ("nccl-test", "nanogpt", "validate")
-    with pytest.raises(UsageError, match="not available yet"):
-        backend.check(TestRequest(SWEEP))
 
 
 def test_options_for_another_test_are_refused():
