@@ -40,7 +40,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from hpq.standins import systemctl as systemctl_standin
+from hpq.standins import systemctl
 
 CLUSTER = "ml-cluster"
 REGION = "us-west-2"
@@ -348,4 +348,4 @@ def run_on_create(entry: Path, env: dict, *args: str, cwd: Path | None = None,
 def systemctl_standin_for(root: Path) -> str:
     """The systemctl stand-in's shim for the node at ``root`` (hpq.standins.systemctl: no systemd on this host),
     next to the root; what the lifecycle's HPQ_SYSTEMCTL_CMD names, or what goes first on the node's PATH."""
-    return systemctl_standin.install(str(root.parent / f"{root.name}-bin"), str(root))
+    return systemctl.install(str(root.parent / f"{root.name}-bin"), str(root))

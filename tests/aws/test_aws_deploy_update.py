@@ -101,18 +101,18 @@ def test_new_stack_gets_small_and_defaults_and_removed_parameters_are_listed():
 def test_a_kept_value_this_release_refuses_is_one_line_naming_it():
     """A stack value a newer release no longer allows (CloudFormation would refuse it too) is said before anything is
     uploaded, as the stack's value, with the way out; the same value given by the user is synth's own error."""
-    from hpq.aws import deploy as aws_deploy
+    from hpq.aws import deploy
 
     values = dict(deploy_plan.parameter_plan(root_declared(), CURRENT, {}, None).values,
                   OnStartDeepHealthChecks="EveryTest")
     existing = stacks.StackInfo("team-a", "arn:aws:cloudformation:us-east-1:1:stack/team-a/1", "UPDATE_COMPLETE")
     with pytest.raises(UsageError) as exc:
-        aws_deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, existing, None)
+        deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, existing, None)
     msg = str(exc.value)
     assert msg.startswith("the stack's current parameters do not fit this release: OnStartDeepHealthChecks=")
     assert msg.endswith("pass --param KEY=VALUE to choose a value it accepts") and "\n" not in msg
     with pytest.raises(UsageError) as exc:
-        aws_deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, None, None)
+        deploy.build_planned_release("b", REGION, "slurm-gpu", None, values, None, None)
     assert not str(exc.value).startswith("the stack's current")
 
 
@@ -342,7 +342,7 @@ class NestedAnswers:
 @pytest.mark.slow
 @pytest.mark.usefixtures("aws_env")
 def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
-    from hpq.aws import deploy as aws_deploy
+    from hpq.aws import deploy
 
     stack = "hpq-t-upd-yes"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal: no prompt
@@ -350,8 +350,8 @@ def test_replacing_fsx_needs_yes(bucket, capsys, monkeypatch):
                             "AvailabilityZoneId=use1-az4", "--yes", *EMULATE], capsys)
     assert code == 0, err
     before = stack_params(stack)
-    real = aws_deploy.client
-    monkeypatch.setattr(aws_deploy, "client", lambda s, svc, region=None: NestedAnswers(real(s, svc, region))
+    real = deploy.client
+    monkeypatch.setattr(deploy, "client", lambda s, svc, region=None: NestedAnswers(real(s, svc, region))
                         if svc == "cloudformation" else real(s, svc, region))
     args = ["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "AvailabilityZoneId=use1-az6", *EMULATE]
     code, _, err = run_cli(args, capsys)

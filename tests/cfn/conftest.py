@@ -20,8 +20,7 @@ def lint_results(rendered, tmp_path_factory):
     Identical files (most nested stacks do not change with size) are linted once, in the union of the regions
     of the variants that render them; the map tells which (variant, size, file) each linted path stands for.
     """
-    from hpq.cfn import lint as cfn_lint
-    from hpq.cfn import regions
+    from hpq.cfn import lint, regions
 
     root = tmp_path_factory.mktemp("lint")
     by_digest: dict[str, Path] = {}
@@ -43,7 +42,7 @@ def lint_results(rendered, tmp_path_factory):
         groups.setdefault(tuple(sorted(region_set)), []).append(path)
     findings = []
     for region_list, paths in sorted(groups.items()):
-        findings += cfn_lint.lint_files(sorted(paths), region_list)
+        findings += lint.lint_files(sorted(paths), region_list)
     by_path: dict[str, list] = {}
     for f in findings:
         by_path.setdefault(str(Path(f.path).resolve()), []).append(f)

@@ -59,9 +59,9 @@ def test_param_type_answers_a_value_or_a_usage_line(text):
 
 @pytest.fixture(scope="module")
 def root_specs():
-    from hpq.cfn import synth as cfn_synth
+    from hpq.cfn import synth
 
-    return {p["Name"]: p for p in cfn_synth.root_parameters("slurm-gpu")}
+    return {p["Name"]: p for p in synth.root_parameters("slurm-gpu")}
 
 
 @LAPTOP
@@ -72,13 +72,13 @@ def root_specs():
 @example(None, "")
 def test_param_values_are_kept_as_given_or_refused(root_specs, data, value):
     """Every root parameter's check (cfn/synth._check_value): the value exactly as given, or one usage line."""
-    from hpq.cfn import synth as cfn_synth
+    from hpq.cfn import synth
     from hpq.cfn.variants import VARIANTS
 
     key = data.draw(st.sampled_from(sorted(root_specs))) if data is not None else "WorkerCount"
     spec = {k: v for k, v in root_specs[key].items() if k != "Name"}
     try:
-        out = cfn_synth._check_value(VARIANTS["slurm-gpu"], key, value, spec)
+        out = synth._check_value(VARIANTS["slurm-gpu"], key, value, spec)
     except UsageError as exc:
         assert "\n" not in str(exc).replace(repr(value), "")
         return

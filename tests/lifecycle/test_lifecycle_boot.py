@@ -20,32 +20,32 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import fsx, identity, names
-from tests import node_samples as fn
+from tests import node_samples
 from tests.slurm_cluster import make_context
 
 WORKER = "worker-group-1-1"
-WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
+WORKER_ID, WORKER_IP, _ = node_samples.SLURM_NODES[WORKER]
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # discard port: nothing answers
 
 
 def slurm_worker(tmp_path: Path, cluster_config: dict | None = None, params: dict | None = None):
     """A Slurm worker's root, the bundle with hpq-cluster.json (or provisioning_parameters.json) next to it."""
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.slurm_resource_config())
     (root / "proc").mkdir(parents=True)
-    (root / "proc/mounts").write_text(fn.BASE_MOUNTS)
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    (root / "proc/mounts").write_text(node_samples.BASE_MOUNTS)
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     if cluster_config is not None:
-        fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, cluster_config)
+        node_samples.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, cluster_config)
     if params is not None:
-        fn.write_json(entry.parent / names.PROVISIONING_PARAMETERS, params)
-    mount_calls = fn.write_fake_mount(tmp_path / "fake-mount")
-    fn.write_recorder(tmp_path / "modprobe")
+        node_samples.write_json(entry.parent / names.PROVISIONING_PARAMETERS, params)
+    mount_calls = node_samples.write_fake_mount(tmp_path / "fake-mount")
+    node_samples.write_recorder(tmp_path / "modprobe")
     return root, entry, mount_calls
 
 
 def hpq_cluster_json(**fsx_names) -> dict:
-    return dict(fn.hpq_cluster_config(), **fsx_names)
+    return dict(node_samples.hpq_cluster_config(), **fsx_names)
 
 
 def run_with_hosts(entry: Path, env: dict, hosts: dict[str, str], *args: str, timeout: float = 120):
@@ -56,7 +56,7 @@ def run_with_hosts(entry: Path, env: dict, hosts: dict[str, str], *args: str, ti
     ns = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
     argv = ns + ["sh", "-c", 'mount --bind "$1" /etc/hosts && shift && exec bash "$@"', "sh", str(hosts_file),
                  entry.name, *args]
-    return subprocess.run(argv, cwd=str(entry.parent), env=dict(fn.clean_env(), HPQ_FAIL_LOG_WAIT_S="0", **env),
+    return subprocess.run(argv, cwd=str(entry.parent), env=dict(node_samples.clean_env(), HPQ_FAIL_LOG_WAIT_S="0", **env),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -72,43 +72,43 @@ def test_fsx_names_from_hpq_cluster_json_mount_without_an_api_call(tmp_path, imd
     """hpq-cluster.json names the filesystem (the S3 stack writes the Storage stack's DNSName/LustreMountName):
     identify reads them, fsx mounts with them and writes fstab, and the FSx API (a closed port here) is never
     called. The same run with the names left out does call it and fails (the broken twin)."""
-    root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=fn.FSX_DNS,
-                                                                       fsx_mountname=fn.FSX_MOUNTNAME))
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID)})
+    root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=node_samples.FSX_DNS,
+                                                                       fsx_mountname=node_samples.FSX_MOUNTNAME))
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID)})
     env = node_env(root, tmp_path, srv)
-    res = run_with_hosts(entry, env, {fn.FSX_DNS: fn.FSX_IP}, "--steps", "identify,fsx")
+    res = run_with_hosts(entry, env, {node_samples.FSX_DNS: node_samples.FSX_IP}, "--steps", "identify,fsx")
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"named by {entry.parent}/{names.HPQ_CLUSTER_CONFIG} ({names.HPQ_CLUSTER_CONFIG}): no FSx API call" \
         in res.stdout
     assert "FSx API" not in res.stdout.replace("no FSx API call", "")
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
-    assert (info["fsx_dns_name"], info["fsx_mountname"]) == (fn.FSX_DNS, fn.FSX_MOUNTNAME)
+    assert (info["fsx_dns_name"], info["fsx_mountname"]) == (node_samples.FSX_DNS, node_samples.FSX_MOUNTNAME)
     assert mount_calls.read_text().splitlines() == [
-        f"-t lustre -o relatime,flock {fn.FSX_DNS}@tcp:/{fn.FSX_MOUNTNAME} {root}/fsx"]
-    assert f"{fn.FSX_DNS}@tcp:/{fn.FSX_MOUNTNAME} /fsx lustre" in (root / "etc/fstab").read_text()
+        f"-t lustre -o relatime,flock {node_samples.FSX_DNS}@tcp:/{node_samples.FSX_MOUNTNAME} {root}/fsx"]
+    assert f"{node_samples.FSX_DNS}@tcp:/{node_samples.FSX_MOUNTNAME} /fsx lustre" in (root / "etc/fstab").read_text()
 
-    root2, entry2, _ = slurm_worker(tmp_path / "twin", fn.hpq_cluster_config())
-    res = run_with_hosts(entry2, dict(env, HPQ_ROOT=str(root2)), {fn.FSX_DNS: fn.FSX_IP}, "--steps", "identify,fsx")
+    root2, entry2, _ = slurm_worker(tmp_path / "twin", node_samples.hpq_cluster_config())
+    res = run_with_hosts(entry2, dict(env, HPQ_ROOT=str(root2)), {node_samples.FSX_DNS: node_samples.FSX_IP}, "--steps", "identify,fsx")
     assert res.returncode == 1 and "FSx API still unreachable after 1 attempts" in res.stdout, res.stdout
 
 
 def test_a_deleted_filesystem_named_in_hpq_cluster_json_is_looked_up_by_tag(tmp_path, imds_factory):
     """hpq-cluster.json names a filesystem whose DNS name does not resolve within HPQ_DNS_WAIT_S: the tag lookup
     decides. Here the API is unreachable too, so the step fails naming both (never a silent continue)."""
-    root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=fn.FSX_DNS,
-                                                                       fsx_mountname=fn.FSX_MOUNTNAME))
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID)})
+    root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=node_samples.FSX_DNS,
+                                                                       fsx_mountname=node_samples.FSX_MOUNTNAME))
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID)})
     t0 = time.time()
     res = run_with_hosts(entry, node_env(root, tmp_path, srv), {}, "--steps", "identify,fsx")
     assert res.returncode == 1
     assert time.time() - t0 >= 2  # the DNS wait came first
-    assert f"{fn.FSX_DNS} (from {entry.parent}/{names.HPQ_CLUSTER_CONFIG}" in res.stdout
+    assert f"{node_samples.FSX_DNS} (from {entry.parent}/{names.HPQ_CLUSTER_CONFIG}" in res.stdout
     assert "asking the FSx API whether the filesystem still exists" in res.stdout
     assert "step fsx failed: FSx API still unreachable after 1 attempts" in res.stdout
     assert not mount_calls.exists() and not (root / "etc/fstab").exists()
 
 
-BAD_DNS = [fn.FSX_DNS + "\nattacker@tcp:/x /etc lustre defaults 0 0", fn.FSX_DNS + " /etc", "fs-1.fsx.\u2028x"]
+BAD_DNS = [node_samples.FSX_DNS + "\nattacker@tcp:/x /etc lustre defaults 0 0", node_samples.FSX_DNS + " /etc", "fs-1.fsx.\u2028x"]
 
 
 @pytest.mark.parametrize("bad", BAD_DNS)
@@ -118,14 +118,14 @@ def test_a_spliced_fsx_name_is_refused_before_fstab(tmp_path, imds_factory, bad,
     file and the field; no fstab line, no mount."""
     if source == names.HPQ_CLUSTER_CONFIG:
         root, entry, mount_calls = slurm_worker(tmp_path, hpq_cluster_json(fsx_dns_name=bad,
-                                                                           fsx_mountname=fn.FSX_MOUNTNAME))
+                                                                           fsx_mountname=node_samples.FSX_MOUNTNAME))
     else:
-        params = dict(fn.provisioning_parameters(), fsx_dns_name=bad)
+        params = dict(node_samples.provisioning_parameters(), fsx_dns_name=bad)
         root, entry, mount_calls = slurm_worker(tmp_path, None, params)
     (root / "etc").mkdir(parents=True)
     (root / "etc/fstab").write_text("UUID=abc / ext4 defaults 0 1\n")
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID)})
-    res = fn.run_on_create(entry, node_env(root, tmp_path, srv), "--steps", "identify,fsx")
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID)})
+    res = node_samples.run_on_create(entry, node_env(root, tmp_path, srv), "--steps", "identify,fsx")
     assert res.returncode == 1
     failed = [ln for ln in res.stdout.splitlines() if "step identify failed" in ln]
     assert len(failed) == 1 and f"{source}: fsx_dns_name {bad!r} is not a DNS name" in failed[0], res.stdout
@@ -133,8 +133,8 @@ def test_a_spliced_fsx_name_is_refused_before_fstab(tmp_path, imds_factory, bad,
     assert not mount_calls.exists() and "Traceback" not in res.stdout + res.stderr
 
 
-@pytest.mark.parametrize(("dns", "mount_name"), [("x y", fn.FSX_MOUNTNAME), (fn.FSX_DNS, "ab\ncd"),
-                                                 (fn.FSX_DNS, "abcdefghi"), (fn.FSX_DNS + ".", fn.FSX_MOUNTNAME)])
+@pytest.mark.parametrize(("dns", "mount_name"), [("x y", node_samples.FSX_MOUNTNAME), (node_samples.FSX_DNS, "ab\ncd"),
+                                                 (node_samples.FSX_DNS, "abcdefghi"), (node_samples.FSX_DNS + ".", node_samples.FSX_MOUNTNAME)])
 def test_the_fsx_step_checks_names_whatever_wrote_the_node_info(tmp_path, dns, mount_name):
     """A node-info file edited by hand (or by an older identify): the fsx step checks again."""
     ctx = make_context(tmp_path / "node", HPQ_MOUNT_CMD="false", HPQ_MODPROBE_CMD="true")
@@ -147,11 +147,11 @@ def test_the_fsx_step_checks_names_whatever_wrote_the_node_info(tmp_path, dns, m
 
 def failing_run(tmp_path: Path, wait: str) -> tuple[subprocess.CompletedProcess, float, Path]:
     """on_create.sh whose identify step fails (no resource_config.json), with HPQ_FAIL_LOG_WAIT_S=``wait``."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = tmp_path / "node"
     root.mkdir()
     t0 = time.time()
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=DEAD_ENDPOINT, HPQ_FAIL_LOG_WAIT_S=wait),
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=DEAD_ENDPOINT, HPQ_FAIL_LOG_WAIT_S=wait),
                            "--steps", "identify")
     return res, time.time() - t0, root
 
@@ -172,11 +172,11 @@ def test_a_successful_run_is_not_delayed(tmp_path, imds_factory):
     """Broken twin of the wait: the same script, a step that succeeds, a wait of 30 s that must not happen."""
     from tests.lifecycle.test_lifecycle_eks import IID, eks_node
 
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(IID, "g5.48xlarge")})
     t0 = time.time()
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_FAIL_LOG_WAIT_S="30"),
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_FAIL_LOG_WAIT_S="30"),
                            "--steps", "identify")
     assert res.returncode == 0, res.stdout + res.stderr
     assert time.time() - t0 < 20 and "waiting" not in res.stderr
@@ -184,9 +184,9 @@ def test_a_successful_run_is_not_delayed(tmp_path, imds_factory):
 
 @pytest.mark.parametrize("value", ["-1", "nan", "1e3", "3601", "60s", "08x", " 5"])
 def test_a_bad_fail_wait_is_refused_with_one_line(tmp_path, value):
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     t0 = time.time()
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(tmp_path / "node"), HPQ_FAIL_LOG_WAIT_S=value), "--steps",
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(tmp_path / "node"), HPQ_FAIL_LOG_WAIT_S=value), "--steps",
                            "identify")
     assert res.returncode == 2 and time.time() - t0 < 10
     assert res.stderr == ("hpq on_create: bad setting: HPQ_FAIL_LOG_WAIT_S must be a number of seconds from 0 to "
@@ -228,7 +228,7 @@ BAD_SETTINGS = [
 def test_settings_with_a_surprising_meaning_are_refused(tmp_path, args, env, message):
     """Exit 2 and one line, before anything runs or is written; through the bundle's on_create.sh as well."""
     root = tmp_path / "node"
-    base = {k: v for k, v in fn.clean_env().items()}
+    base = {k: v for k, v in node_samples.clean_env().items()}
     base.setdefault("HPQ_ROOT", str(root))
     run_env = dict(base, **env)
     if "--root" in args:
@@ -239,8 +239,8 @@ def test_settings_with_a_surprising_meaning_are_refused(tmp_path, args, env, mes
     assert res.stderr.splitlines() == [res.stderr.strip()] and message in res.stderr, res.stderr
     assert res.stdout == "" and not root.exists()
     if "--root" not in args and "HPQ_ROOT" not in env:
-        entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
-        via = fn.run_on_create(entry, dict(env, HPQ_ROOT=str(root)), *args)
+        entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
+        via = node_samples.run_on_create(entry, dict(env, HPQ_ROOT=str(root)), *args)
         assert via.returncode == 2 and message in via.stdout + via.stderr
 
 

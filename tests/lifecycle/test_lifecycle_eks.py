@@ -16,19 +16,19 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import eks_storage, identity, names
-from hpq.standins import systemctl as systemctl_standin
-from tests import node_samples as fn
+from hpq.standins import systemctl
+from tests import node_samples
 from tests.slurm_cluster import make_context
 
-IID = list(fn.EKS_NODES)[0]
+IID = list(node_samples.EKS_NODES)[0]
 EBS_LINE = "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0\n"
 
 
-def eks_node(tmp_path: Path, units: tuple[str, str] = (fn.AL2023_CONTAINERD_UNIT, fn.AL2023_KUBELET_UNIT),
+def eks_node(tmp_path: Path, units: tuple[str, str] = (node_samples.AL2023_CONTAINERD_UNIT, node_samples.AL2023_KUBELET_UNIT),
              disk: bool = True) -> Path:
     """A node root as an AL2023 EKS node has it before kubelet joins: units, AMI containerd data, kubeconfig."""
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.eks_resource_config())
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.eks_resource_config())
     unit_dir = root / "usr/lib/systemd/system"
     unit_dir.mkdir(parents=True)
     (unit_dir / "containerd.service").write_text(units[0])
@@ -39,7 +39,7 @@ def eks_node(tmp_path: Path, units: tuple[str, str] = (fn.AL2023_CONTAINERD_UNIT
     (root / "var/lib/kubelet").mkdir(parents=True)
     (root / "var/lib/kubelet/kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
     (root / "proc").mkdir()
-    (root / "proc/mounts").write_text(fn.BASE_MOUNTS + (EBS_LINE if disk else ""))
+    (root / "proc/mounts").write_text(node_samples.BASE_MOUNTS + (EBS_LINE if disk else ""))
     (root / "opt/sagemaker").mkdir(parents=True)
     return root
 
@@ -58,12 +58,12 @@ def snapshot(root: Path) -> dict:
 
 def test_eks_node_through_on_create(tmp_path, imds_factory):
     """identify (InstanceName hyperpod-<id>), eks-storage; install, munge, slurm, host-certs, ssh-keys skipped."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
+    srv = imds_factory({"": node_samples.imds_answers(IID, "g5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root))
     steps = "identify,nccl-env,eks-storage,install,munge,slurm,host-certs,ssh-keys"
-    res = fn.run_on_create(entry, env, "--steps", steps)
+    res = node_samples.run_on_create(entry, env, "--steps", steps)
     assert res.returncode == 0, res.stdout + res.stderr
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
     assert (info["role"], info["orchestrator"], info["instance_name"]) == ("worker", "eks", "hyperpod-" + IID)
@@ -74,13 +74,13 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):
     # containerd: the AMI's ExecStart plus --root on the volume; the AMI's data came along.
     data_root = root / "opt/sagemaker/containerd/data-root"
     ctx = make_context(root)
-    argv, _ = systemctl_standin.Systemd(str(root)).command("containerd.service",
+    argv, _ = systemctl.Systemd(str(root)).command("containerd.service",
                                                            ctx.services.unit_sections("containerd.service"))
     assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
     assert (data_root / "io.containerd.content.v1.content/blobs/sha256/0f5ac6b1").read_bytes() == b"pause image layer"
     dropin = (root / "etc/systemd/system/containerd.service.d/hpq-data-root.conf").read_text()
     assert f"RequiresMountsFor={root}/opt/sagemaker" in dropin
-    assert (root / "usr/lib/systemd/system/containerd.service").read_text() == fn.AL2023_CONTAINERD_UNIT
+    assert (root / "usr/lib/systemd/system/containerd.service").read_text() == node_samples.AL2023_CONTAINERD_UNIT
     # kubelet: the well-known path is a link onto the volume, its contents moved, start ordered after it.
     kubelet = root / "var/lib/kubelet"
     assert kubelet.is_symlink() and os.readlink(kubelet) == str(root / "opt/sagemaker/kubelet")
@@ -89,7 +89,7 @@ def test_eks_node_through_on_create(tmp_path, imds_factory):
     assert sections["Unit"]["RequiresMountsFor"] == [f"{root}/opt/sagemaker"]
     assert sections["Service"]["ExecStart"] == ["/usr/bin/kubelet $NODEADM_KUBELET_ARGS"]  # unchanged
     before = snapshot(root)
-    again = fn.run_on_create(entry, env, "--steps", steps)
+    again = node_samples.run_on_create(entry, env, "--steps", steps)
     assert again.returncode == 0 and "already on /opt/sagemaker" in again.stdout
     assert snapshot(root) == before
 
@@ -101,7 +101,7 @@ def test_running_daemons_are_stopped_around_the_move_and_started_again(tmp_path)
     mgr = ctx.services
     mgr.ensure_running("containerd.service")
     mgr.ensure_running("kubelet.service")
-    standin = systemctl_standin.Systemd(str(root))
+    standin = systemctl.Systemd(str(root))
     old = {u: standin.main_pid(u) for u in ("containerd.service", "kubelet.service")}
     try:
         result = eks_storage.run(ctx)
@@ -148,14 +148,14 @@ def fresh_root(root: Path, image: str, blob: bytes, kubeconfig: str | None) -> N
     units = root / "usr/lib/systemd/system"
     units.mkdir(parents=True)
     if image == "al2":
-        (units / "containerd.service").write_text(fn.AL2_CONTAINERD_UNIT)
+        (units / "containerd.service").write_text(node_samples.AL2_CONTAINERD_UNIT)
         etc_units = root / "etc/systemd/system"
         (etc_units / "containerd.service.d").mkdir(parents=True)
-        (etc_units / "containerd.service.d/10-compat-symlink.conf").write_text(fn.AL2_CONTAINERD_COMPAT_DROPIN)
-        (etc_units / "kubelet.service").write_text(fn.AL2_KUBELET_UNIT)
+        (etc_units / "containerd.service.d/10-compat-symlink.conf").write_text(node_samples.AL2_CONTAINERD_COMPAT_DROPIN)
+        (etc_units / "kubelet.service").write_text(node_samples.AL2_KUBELET_UNIT)
     else:
-        (units / "containerd.service").write_text(fn.AL2023_CONTAINERD_UNIT)
-        (units / "kubelet.service").write_text(fn.AL2023_KUBELET_UNIT)
+        (units / "containerd.service").write_text(node_samples.AL2023_CONTAINERD_UNIT)
+        (units / "kubelet.service").write_text(node_samples.AL2023_KUBELET_UNIT)
     blobs = root / "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256"
     blobs.mkdir(parents=True)
     (blobs / "new-pause").write_bytes(blob)
@@ -194,7 +194,7 @@ def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
         assert (kubelet / "kubeconfig").read_text().endswith("# new image\n")
     else:
         assert sorted(os.listdir(kubelet)) == []
-    argv, _ = systemctl_standin.Systemd(str(root)).command("containerd.service",
+    argv, _ = systemctl.Systemd(str(root)).command("containerd.service",
                                                            ctx.services.unit_sections("containerd.service"))
     assert argv == ["/usr/bin/containerd", "--root", str(data_root)]
     if image == "al2":  # the AMI's own drop-in next to ours still applies
@@ -210,13 +210,13 @@ def test_rerun_after_software_update_uses_the_new_images_data(tmp_path, image):
 
 def test_rerun_after_update_through_on_create_on_al2(tmp_path, imds_factory):
     """The same scenario end to end: the bundle's on_create.sh on an AL2 root that replaced an earlier one."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
-    assert fn.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
+    srv = imds_factory({"": node_samples.imds_answers(IID, "g5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root))
+    assert node_samples.run_on_create(entry, env, "--steps", "identify,eks-storage").returncode == 0
     fresh_root(root, "al2", b"al2 pause", "apiVersion: v1\nkind: Config\n# al2\n")
-    res = fn.run_on_create(entry, env, "--steps", "identify,eks-storage")
+    res = node_samples.run_on_create(entry, env, "--steps", "identify,eks-storage")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "an earlier root volume's containerd data (AMI update)" in res.stdout
     assert "an earlier root volume's kubelet directory (AMI update)" in res.stdout
@@ -253,7 +253,7 @@ AL2_OS_RELEASE = ('NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nID_LIKE="centos 
 def test_too_old_or_missing_python_stops_with_one_line_naming_the_amis(tmp_path, python):
     """Python 3.7 (Amazon Linux 2's python3) is enough (tests/lifecycle/test_lifecycle_python37.py); older or none stops with
     one line. The stand-in answers the version checks on_create.sh makes as a 3.6 does."""
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = tmp_path / "node"
     (root / "etc").mkdir(parents=True)
     (root / "etc/os-release").write_text(AL2_OS_RELEASE)
@@ -261,7 +261,7 @@ def test_too_old_or_missing_python_stops_with_one_line_naming_the_amis(tmp_path,
     if python == "3.6":
         py.write_text('#!/bin/sh\ncase "$2" in *version_info\\ \\<*) exit 1;; *print*) echo 3.6;; esac\n')
         py.chmod(0o755)
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_PYTHON=str(py)))
     assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.splitlines()
     assert len(lines) == 1, res.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import files, fsx
-from tests import node_samples as fn
+from tests import node_samples
 from tests.slurm_cluster import make_context
 
 
@@ -149,14 +149,14 @@ def test_the_lifecycle_fails_the_step_when_etc_environment_leaves_its_folder(tmp
     step fails with one line naming the link, the user's file is untouched, the run exits 1."""
     from tests.lifecycle.test_lifecycle_eks import IID, eks_node
 
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = eks_node(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     (root / "etc").mkdir(exist_ok=True)
     (root / "etc/environment").symlink_to(victim)
-    srv = imds_factory({"": fn.imds_answers(IID, "g5.48xlarge")})
-    res = fn.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root)),
+    srv = imds_factory({"": node_samples.imds_answers(IID, "g5.48xlarge")})
+    res = node_samples.run_on_create(entry, dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root)),
                            "--steps", "identify,nccl-env")
     assert res.returncode == 1
     assert f"step nccl-env failed: {root}/etc/environment is a symlink to {victim}, outside its folder" in res.stdout
@@ -165,14 +165,14 @@ def test_the_lifecycle_fails_the_step_when_etc_environment_leaves_its_folder(tmp
 
 def test_fstab_is_built_from_checked_fields_only(tmp_path):
     ctx = make_context(tmp_path / "node")
-    for dns, mount_name in ((fn.FSX_DNS + "\nevil /etc lustre", fn.FSX_MOUNTNAME), ("fs-1 x", fn.FSX_MOUNTNAME),
-                            (fn.FSX_DNS, "abc defg"), (fn.FSX_DNS, "a\nb")):
+    for dns, mount_name in ((node_samples.FSX_DNS + "\nevil /etc lustre", node_samples.FSX_MOUNTNAME), ("fs-1 x", node_samples.FSX_MOUNTNAME),
+                            (node_samples.FSX_DNS, "abc defg"), (node_samples.FSX_DNS, "a\nb")):
         with pytest.raises(fsx.FsxError, match="not mounting, no fstab line written"):
             fsx.update_fstab(ctx, dns, mount_name)
     assert not (tmp_path / "node/etc/fstab").exists()
-    fsx.update_fstab(ctx, fn.FSX_DNS, fn.FSX_MOUNTNAME)
+    fsx.update_fstab(ctx, node_samples.FSX_DNS, node_samples.FSX_MOUNTNAME)
     fields = [ln.split() for ln in (tmp_path / "node/etc/fstab").read_text().splitlines() if not ln.startswith("#")]
-    assert fields == [[f"{fn.FSX_DNS}@tcp:/{fn.FSX_MOUNTNAME}", "/fsx", "lustre", fsx.FSTAB_OPTIONS, "0", "0"]]
+    assert fields == [[f"{node_samples.FSX_DNS}@tcp:/{node_samples.FSX_MOUNTNAME}", "/fsx", "lustre", fsx.FSTAB_OPTIONS, "0", "0"]]
 
 
 def test_node_info_written_by_identify_is_json_read_back(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 
 from hpq.lifecycle import host_certs, identity
 from hpq.lifecycle.context import Degraded
-from tests import node_samples as fn
+from tests import node_samples
 from tests.slurm_cluster import make_context
 from tests.support import free_port
 
@@ -56,12 +56,12 @@ def make_node(base: Path, name: str, role: str, ip: str, port: int, shared: Path
         "[Unit]\nDescription=OpenSSH server (test unit: this node's config)\n[Service]\n"
         f"ExecStart={SSHD} -D -e -f {ssh}/sshd_config\nExecReload=/bin/kill -HUP $MAINPID\nType=notify\n")
     (root / "proc").mkdir()
-    (root / "proc/mounts").write_text(fn.BASE_MOUNTS + fn.lustre_mount_line(f"{root}/fsx") + "\n")
+    (root / "proc/mounts").write_text(node_samples.BASE_MOUNTS + node_samples.lustre_mount_line(f"{root}/fsx") + "\n")
     os.symlink(shared, root / "fsx")
     ctx = make_context(root)
     iid = "i-0%016x" % (abs(hash(name)) % (1 << 60))
     ctx.node = identity.NodeInfo(
-        fn.CLUSTER, iid, NAMES[role], NAMES[role].rsplit("-", 1)[0], role, ip, "ml.m5.xlarge",
+        node_samples.CLUSTER, iid, NAMES[role], NAMES[role].rsplit("-", 1)[0], role, ip, "ml.m5.xlarge",
         [CLUSTER_IPS["controller"]], slurm_node_name="ip-" + ip.replace(".", "-"),
         cluster_ips=sorted(CLUSTER_IPS.values()))
     return ctx

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from hpq.lifecycle import context, fields, files, fsx, roles
 from hpq.lifecycle.resource_config import ResourceConfig, ResourceConfigError
-from tests import node_samples as fn
+from tests import node_samples
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # Text with what breaks line-based files: blanks, every kind of line break, NUL, markers, non-ASCII.
 nasty_text = st.text(alphabet=st.sampled_from(list("aZ09-._ /:@#=\t\n\r\x0b\x0c\x1c\x85\u2028\u2029\x00é")),
-                     max_size=30) | st.sampled_from(["", fn.FSX_DNS, fn.FSX_MOUNTNAME, "worker-group-1", "10.1.2.3",
+                     max_size=30) | st.sampled_from(["", node_samples.FSX_DNS, node_samples.FSX_MOUNTNAME, "worker-group-1", "10.1.2.3",
                                                      files.END % "fsx", "a" * 70])
 json_scalar = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | nasty_text
 json_value = st.recursive(json_scalar, lambda inner: st.lists(inner, max_size=3) |
@@ -48,8 +48,8 @@ def _one_line_tokens(*values) -> bool:
                                            "login_group": json_value, "worker_groups": st.lists(nasty_text, max_size=3)
                                            | json_value, "partition": json_value, "fsx_dns_name": json_value,
                                            "fsx_mountname": json_value}))
-@example(doc=dict(fn.hpq_cluster_config(), fsx_dns_name=fn.FSX_DNS, fsx_mountname=fn.FSX_MOUNTNAME))
-@example(doc=dict(fn.hpq_cluster_config(), fsx_dns_name=fn.FSX_DNS + "\nx", fsx_mountname=fn.FSX_MOUNTNAME))
+@example(doc=dict(node_samples.hpq_cluster_config(), fsx_dns_name=node_samples.FSX_DNS, fsx_mountname=node_samples.FSX_MOUNTNAME))
+@example(doc=dict(node_samples.hpq_cluster_config(), fsx_dns_name=node_samples.FSX_DNS + "\nx", fsx_mountname=node_samples.FSX_MOUNTNAME))
 def test_hpq_cluster_json_reader(tmp_path_factory, doc):
     path = _write(tmp_path_factory, doc)
     try:
@@ -73,8 +73,8 @@ def test_hpq_cluster_json_reader(tmp_path_factory, doc):
                                                     optional={"partition_name": nasty_text | json_scalar}),
                               max_size=3) | json_value,
     "fsx_dns_name": nasty_text | json_scalar, "fsx_mountname": nasty_text | json_scalar}))
-@example(doc=fn.provisioning_parameters())
-@example(doc=dict(fn.provisioning_parameters(), fsx_mountname="abc defg"))
+@example(doc=node_samples.provisioning_parameters())
+@example(doc=dict(node_samples.provisioning_parameters(), fsx_mountname="abc defg"))
 def test_provisioning_parameters_reader(tmp_path_factory, doc):
     path = _write(tmp_path_factory, doc)
     try:
@@ -106,8 +106,8 @@ group = st.fixed_dictionaries({"Name": nasty_text | json_scalar},
                                          "PrimaryControllerIp": nasty_text,
                                          "SecondaryControllerIps": st.lists(nasty_text, max_size=2) | json_scalar})})
                                      | json_value}))
-@example(doc=fn.slurm_resource_config())
-@example(doc=fn.eks_resource_config())
+@example(doc=node_samples.slurm_resource_config())
+@example(doc=node_samples.eks_resource_config())
 def test_resource_config_reader(tmp_path_factory, doc):
     path = _write(tmp_path_factory, doc)
     try:
@@ -160,8 +160,8 @@ def test_managed_block_round_trips_or_is_refused(existing, body, name):
 
 
 @FAST
-@given(dns=nasty_text | st.sampled_from([fn.FSX_DNS, "a" * 64 + ".com", "fs-1.fsx.x-y.amazonaws.com"]),
-       mount_name=nasty_text | st.sampled_from([fn.FSX_MOUNTNAME, "fsx", "abc_def-"]))
+@given(dns=nasty_text | st.sampled_from([node_samples.FSX_DNS, "a" * 64 + ".com", "fs-1.fsx.x-y.amazonaws.com"]),
+       mount_name=nasty_text | st.sampled_from([node_samples.FSX_MOUNTNAME, "fsx", "abc_def-"]))
 def test_fstab_line_parses_back_to_the_same_fields_or_is_refused(dns, mount_name):
     try:
         line = fsx.fstab_line(dns, mount_name)

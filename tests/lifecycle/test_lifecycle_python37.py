@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import names
-from tests import node_samples as fn
+from tests import node_samples
 
 REPO = Path(__file__).resolve().parents[2]
 LIFECYCLE_FILES = sorted((REPO / "lifecycle").glob("*.py"))
@@ -174,16 +174,16 @@ def _without_python37() -> None:
 
 def _eks_root(tmp_path: Path) -> Path:
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.eks_resource_config())
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.eks_resource_config())
     units = root / "usr/lib/systemd/system"
     units.mkdir(parents=True)
-    (units / "containerd.service").write_text(fn.AL2023_CONTAINERD_UNIT)
-    (units / "kubelet.service").write_text(fn.AL2023_KUBELET_UNIT)
+    (units / "containerd.service").write_text(node_samples.AL2023_CONTAINERD_UNIT)
+    (units / "kubelet.service").write_text(node_samples.AL2023_KUBELET_UNIT)
     (root / "var/lib/containerd").mkdir(parents=True)
     (root / "var/lib/kubelet").mkdir(parents=True)
     (root / "var/lib/kubelet/kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
     (root / "proc").mkdir()
-    (root / "proc/mounts").write_text(fn.BASE_MOUNTS + "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime 0 0\n")
+    (root / "proc/mounts").write_text(node_samples.BASE_MOUNTS + "/dev/nvme1n1 /opt/sagemaker xfs rw,noatime 0 0\n")
     (root / "opt/sagemaker").mkdir(parents=True)
     (root / "etc").mkdir(parents=True)
     (root / "etc/os-release").write_text('NAME="Amazon Linux"\nVERSION="2"\nID="amzn"\nVERSION_ID="2"\n'
@@ -196,24 +196,24 @@ def test_eks_path_runs_on_python37(tmp_path, imds_factory):
     if py is None:
         _without_python37()
         return
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     compiled = subprocess.run([py, "-m", "compileall", "-q", str(entry.parent / "hpq")], capture_output=True,
                               text=True)
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr  # every module of the bundle parses on 3.7
     root = _eks_root(tmp_path)
-    fn.write_recorder(tmp_path / "modprobe")
-    iid = list(fn.EKS_NODES)[0]
-    srv = imds_factory({"": fn.imds_answers(iid, "g5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root), HPQ_PYTHON=py,
+    node_samples.write_recorder(tmp_path / "modprobe")
+    iid = list(node_samples.EKS_NODES)[0]
+    srv = imds_factory({"": node_samples.imds_answers(iid, "g5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root), HPQ_PYTHON=py,
                HPQ_MODPROBE_CMD=str(tmp_path / "modprobe"))
-    res = fn.run_on_create(entry, env, "--steps", "identify,nccl-env,fsx,eks-storage")
+    res = node_samples.run_on_create(entry, env, "--steps", "identify,nccl-env,fsx,eks-storage")
     assert res.returncode == 0, res.stdout + res.stderr
     for step in ("identify", "nccl-env", "fsx", "eks-storage"):
         assert f"step {step}: done" in res.stdout, res.stdout
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
     assert (info["role"], info["orchestrator"]) == ("worker", "eks")
     assert (root / "var/lib/kubelet").is_symlink()
-    again = fn.run_on_create(entry, env, "--steps", "identify,nccl-env,fsx,eks-storage")
+    again = node_samples.run_on_create(entry, env, "--steps", "identify,nccl-env,fsx,eks-storage")
     assert again.returncode == 0, again.stdout + again.stderr
 
 
@@ -222,14 +222,14 @@ def test_slurm_worker_identity_runs_on_python37(tmp_path, imds_factory):
     if py is None:
         _without_python37()
         return
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
-    fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, fn.hpq_cluster_config())
-    iid = fn.SLURM_NODES[fn.WORKER_GROUP + "-1"][0]
-    srv = imds_factory({"": fn.imds_answers(iid, "p5.48xlarge")})
-    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root), HPQ_PYTHON=py)
-    res = fn.run_on_create(entry, env, "--steps", "identify,nccl-env")
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.slurm_resource_config())
+    node_samples.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, node_samples.hpq_cluster_config())
+    iid = node_samples.SLURM_NODES[node_samples.WORKER_GROUP + "-1"][0]
+    srv = imds_factory({"": node_samples.imds_answers(iid, "p5.48xlarge")})
+    env = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root), HPQ_PYTHON=py)
+    res = node_samples.run_on_create(entry, env, "--steps", "identify,nccl-env")
     assert res.returncode == 0, res.stdout + res.stderr
     info = json.loads((root / names.NODE_INFO.lstrip("/")).read_text())
     assert (info["role"], info["orchestrator"]) == ("worker", "slurm")

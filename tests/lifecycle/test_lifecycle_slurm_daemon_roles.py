@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import identity, services, slurm
-from hpq.standins import systemctl as systemctl_standin
+from hpq.standins import systemctl
 from tests.slurm_cluster import make_context
 
 KEEPER = f"{sys.executable} -c 'import time; time.sleep(300)'"
@@ -53,13 +53,13 @@ def test_the_other_daemon_is_stopped_disabled_and_masked(tmp_path, role, unit):
     ctx = with_role(make_context(root), role)
     mgr = ctx.services
     mgr.ensure_running(unit)  # the AMI started it at boot
-    standin = systemctl_standin.Systemd(str(root))
+    standin = systemctl.Systemd(str(root))
     pid = standin.main_pid(unit)
     assert pid
     try:
         result = slurm.keep_other_daemon_off(ctx, ctx.node)
         assert unit in result and "masked" in result
-        assert standin.main_pid(unit) is None and not systemctl_standin.pid_alive(pid)
+        assert standin.main_pid(unit) is None and not systemctl.pid_alive(pid)
         etc = root / "etc/systemd/system"
         assert os.readlink(etc / unit) == "/dev/null"
         aside = etc / unit.replace(".service", "_DO_NOT_START_ON_CONTROLLER.service")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import files, identity, install, munge, node_env, services, slurm, ssh_keys
-from hpq.standins import systemctl as systemctl_standin
+from hpq.standins import systemctl
 from tests import node_samples
 from tests.slurm_cluster import (
     INSTANCE_IDS,
@@ -79,7 +79,7 @@ def test_conf_server_dropin_configures_slurmd_without_touching_the_vendor_unit(t
     (root / "etc/default/slurmd").write_text('SLURMD_OPTIONS="-v"\n')
     ctx = make_context(root)
     mgr = ctx.services
-    standin = systemctl_standin.Systemd(str(root))
+    standin = systemctl.Systemd(str(root))
     # A configless node has no slurm.conf: the vendor unit alone is skipped (systemd.unit(5): a failed condition
     # is no error, the unit stays inactive).
     assert not standin.conditions_met(mgr.unit_sections("slurmd.service"))
@@ -102,7 +102,7 @@ def test_unit_parser_environment_precedence_and_resets(tmp_path):
                                   "ExecStart=/bin/echo $A ${B} $MISSING\n")
     (root / "etc").mkdir()
     (root / "etc/x").write_text("A=from-file\n")
-    argv, env = systemctl_standin.Systemd(str(root)).command("x.service", make_context(root).services.unit_sections(
+    argv, env = systemctl.Systemd(str(root)).command("x.service", make_context(root).services.unit_sections(
         "x.service"))
     assert argv == ["/bin/echo", "from-file", "two words"]  # EnvironmentFile wins, ${B} stays one word
 
@@ -114,7 +114,7 @@ def test_the_manager_starts_stops_and_reports_through_systemctl(tmp_path):
     root = tmp_path / "n"
     write_unit(root, "sleeper.service", "[Service]\nExecStart=/bin/sleep 30\n")
     mgr = make_context(root).services
-    standin = systemctl_standin.Systemd(str(root))
+    standin = systemctl.Systemd(str(root))
     assert not mgr.is_active("sleeper.service")
     assert mgr.ensure_running("sleeper.service") == "started"
     pid = standin.main_pid("sleeper.service")
@@ -125,7 +125,7 @@ def test_the_manager_starts_stops_and_reports_through_systemctl(tmp_path):
         assert standin.main_pid("sleeper.service") not in (None, pid)
     finally:
         mgr.stop("sleeper.service")
-    assert not mgr.is_active("sleeper.service") and not systemctl_standin.pid_alive(pid)
+    assert not mgr.is_active("sleeper.service") and not systemctl.pid_alive(pid)
     write_unit(root, "dies.service", "[Service]\nExecStart=/bin/sh -c 'echo boom; exit 3'\n")
     assert mgr.ensure_running("dies.service") == "started"
     deadline = time.time() + 10  # a loaded host may take a while to run even /bin/sh

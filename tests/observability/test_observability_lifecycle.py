@@ -33,11 +33,11 @@ import pytest
 from hpq.cfn import s3
 from hpq.lifecycle import fields, names, observability
 from hpq.scripts import result_metrics
-from tests import node_samples as fn
+from tests import node_samples
 from tests.support import serve_http
 
 WORKER = "worker-group-1-1"
-WORKER_ID, WORKER_IP, _ = fn.SLURM_NODES[WORKER]
+WORKER_ID, WORKER_IP, _ = node_samples.SLURM_NODES[WORKER]
 URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
 ARCH = observability.machine_arch()
 FAKE_BINARY = '#!/bin/sh\necho "$0 $*" > "$(dirname "$0")/argv"\nexec sleep 120\n'
@@ -98,18 +98,18 @@ def mirror():
 
 def worker_node(tmp_path: Path, url: str | None = URL):
     root = tmp_path / "node"
-    fn.write_json(root / "opt/ml/config/resource_config.json", fn.slurm_resource_config())
-    entry = fn.build_bundle(tmp_path / "bucket/lifecycle")
-    config = fn.hpq_cluster_config()
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.slurm_resource_config())
+    entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
+    config = node_samples.hpq_cluster_config()
     if url is not None:
         config["prometheus_remote_write_url"] = url
-    fn.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, config)
+    node_samples.write_json(entry.parent / names.HPQ_CLUSTER_CONFIG, config)
     return root, entry
 
 
 def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root))
-    return fn.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root))
+    return node_samples.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
 
 
 def stop_services(root: Path) -> None:
@@ -126,7 +126,7 @@ def sha(data: bytes) -> str:
 
 def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "p5.48xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "p5.48xlarge")})
     pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
@@ -148,7 +148,7 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         config = json.loads((root / "etc/hpq/observability/prometheus-agent.yml").read_text())
         assert config["remote_write"][0]["url"] == URL
         assert config["remote_write"][0]["sigv4"] == {"region": "us-west-2"}
-        assert config["global"]["external_labels"] == {"cluster": fn.CLUSTER}
+        assert config["global"]["external_labels"] == {"cluster": node_samples.CLUSTER}
         jobs = {j["job_name"]: j for j in config["scrape_configs"]}
         assert set(jobs) == {"node_exporter"}  # only what runs is scraped
         assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(".", "-")
@@ -166,7 +166,7 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
 def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):
     """The broken twin of the test above: the same tarballs against hpq's own pins (the release's checksums)."""
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
     finally:
@@ -184,7 +184,7 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
 
 def test_download_failure_leaves_boot_going(tmp_path, imds_factory):
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
                HPQ_OBSERVABILITY_SHA256="node_exporter=" + "0" * 64)
     out = res.stdout + res.stderr
@@ -195,7 +195,7 @@ def test_download_failure_leaves_boot_going(tmp_path, imds_factory):
 
 def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path, url=None)
-    srv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
     res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "observability off" in res.stdout
@@ -260,15 +260,15 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
     python3, writing into node_exporter's textfile directory. No Slurm answers here, so what it writes says
     ``slurm_metrics_up 0`` (no made-up node counts); tests/observability/test_slurm_metrics.py runs it on real
     Slurm."""
-    ctl_id = fn.SLURM_NODES["controller-machine-1"][0]
+    ctl_id = node_samples.SLURM_NODES["controller-machine-1"][0]
     root, entry = worker_node(tmp_path)
-    srv = imds_factory({"": fn.imds_answers(ctl_id, "m5.12xlarge")})
+    srv = imds_factory({"": node_samples.imds_answers(ctl_id, "m5.12xlarge")})
     pins = f"node_exporter={sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])}"
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=fn.systemctl_standin_for(root),
+    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root),
                 HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins,
                 HPQ_BIN_DIR="/usr/local/bin")
     try:
-        res = fn.run_on_create(entry, base, "--steps", "identify,install,observability", timeout=180)
+        res = node_samples.run_on_create(entry, base, "--steps", "identify,install,observability", timeout=180)
         out = res.stdout + res.stderr
         assert res.returncode == 0, out
         assert "observability: slurm-metrics started" in out, out
@@ -285,9 +285,9 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
         stop_services(root)
     # The broken twin: a worker gets no Slurm writer.
     wroot, wentry = worker_node(tmp_path / "w")
-    wsrv = imds_factory({"": fn.imds_answers(WORKER_ID, "m5.xlarge")})
+    wsrv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
     try:
-        res = fn.run_on_create(wentry, dict(base, HPQ_ROOT=str(wroot), HPQ_IMDS_URL=wsrv.url),
+        res = node_samples.run_on_create(wentry, dict(base, HPQ_ROOT=str(wroot), HPQ_IMDS_URL=wsrv.url),
                                "--steps", "identify,install,observability", timeout=180)
         assert res.returncode == 0 and "slurm-metrics" not in res.stdout + res.stderr
         assert not (wroot / "etc/systemd/system/hpq-slurm-metrics.service").exists()

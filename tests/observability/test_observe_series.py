@@ -25,8 +25,8 @@ import boto3
 import pytest
 
 from hpq.aws import amp
-from hpq.lifecycle import observability as obs
-from hpq.observability import series_check as sc
+from hpq.lifecycle import observability
+from hpq.observability import series_check
 from hpq.scripts import result_metrics, slurm_metrics
 from tests.observability import sigv4_standin
 from tests.observability.test_result_metrics import nccl_result
@@ -52,34 +52,34 @@ def fake_workspace(instances_by_metric: dict[str, list[str]], up: dict[tuple[str
 
 
 def test_names_what_is_missing_and_why():
-    everything = {m: ["ip-a"] for m in sc.NODE_SERIES} | {m: ["ip-ctl"] for m in sc.CLUSTER_SERIES}
+    everything = {m: ["ip-a"] for m in series_check.NODE_SERIES} | {m: ["ip-ctl"] for m in series_check.CLUSTER_SERIES}
     up = {("ip-a", "node_exporter"): 1}
-    nodes = [sc.Node("ip-a", gpu=True, efa=True)]
-    res = sc.check("c1", nodes, fake_workspace(everything, up))
+    nodes = [series_check.Node("ip-a", gpu=True, efa=True)]
+    res = series_check.check("c1", nodes, fake_workspace(everything, up))
     assert res["verdict"] == "PASS" and res["nodes"][0]["missing"] == {}
     assert len(res["nodes"][0]["not_collected"]) == 2  # DCGM and EFA: said, never counted
     # Broken twins: a silent node; an exporter that is down; one metric missing while the exporter answers.
-    res = sc.check("c1", nodes + [sc.Node("ip-b")], fake_workspace(everything, up))
+    res = series_check.check("c1", nodes + [series_check.Node("ip-b")], fake_workspace(everything, up))
     assert res["verdict"] == "FAIL"
     assert all("nothing from this node" in c for c in res["nodes"][1]["missing"].values())
-    res = sc.check("c1", nodes, fake_workspace({}, {("ip-a", "node_exporter"): 0}))
+    res = series_check.check("c1", nodes, fake_workspace({}, {("ip-a", "node_exporter"): 0}))
     assert all("is down" in c for c in res["nodes"][0]["missing"].values())
     partial = dict(everything, node_filesystem_avail_bytes=[])
-    res = sc.check("c1", nodes, fake_workspace(partial, up))
+    res = series_check.check("c1", nodes, fake_workspace(partial, up))
     assert list(res["nodes"][0]["missing"]) == ["node_filesystem_avail_bytes"]
     assert "answers but does not emit" in res["nodes"][0]["missing"]["node_filesystem_avail_bytes"]
 
 
 def test_no_answer_or_no_nodes_is_inconclusive_never_pass():
     def refused(_):
-        raise sc.QueryFailed("HTTP 403")
-    assert sc.check("c1", [sc.Node("ip-a")], refused)["verdict"] == "INCONCLUSIVE"
-    assert sc.check("c1", [], fake_workspace({}, {}))["verdict"] == "INCONCLUSIVE"
+        raise series_check.QueryFailed("HTTP 403")
+    assert series_check.check("c1", [series_check.Node("ip-a")], refused)["verdict"] == "INCONCLUSIVE"
+    assert series_check.check("c1", [], fake_workspace({}, {}))["verdict"] == "INCONCLUSIVE"
 
 
 def test_cluster_name_is_escaped_in_promql():
-    assert sc.promql("up", 'a"b\\c') == 'count by (instance, job) (up{cluster="a\\"b\\\\c"})'
-    assert sc.instance_label("ip-10-1-0-5.us-west-2.compute.internal") == "ip-10-1-0-5"
+    assert series_check.promql("up", 'a"b\\c') == 'count by (instance, job) (up{cluster="a\\"b\\\\c"})'
+    assert series_check.instance_label("ip-10-1-0-5.us-west-2.compute.internal") == "ip-10-1-0-5"
 
 
 def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
@@ -148,7 +148,7 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
         relays.append(relay)
         started = time.time()
         for name, port, instance in (("agent-a", agent_a, "ip-a"), ("agent-b", agent_b, "ip-b")):
-            config = json.loads(obs.agent_config("c1", instance, URL, {"node_exporter": 9100}))
+            config = json.loads(observability.agent_config("c1", instance, URL, {"node_exporter": 9100}))
             config["scrape_configs"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{ne_port}"]
             config["global"]["scrape_interval"] = "1s"
             target = relay.url if name == "agent-a" else ws.url  # A signed by the relay, B unsigned
@@ -163,13 +163,13 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
             try:
                 return amp.instant_query(session, query_url, REGION, q)
             except amp.QueryError as exc:
-                raise sc.QueryFailed(str(exc)) from None
+                raise series_check.QueryFailed(str(exc)) from None
 
-        nodes = [sc.Node("ip-a"), sc.Node("ip-b")]
+        nodes = [series_check.Node("ip-a"), series_check.Node("ip-b")]
         res: dict = {}
         deadline = started + 60
         while time.time() < deadline:
-            res = sc.check("c1", nodes, query)
+            res = series_check.check("c1", nodes, query)
             if not res["nodes"][0]["missing"] and all(v["present"] for v in res["cluster_series"].values()):
                 break
             time.sleep(1)
@@ -184,15 +184,15 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
         assert b["present"] == [] and all("nothing from this node" in c for c in b["missing"].values())
         assert any(p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused)
         # Only the healthy node: PASS. A query with a wrong secret: refused, INCONCLUSIVE.
-        assert sc.check("c1", nodes[:1], query)["verdict"] == "PASS"
+        assert series_check.check("c1", nodes[:1], query)["verdict"] == "PASS"
         bad = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key="nope")
 
         def bad_query(q):
             try:
                 return amp.instant_query(bad, query_url, REGION, q)
             except amp.QueryError as exc:
-                raise sc.QueryFailed(str(exc)) from None
-        refused = sc.check("c1", nodes[:1], bad_query)
+                raise series_check.QueryFailed(str(exc)) from None
+        refused = series_check.check("c1", nodes[:1], bad_query)
         assert refused["verdict"] == "INCONCLUSIVE" and "HTTP 403" in refused["reason"], refused
         print(f"series check PASS for ip-a {elapsed:.1f} s after the agents started")
     finally:

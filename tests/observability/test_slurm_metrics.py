@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hpq.scripts import slurm_metrics as sm
+from hpq.scripts import slurm_metrics
 from tests.support import CHECKOUT
 
 EXPORTER_NAMES = {line.strip() for line in (Path(CHECKOUT) / "tests/observability/data/exporters/slurm_exporter.txt").read_text()
@@ -46,8 +46,8 @@ def runner(answers: dict):
 
 
 def test_node_states_follow_the_exporters_prefix_rule():
-    fam = sm.Families()
-    sm.add_nodes(fam, "dev", "2|idle|(null)\n1|down*|gpu,efa\n1|drained|efa,gpu\n3|allocated+|(null)\n"
+    fam = slurm_metrics.Families()
+    slurm_metrics.add_nodes(fam, "dev", "2|idle|(null)\n1|down*|gpu,efa\n1|drained|efa,gpu\n3|allocated+|(null)\n"
                              "1|reserved|(null)\n2|future|(null)\n2|idle|(null)\n")
     got = parse(fam.render())
     assert got[("slurm_nodes_idle", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 2
@@ -57,14 +57,14 @@ def test_node_states_follow_the_exporters_prefix_rule():
     assert got[("slurm_nodes_resv", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 1
     assert got[("slurm_nodes_other", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 2
     # The broken twin: "idle" spelled as sinfo never prints it is not counted as idle.
-    twin = sm.Families()
-    sm.add_nodes(twin, "dev", "2|Idle|(null)\n")
+    twin = slurm_metrics.Families()
+    slurm_metrics.add_nodes(twin, "dev", "2|Idle|(null)\n")
     assert not any(k[0] == "slurm_nodes_idle" for k in parse(twin.render()))
 
 
 def test_queue_counts_jobs_and_cores_by_state_user_partition_and_pending_reason():
-    fam = sm.Families()
-    sm.add_queue(fam, "dev,RUNNING,4,None,alice\ndev,RUNNING,2,None,alice\ndev,PENDING,8,Resources,bob\n"
+    fam = slurm_metrics.Families()
+    slurm_metrics.add_queue(fam, "dev,RUNNING,4,None,alice\ndev,RUNNING,2,None,alice\ndev,PENDING,8,Resources,bob\n"
                       "dev,PENDING,1,JobHeldUser,bob\ngpu,COMPLETING,2,None,carol\ndev,BOOT_FAIL,1,None,x\n")
     got = parse(fam.render())
     assert got[("slurm_queue_running", frozenset({("partition", "dev"), ("user", "alice")}))] == 2
@@ -78,12 +78,12 @@ def test_queue_counts_jobs_and_cores_by_state_user_partition_and_pending_reason(
 
 
 def test_every_name_written_is_one_the_exporter_emits():
-    answers = {tuple(sm.COMMANDS["partitions"]): "dev\n", tuple(sm.nodes_command("dev")): "2|idle|(null)\n",
-               tuple(sm.COMMANDS["total"]): "NodeName=node-1\nNodeName=node-2\n",
-               tuple(sm.COMMANDS["node"]): "node-1 0 1000 0/2/0/2 idle dev\nnode-2 0 1000 0/2/0/2 idle dev\n",
-               tuple(sm.COMMANDS["cpus"]): "0/4/0/4\n",
-               tuple(sm.COMMANDS["queue"]): "dev,PENDING,1,JobHeldUser,root\n"}
-    text, ok = sm.collect(runner(answers))
+    answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n", tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
+               tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\nNodeName=node-2\n",
+               tuple(slurm_metrics.COMMANDS["node"]): "node-1 0 1000 0/2/0/2 idle dev\nnode-2 0 1000 0/2/0/2 idle dev\n",
+               tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n",
+               tuple(slurm_metrics.COMMANDS["queue"]): "dev,PENDING,1,JobHeldUser,root\n"}
+    text, ok = slurm_metrics.collect(runner(answers))
     assert ok
     names = {k[0] for k in parse(text)}
     assert names - {"slurm_metrics_up"} <= EXPORTER_NAMES, names - EXPORTER_NAMES
@@ -93,10 +93,10 @@ def test_every_name_written_is_one_the_exporter_emits():
 
 def test_a_failed_command_leaves_its_families_out_and_says_so():
     """The broken twin of the above: squeue fails (slurmctld down): no queue series, not zeros; up is 0."""
-    answers = {tuple(sm.COMMANDS["partitions"]): "dev\n", tuple(sm.nodes_command("dev")): "2|idle|(null)\n",
-               tuple(sm.COMMANDS["total"]): "NodeName=node-1\n", tuple(sm.COMMANDS["node"]): "",
-               tuple(sm.COMMANDS["cpus"]): "0/4/0/4\n"}
-    text, ok = sm.collect(runner(answers))
+    answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n", tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
+               tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\n", tuple(slurm_metrics.COMMANDS["node"]): "",
+               tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n"}
+    text, ok = slurm_metrics.collect(runner(answers))
     got = parse(text)
     assert not ok and got[("slurm_metrics_up", frozenset())] == 0
     assert not any(k[0].startswith(("slurm_queue_", "slurm_cores_")) for k in got)
@@ -104,20 +104,20 @@ def test_a_failed_command_leaves_its_families_out_and_says_so():
 
 
 def test_write_once_replaces_the_file_atomically(tmp_path):
-    target = tmp_path / sm.OUTPUT_NAME
+    target = tmp_path / slurm_metrics.OUTPUT_NAME
     target.write_text("old\n")
-    assert sm.write_once(str(tmp_path), runner({})) is False
+    assert slurm_metrics.write_once(str(tmp_path), runner({})) is False
     assert parse(target.read_text())[("slurm_metrics_up", frozenset())] == 0
-    assert [p.name for p in tmp_path.iterdir()] == [sm.OUTPUT_NAME]  # no temporary left behind
+    assert [p.name for p in tmp_path.iterdir()] == [slurm_metrics.OUTPUT_NAME]  # no temporary left behind
 
 
 def test_an_unwritable_file_is_one_line_and_exit_2_not_a_traceback(tmp_path, monkeypatch, capsys):
     """files.write_file refuses with WriteRefused (not OSError): main must still answer in one line."""
     monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # every command fails: families left out
-    (tmp_path / sm.OUTPUT_NAME).mkdir()  # its place taken: the rename fails, even for root
-    assert sm.main(["--textfile-dir", str(tmp_path)]) == 2
+    (tmp_path / slurm_metrics.OUTPUT_NAME).mkdir()  # its place taken: the rename fails, even for root
+    assert slurm_metrics.main(["--textfile-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("slurm_metrics: cannot write ") and sm.OUTPUT_NAME in err[-1]
+    assert err[-1].startswith("slurm_metrics: cannot write ") and slurm_metrics.OUTPUT_NAME in err[-1]
 
 
 @pytest.mark.parametrize("args", [["--every", "1"], ["--every", "-3"], ["--every", "x"]])
@@ -141,9 +141,9 @@ def test_against_real_slurm(slurm_cluster, tmp_path):
     job_id = job.stdout.strip().split(";")[0]
     try:
         time.sleep(1)
-        raw = {k: run(v) for k, v in sm.COMMANDS.items()}
+        raw = {k: run(v) for k, v in slurm_metrics.COMMANDS.items()}
         (tmp_path / "raw.txt").write_text(repr(raw))
-        text, ok = sm.collect(run)
+        text, ok = slurm_metrics.collect(run)
     finally:
         slurm_cluster.run(["scancel", job_id])
     assert ok, raw
@@ -162,8 +162,8 @@ def test_against_real_slurm(slurm_cluster, tmp_path):
 
 def test_default_partition_star_is_dropped_so_node_and_nodes_families_join():
     """Real Slurm 22.05 prints the default partition as ``dev*`` in ``-O Partition`` (seen by the real test above)."""
-    fam = sm.Families()
-    sm.add_node(fam, "node-1              0                   500                 0/2/0/2             idle"
+    fam = slurm_metrics.Families()
+    slurm_metrics.add_node(fam, "node-1              0                   500                 0/2/0/2             idle"
                      "                dev*\nnode-2 0 500 0/2/0/2 idle other\nshort line\n")
     got = parse(fam.render())
     assert got[("slurm_node_status", frozenset({("node", "node-1"), ("status", "idle"), ("partition", "dev")}))] == 1

@@ -17,7 +17,7 @@ import pytest
 
 from hpq.aws.ssh import SshTarget
 from hpq.rehearsal import backend as backend_mod
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal import plan
 from hpq.rehearsal.stages import progress, workloads
 from hpq.rehearsal.stages.base import Failure
 from hpq.validation.slurm import SshShell
@@ -34,9 +34,9 @@ def _program(path: Path, body: str) -> str:
 
 
 def _input(sshd: Sshd, test: str, program: str) -> workloads.WorkloadInput:
-    p = plan_mod.new_plan("a1b2c3", "slurm-gpu", 2, "ml.g5.xlarge", False, "10.201.7.0/24")
-    plan_mod.add_nodes(p, [("controller", plan_mod.CONTROLLER, "ml.m5.xlarge", 1),
-                           ("worker", plan_mod.WORKER, "ml.g5.xlarge", 2)])
+    p = plan.new_plan("a1b2c3", "slurm-gpu", 2, "ml.g5.xlarge", False, "10.201.7.0/24")
+    plan.add_nodes(p, [("controller", plan.CONTROLLER, "ml.m5.xlarge", 1),
+                           ("worker", plan.WORKER, "ml.g5.xlarge", 2)])
     shell = SshShell(SshTarget(sshd.host, None, sshd.user, sshd.port, sshd.key, sshd.known_hosts, 20.0))
     backend = backend_mod.RehearsalBackend(shell, backend_mod.facts(p))
     backend.programs[test] = [program]

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hpq.rehearsal import plan as plan_mod
+from hpq.rehearsal import plan, state
 from hpq.rehearsal import run as run_mod
-from hpq.rehearsal import state as state_mod
 from hpq.rehearsal.stages import progress, slurm
 from hpq.rehearsal.stages.base import Failure
 from hpq.rehearsal.teardown import Interrupted, TeardownStack, signals_raise
@@ -115,7 +114,7 @@ def test_keep_skips_removals_runs_collections_and_the_kept_alternative():
 
 @pytest.fixture
 def rehearsal(tmp_path, monkeypatch):
-    monkeypatch.setattr(state_mod, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     monkeypatch.setattr(run_mod.procs, "become_subreaper", lambda: True)  # pytest must not become one
     err = io.StringIO()
     return run_mod.Rehearsal(run_mod.Options(), run_mod.Progress(err)), err
@@ -184,10 +183,10 @@ def _scontrol(states: dict[str, str]) -> str:
                    f"State={s} Partitions=dev\n" for n, s in states.items())
 
 
-def _plan() -> plan_mod.Plan:
-    p = plan_mod.new_plan("a1b2c3", "slurm-gpu", 2, "ml.g5.xlarge", False, "10.201.7.0/24")
-    plan_mod.add_nodes(p, [("controller", plan_mod.CONTROLLER, "ml.m5.xlarge", 1),
-                           ("worker", plan_mod.WORKER, "ml.g5.xlarge", 2)])
+def _plan() -> plan.Plan:
+    p = plan.new_plan("a1b2c3", "slurm-gpu", 2, "ml.g5.xlarge", False, "10.201.7.0/24")
+    plan.add_nodes(p, [("controller", plan.CONTROLLER, "ml.m5.xlarge", 1),
+                           ("worker", plan.WORKER, "ml.g5.xlarge", 2)])
     return p
 
 

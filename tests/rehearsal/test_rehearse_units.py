@@ -505,7 +505,7 @@ def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked
     """`hpq test nccl` on a rehearsal runs and judges as the rehearsal does (--expect none: a veth bridge says
     nothing about the type's network). Broken twin: the same log through the plain Slurm backend is held to
     the catalog and does not pass; and a figure the user names is held to, not replaced."""
-    from hpq.rehearsal import backend as rb
+    from hpq.rehearsal import backend
     from hpq.scripts import outcome
     from hpq.validation.backend import ClusterFacts, run_test
     from hpq.validation.request import NCCL, TestRequest
@@ -513,7 +513,7 @@ def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked
 
     facts = ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
     shell = CannedShell(bridge_log())
-    result = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL), lambda line: None)
+    result = run_test(backend.RehearsalBackend(shell, facts), TestRequest(NCCL), lambda line: None)
     assert shell.commands[0].endswith("run-nccl-test 2 --expect none")
     assert result.outcome == outcome.PASS and result.backend == "rehearsal" and result.cluster == "hpq-rehearse-a1b2c3"
     assert result.data["verdict"]["checks"]["bandwidth"]["outcome"] == outcome.NOT_JUDGED
@@ -521,7 +521,7 @@ def test_rehearsal_backend_reports_the_bridge_bandwidth_unless_a_figure_is_asked
                      lambda line: None)
     assert plain.outcome != outcome.PASS
     shell = CannedShell(bridge_log())
-    asked = run_test(rb.RehearsalBackend(shell, facts), TestRequest(NCCL, expect="3"), lambda line: None)
+    asked = run_test(backend.RehearsalBackend(shell, facts), TestRequest(NCCL, expect="3"), lambda line: None)
     assert shell.commands[0].endswith("--expect 3") and asked.outcome == outcome.FAIL
 
 
@@ -549,20 +549,20 @@ def kept_state(tmp_path, run_id: str = "a1b2c3", variant: str = "slurm-gpu", ali
 
 
 def test_find_names_a_kept_rehearsal_by_its_cluster_and_nothing_else(tmp_path, monkeypatch):
-    from hpq.rehearsal import backend as rb
+    from hpq.rehearsal import backend
 
     monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     st = kept_state(tmp_path)
     try:
-        found = rb.find("hpq-rehearse-a1b2c3")
-        assert isinstance(found, rb.RehearsalBackend) and found.name == "rehearsal" and found.stand_in_network
-        assert found.resolve() == rb.ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
+        found = backend.find("hpq-rehearse-a1b2c3")
+        assert isinstance(found, backend.RehearsalBackend) and found.name == "rehearsal" and found.stand_in_network
+        assert found.resolve() == backend.ClusterFacts("hpq-rehearse-a1b2c3", "slurm", "ml.g5.xlarge")
         target = found.controller.target
         assert (target.host, target.user, target.key_filename, target.proxy_command) == (
             "10.201.7.10", "ubuntu", st.ssh_key, None)
         assert target.known_hosts == str(tmp_path / "hpq-rehearse-a1b2c3-x" / "ssh" / "known_hosts")
-        assert rb.find("hpq-rehearse-d4e5f6") is None  # no record of it here: a real cluster of that name
-        assert rb.find("my-cluster") is None
+        assert backend.find("hpq-rehearse-d4e5f6") is None  # no record of it here: a real cluster of that name
+        assert backend.find("my-cluster") is None
     finally:
         st._proc.kill()  # type: ignore[attr-defined]
         st._proc.wait()  # type: ignore[attr-defined]
@@ -575,13 +575,13 @@ def test_find_names_a_kept_rehearsal_by_its_cluster_and_nothing_else(tmp_path, m
 def test_find_refuses_a_rehearsal_that_cannot_run_tests_in_one_line(tmp_path, monkeypatch, variant, alive, said):
     """Broken twins of the one above: the controller's holder is gone, or the rehearsal is of an EKS variant.
     Through the command: exit 2 and one line, never a lookup in AWS for a cluster that only existed here."""
-    from hpq.rehearsal import backend as rb
+    from hpq.rehearsal import backend
 
     monkeypatch.setattr(state, "STATE_DIR", tmp_path / "state")
     st = kept_state(tmp_path, variant=variant, alive=alive)
     try:
         with pytest.raises(UsageError, match=re.escape(said)):
-            rb.find("hpq-rehearse-a1b2c3")
+            backend.find("hpq-rehearse-a1b2c3")
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env["HPQ_REHEARSE_STATE_DIR"] = str(tmp_path / "state")
         res = subprocess.run([sys.executable, "-m", "hpq", "test", "nccl", "hpq-rehearse-a1b2c3"], env=env,
@@ -640,15 +640,15 @@ def test_no_stand_in_ships_in_the_node_bundle(tmp_path):
     importer = tmp_path / "probe.py"
     importer.write_text("import os\nfrom hpq.standins import moto\n")
     assert stand_ins_in(dict(files, **{"hpq/scripts/probe.py": str(importer)})) == ["hpq/scripts/probe.py"]
-    from hpq.standins import systemctl as systemctl_mod
+    from hpq.standins import systemctl
 
-    twin = dict(files, **{"hpq/lifecycle/systemctl.py": systemctl_mod.__file__})
+    twin = dict(files, **{"hpq/lifecycle/systemctl.py": systemctl.__file__})
     assert stand_ins_in(twin) == ["hpq/lifecycle/systemctl.py"]
     shim = tmp_path / "shim"
-    shim.write_text(systemctl_mod.shim_text("/", "/usr/bin/python3"))
+    shim.write_text(systemctl.shim_text("/", "/usr/bin/python3"))
     assert stand_ins_in(dict(files, **{"hpq/scripts/bin/systemctl": str(shim)})) == ["hpq/scripts/bin/systemctl"]
     renamed = tmp_path / "svc"  # the same shim under another name: it runs hpq.standins
-    renamed.write_text(systemctl_mod.shim_text("/", "/usr/bin/python3"))
+    renamed.write_text(systemctl.shim_text("/", "/usr/bin/python3"))
     assert stand_ins_in(dict(files, **{"hpq/scripts/bin/svc": str(renamed)})) == ["hpq/scripts/bin/svc"]
     direct = tmp_path / "services.py"
     direct.write_text(open(files["hpq/lifecycle/services.py"]).read()

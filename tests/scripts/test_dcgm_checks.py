@@ -13,8 +13,7 @@ import stat
 
 import pytest
 
-from hpq.scripts import dcgm_checks as dcgm
-from hpq.scripts import node_doctor
+from hpq.scripts import dcgm_checks, node_doctor
 
 PASSING = {"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
     {"name": "software", "results": [{"entity_group": "GPU", "entity_id": g, "status": "Pass"} for g in (0, 1)],
@@ -33,19 +32,19 @@ def _failing() -> dict:
 
 
 def test_a_passing_diag_has_no_finding_and_its_twin_names_the_gpu():
-    assert dcgm.judge_diag(json.dumps(PASSING)) == []
-    found = dcgm.judge_diag(json.dumps(_failing()))
+    assert dcgm_checks.judge_diag(json.dumps(PASSING)) == []
+    found = dcgm_checks.judge_diag(json.dumps(_failing()))
     assert [(f.kind, f.severity, f.action, f.gpu) for f in found] == [("dcgm_diag", "critical", "drain", "1")]
     assert "Deployment/software fail on GPU 1: Persistence mode" in found[0].evidence
     # DCGM 3.x names the root "DCGM GPU Diagnostic": the same tree.
     old = {"DCGM GPU Diagnostic": _failing()["DCGM Diagnostic"]}
-    assert [f.gpu for f in dcgm.judge_diag(json.dumps(old))] == ["1"]
+    assert [f.gpu for f in dcgm_checks.judge_diag(json.dumps(old))] == ["1"]
 
 
 @pytest.mark.parametrize("bad", ["", "Error: unable to connect to host engine", "{}", '{"DCGM Diagnostic": {}}'])
 def test_what_is_not_diag_json_is_refused(bad):
     with pytest.raises(ValueError):
-        dcgm.judge_diag(bad)
+        dcgm_checks.judge_diag(bad)
 
 
 def _dcgmi(tmp_path, monkeypatch, doc: dict | None, rc: int = 0) -> None:

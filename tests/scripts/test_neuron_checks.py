@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpq.lifecycle import catalog
-from hpq.scripts import neuron_checks as neuron
-from hpq.scripts import node_doctor
+from hpq.scripts import neuron_checks, node_doctor
 from tests.support import CHECKOUT
 
 DATA = Path(CHECKOUT) / "tests/data/node_tools"
@@ -35,33 +34,33 @@ def _devices(count: int) -> list:
 
 
 def test_the_documented_sample_parses():
-    devices = neuron.parse_neuron_ls(json.dumps(DOC))
+    devices = neuron_checks.parse_neuron_ls(json.dumps(DOC))
     assert [(d.index, d.bdf, d.cores) for d in devices] == [(0, "cc:00.0", 4), (15, "f7:00.0", 4)]
     assert devices[0].runtime_versions == ("2.0.0",)
     # The 2.34 form: instance-wide fields around the same device objects.
     wrapped = {"instance_type": "trn2.48xlarge", "neuron_devices": DOC}
-    assert [d.index for d in neuron.parse_neuron_ls(json.dumps(wrapped))] == [0, 15]
+    assert [d.index for d in neuron_checks.parse_neuron_ls(json.dumps(wrapped))] == [0, 15]
 
 
 @pytest.mark.parametrize("bad", ["", "not json", "{}", '{"a": 1}', '[{"bdf": "cc:00.0"}]', '[{"neuron_device": "0"}]'])
 def test_what_is_not_neuron_ls_json_is_refused(bad):
     with pytest.raises(ValueError):
-        neuron.parse_neuron_ls(bad)
+        neuron_checks.parse_neuron_ls(bad)
 
 
 @pytest.mark.parametrize("itype", ["ml.trn1.32xlarge", "ml.trn2.48xlarge"])
 def test_device_count_against_the_catalog_and_its_broken_twin(itype):
     want = catalog.lookup(itype).accelerator_count
-    assert neuron.judge_neuron(neuron.parse_neuron_ls(json.dumps(_devices(want))), want) == []
-    short = neuron.judge_neuron(neuron.parse_neuron_ls(json.dumps(_devices(want - 1))), want)
+    assert neuron_checks.judge_neuron(neuron_checks.parse_neuron_ls(json.dumps(_devices(want))), want) == []
+    short = neuron_checks.judge_neuron(neuron_checks.parse_neuron_ls(json.dumps(_devices(want - 1))), want)
     assert [(f.kind, f.severity, f.action) for f in short] == [("neuron_count", "critical", "reboot")]
     assert f"{want - 1} of {want}" in short[0].evidence
-    assert neuron.judge_neuron(None, want)[0].kind == "neuron_count"
+    assert neuron_checks.judge_neuron(None, want)[0].kind == "neuron_count"
 
 
 def test_neuron_hardware_errors_in_the_kernel_log_replace_the_node():
-    assert neuron.judge_neuron_log(HEALTHY_DMESG) == []
-    found = neuron.judge_neuron_log(HEALTHY_DMESG + "[ 4242.000000] " + HW_ERR * 2)
+    assert neuron_checks.judge_neuron_log(HEALTHY_DMESG) == []
+    found = neuron_checks.judge_neuron_log(HEALTHY_DMESG + "[ 4242.000000] " + HW_ERR * 2)
     assert [(f.kind, f.severity, f.action, f.gpu) for f in found] == [("neuron_hw_error", "critical", "replace", "0")]
     assert "SRAM_UNCORRECTABLE_ERROR on Neuron device 0 (2 times)" in found[0].evidence
 

@@ -21,7 +21,7 @@ import pytest
 
 from hpq.kube.kube import KubeError
 from hpq.lifecycle import bundle
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.standins.hyperpod_api import EmulatedHyperPodApi, EmulatedNode
 from hpq.validation import doctor_fix, eks_doctor
 from hpq.validation.backend import ClusterFacts, run_test
@@ -82,7 +82,7 @@ def test_node_doctor_travels_with_every_module_it_imports(tmp_path):
 def test_a_job_per_node_pinned_privileged_and_cleaned_up(fake_kube, reports):
     kube = _cluster(fake_kube, reports)
     result = run_test(_backend(kube), TestRequest(DOCTOR, timeout_s=30), lambda line: None)
-    assert result.outcome == oc.PASS and result.exit_code == 0, result.message
+    assert result.outcome == outcome.PASS and result.exit_code == 0, result.message
     assert [n["node"] for n in result.data["nodes"]] == NODES
     jobs = [o for o in kube.created if o["kind"] == "Job"]
     pods = [j["spec"]["template"]["spec"] for j in jobs]
@@ -96,7 +96,7 @@ def test_a_job_per_node_pinned_privileged_and_cleaned_up(fake_kube, reports):
 def test_the_sick_node_is_named_with_its_action_the_same_judge_as_slurm(fake_kube, reports):
     kube = _cluster(fake_kube, reports, sick={NODES[1]})
     result = run_test(_backend(kube), TestRequest(DOCTOR, timeout_s=30), lambda line: None)
-    assert result.outcome == oc.FAIL and result.exit_code == 1
+    assert result.outcome == outcome.FAIL and result.exit_code == 1
     assert {(f["node"], f["kind"], f["action"]) for f in result.data["findings"]
             if f["severity"] == "critical"} == {(NODES[1], "xid", "reboot")}
 
@@ -105,9 +105,9 @@ def test_a_node_that_does_not_answer_is_inconclusive_never_pass(fake_kube, repor
     kube = _cluster(fake_kube, reports)
     kube.scenario["hang"] = [NODES[2]]
     result = run_test(_backend(kube), TestRequest(DOCTOR, timeout_s=2), lambda line: None)
-    assert result.outcome == oc.INCONCLUSIVE and result.exit_code == 3
+    assert result.outcome == outcome.INCONCLUSIVE and result.exit_code == 3
     silent = {n["node"]: n for n in result.data["nodes"]}[NODES[2]]
-    assert silent["verdict"] == oc.INCONCLUSIVE and "no answer" in silent["error"]
+    assert silent["verdict"] == outcome.INCONCLUSIVE and "no answer" in silent["error"]
     assert not kube.objects  # the hung Job is deleted too
 
 
@@ -116,7 +116,7 @@ def test_a_job_without_a_report_is_inconclusive(fake_kube, reports):
     kube.scenario["node_logs"][NODES[0]] = ["nsenter: can't execute 'python3': No such file or directory"]
     kube.scenario["node_final"] = {NODES[0]: "Failed"}
     result = run_test(_backend(kube), TestRequest(DOCTOR, timeout_s=30), lambda line: None)
-    assert result.outcome == oc.INCONCLUSIVE
+    assert result.outcome == outcome.INCONCLUSIVE
     entry = {n["node"]: n for n in result.data["nodes"]}[NODES[0]]
     assert "no report" in entry["error"] and "python3" in entry["error"]
 

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from hpq.scripts import outcome as oc
+from hpq.scripts import outcome
 from hpq.validation.backend import ClusterFacts
 from hpq.validation.eks import EksBackend, EksOptions
 from hpq.validation.request import NANOGPT, TestRequest
@@ -42,13 +42,13 @@ FELL_NOT = NANOGPT_PASS_LOG.replace("3.0500: falls", "4.2000: DID NOT FALL").rep
 
 
 @pytest.mark.parametrize("log, code, expected", [
-    (NANOGPT_PASS_LOG, 0, oc.PASS),
-    (NANOGPT_PASS_LOG, 1, oc.FAIL),  # a passing report from a run that failed
-    (FELL_NOT, 0, oc.FAIL),
-    ("", 0, oc.INCONCLUSIVE),  # no report: nothing to judge
-    ("", 1, oc.FAIL),  # no report, and the run failed
-    (NANOGPT_PASS_LOG.replace("ranks agree", "ranks DISAGREE"), 0, oc.FAIL),
-    (NANOGPT_PASS_LOG.replace("ranks on: 0=ip-10-1-0-7, 1=ip-10-1-0-8\n", ""), 0, oc.INCONCLUSIVE),
+    (NANOGPT_PASS_LOG, 0, outcome.PASS),
+    (NANOGPT_PASS_LOG, 1, outcome.FAIL),  # a passing report from a run that failed
+    (FELL_NOT, 0, outcome.FAIL),
+    ("", 0, outcome.INCONCLUSIVE),  # no report: nothing to judge
+    ("", 1, outcome.FAIL),  # no report, and the run failed
+    (NANOGPT_PASS_LOG.replace("ranks agree", "ranks DISAGREE"), 0, outcome.FAIL),
+    (NANOGPT_PASS_LOG.replace("ranks on: 0=ip-10-1-0-7, 1=ip-10-1-0-8\n", ""), 0, outcome.INCONCLUSIVE),
 ])
 def test_the_same_evidence_reaches_the_same_verdict_on_both_backends(log, code, expected):
     assert _slurm(log, code) == _eks(log, code) == expected
@@ -56,13 +56,13 @@ def test_the_same_evidence_reaches_the_same_verdict_on_both_backends(log, code, 
 
 def test_slurm_adds_run_nanogpts_result_json_and_its_twins():
     result = {"exit_status": 0, "nodes": 1, "processes_per_node": 2, "metrics": nanogpt_metrics(),
-              "environment_check": {"ok": True, "problems": []}, "outcome": oc.PASS}
-    assert _slurm(NANOGPT_PASS_LOG, 0, result) == oc.PASS
+              "environment_check": {"ok": True, "problems": []}, "outcome": outcome.PASS}
+    assert _slurm(NANOGPT_PASS_LOG, 0, result) == outcome.PASS
     bad_env = {**result, "environment_check": {"ok": False, "problems": ["FI_PROVIDER is tcp, not efa"]}}
-    assert _slurm(NANOGPT_PASS_LOG, 0, bad_env) == oc.FAIL  # the log alone would pass
-    assert _slurm(NANOGPT_PASS_LOG, 0, {**result, "processes_per_node": 4}) == oc.FAIL  # 2 of 4 ranks trained
-    assert _slurm(NANOGPT_PASS_LOG, 1, result) == oc.FAIL  # the JSON passes, run-nanogpt exited 1
-    assert _slurm(NANOGPT_PASS_LOG, oc.EXIT_INCONCLUSIVE, result) == oc.INCONCLUSIVE
+    assert _slurm(NANOGPT_PASS_LOG, 0, bad_env) == outcome.FAIL  # the log alone would pass
+    assert _slurm(NANOGPT_PASS_LOG, 0, {**result, "processes_per_node": 4}) == outcome.FAIL  # 2 of 4 ranks trained
+    assert _slurm(NANOGPT_PASS_LOG, 1, result) == outcome.FAIL  # the JSON passes, run-nanogpt exited 1
+    assert _slurm(NANOGPT_PASS_LOG, outcome.EXIT_INCONCLUSIVE, result) == outcome.INCONCLUSIVE
 
 
 def test_one_judge_and_no_second():
