@@ -80,7 +80,10 @@ def test_nanogpt_stage_says_iterations_and_is_never_quiet_longer_than_its_limit(
     result.write_text(json.dumps({"outcome": "PASS", "message": "PASS: loss 4.2 -> 3.0 vs a falling loss: fell"}))
     script = "".join(f"echo 'iter {i}: loss {4.2 - i * 0.1:.4f} | 10.0 ms/iter | 1k tok/s'\nsleep 1\n"
                      for i in range(0, 12, 2))
-    script += "sleep 12\necho 'summary: 1k tok/s total'\n" + f"echo '# result: {result}'\n"
+    # then what rank 0 of scripts/nanogpt.py ends with (its log() lines), which the one nanoGPT judge reads
+    script += ("sleep 12\necho 'summary: 1k tok/s total'\necho 'ranks on: 0=node-1'\n"
+               "echo 'loss 4.2000 -> 3.2000: falls; ranks agree (checksum 1.234568e+03, spread 0)'\n"
+               "echo 'RESULT: PASS'\n" + f"echo '# result: {result}'\n")
     said = _Said()
     data = workloads.run_nanogpt(_input(sshd, "nanogpt", _program(tmp_path / "nanogpt", script)), said)
     assert data["outcome"] == "PASS"
