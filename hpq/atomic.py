@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from hpq.errors import HpqError, OperationFailed, UsageError
+from hpq.interrupts import held_back
 from hpq.text import file_kind, show
 
 TEMP_SUFFIX = ".hpq-tmp"
@@ -150,22 +151,22 @@ class Batch:
         """Rename every staged file over its target, then remove what was marked for removal."""
         folders = set()
         # Ctrl-C waits until every rename is done (microseconds): never half of the new set in place.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            for tmp, target in self._staged:
-                os.replace(tmp, target)
-                folders.add(target.parent)
-        except OSError as exc:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        failed: tuple[Path, OSError] | None = None
+        with held_back((signal.SIGINT, signal.SIGTERM)):
+            try:
+                for tmp, target in self._staged:
+                    os.replace(tmp, target)
+                    folders.add(target.parent)
+            except OSError as exc:
+                failed = (target, exc)
+            else:
+                self.committed = True
+                self._finish(folders)
+        if failed is not None:
             # A rename in one folder of one file system does not fail for want of space; if it
             # fails at all, say so plainly (the files renamed so far are already complete).
             self.abort()
-            raise OperationFailed(f"cannot rename into {_show(target)}: {exc.strerror}") from None
-        self.committed = True
-        try:
-            self._finish(folders)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            raise OperationFailed(f"cannot rename into {_show(failed[0])}: {failed[1].strerror}") from None
 
     def _finish(self, folders: set[Path]) -> None:
         """Remove what was marked for removal, then sync the folders the renames changed."""

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hpq.interrupts import held_back
+
 HELD_BACK = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held back while the stack unwinds
 RAISED = (signal.SIGTERM, signal.SIGHUP)  # turned into Interrupted while the stages run (SIGINT: KeyboardInterrupt)
 
@@ -56,8 +58,7 @@ class TeardownStack:
             return []
         self.closed = True
         problems: list[str] = []
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_BACK)
-        try:
+        with held_back(HELD_BACK):
             while self.undos:
                 undo = self.undos.pop()
                 if (undo.only_if_failed and not failed) or (undo.only_if_passed and failed):
@@ -71,8 +72,6 @@ class TeardownStack:
                     problems.extend(action() or [])
                 except Exception as exc:  # noqa: BLE001 - one failing undo must not stop the others
                     problems.append(f"{undo.name}: {type(exc).__name__}: {exc}")
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return problems
 
 

@@ -141,3 +141,45 @@ def test_the_tests_do_not_ship_with_hpq():
     assert "tests" not in setup["package-dir"].values()
     assert not [p for p in setup["packages"] if "tests" in p.split(".")]
     assert project["tool"]["pytest"]["ini_options"]["pythonpath"] == ["."]
+
+
+def test_ctrl_c_during_a_batch_commit_lands_after_every_rename_even_with_other_threads(tmp_path, monkeypatch):
+    """hpq.atomic.Batch.commit holds Ctrl-C back until the whole set is in place. With another thread alive
+    (uploads, SSH, servers) a signal mask on the main thread does not do that: the kernel hands the signal to
+    the other thread and Python still runs the handler in the main thread. Broken twin: the same commit with
+    nothing held back is cut off after the first rename."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from hpq import atomic, interrupts
+
+    real_replace = os.replace
+
+    def replace_then_ctrl_c(src, dst):  # the first rename is followed by a Ctrl-C and a moment for it to land
+        real_replace(src, dst)
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        for held, name in ((True, "whole"), (False, "twin")):
+            sent: list[int] = []
+            folder = tmp_path / name
+            monkeypatch.setattr(atomic.os, "replace", replace_then_ctrl_c)
+            if not held:
+                monkeypatch.setattr(atomic, "held_back", lambda signals: interrupts.contextlib.nullcontext())
+            with pytest.raises(KeyboardInterrupt), atomic.Batch() as batch:
+                for i in range(3):
+                    batch.stage(folder / f"f{i}", b"new")
+                batch.commit()
+            placed = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+            assert placed == (["f0", "f1", "f2"] if held else ["f0"]), (name, placed)
+    finally:
+        stop.set()
+        helper.join()

@@ -92,6 +92,29 @@ def test_a_signal_mid_stage_still_unwinds_everything_and_one_during_unwinding_wa
     assert cut and twin == []
 
 
+def test_a_signal_during_unwinding_waits_with_other_threads_alive():
+    """The rehearsal has other threads (SSH transports, progress): the kernel hands a process-directed signal to
+    any thread that does not block it, and Python runs the handler in the main thread anyway, so a mask on the
+    main thread alone does not hold it back (the full suite, with server threads alive, showed it). The undos
+    still all run, and the signal comes after them."""
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        stack, done = TeardownStack(), []
+        _recorder(stack, done, "bridge")
+        # the undo goes on for a while after the signal: time enough for a handler that was not held back to run
+        stack.push("signalled", lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(0.3)
+                   or done.append("signalled"))
+        _recorder(stack, done, "node")
+        with signals_raise(), pytest.raises(Interrupted):
+            stack.close(failed=True)
+        assert done == ["node", "signalled", "bridge"]
+    finally:
+        stop.set()
+        helper.join()
+
+
 def test_keep_skips_removals_runs_collections_and_the_kept_alternative():
     stack, done = TeardownStack(), []
     stack.push("state", lambda: done.append("removed"), when_kept=lambda: done.append("marked kept"))
