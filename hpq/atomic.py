@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from hpq.errors import HpqError, OperationFailed, UsageError
-from hpq.interrupts import held_back
+from hpq.signals_held import held_back
 from hpq.text import file_kind, show
 
 TEMP_SUFFIX = ".hpq-tmp"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hpq.interrupts import held_back
+from hpq.signals_held import held_back
 
 HELD_BACK = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held back while the stack unwinds
 RAISED = (signal.SIGTERM, signal.SIGHUP)  # turned into Interrupted while the stages run (SIGINT: KeyboardInterrupt)

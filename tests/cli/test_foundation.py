@@ -153,7 +153,7 @@ def test_ctrl_c_during_a_batch_commit_lands_after_every_rename_even_with_other_t
     import threading
     import time
 
-    from hpq import atomic, interrupts
+    from hpq import atomic, signals_held
 
     real_replace = os.replace
 
@@ -173,7 +173,7 @@ def test_ctrl_c_during_a_batch_commit_lands_after_every_rename_even_with_other_t
             folder = tmp_path / name
             monkeypatch.setattr(atomic.os, "replace", replace_then_ctrl_c)
             if not held:
-                monkeypatch.setattr(atomic, "held_back", lambda signals: interrupts.contextlib.nullcontext())
+                monkeypatch.setattr(atomic, "held_back", lambda signals: signals_held.contextlib.nullcontext())
             with pytest.raises(KeyboardInterrupt), atomic.Batch() as batch:
                 for i in range(3):
                     batch.stage(folder / f"f{i}", b"new")
