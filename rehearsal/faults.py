@@ -177,7 +177,7 @@ def prepare(node: Any, worker_type: str) -> None:
     node.write("/usr/bin/dmesg", DMESG, 0o755)
     if entry.accelerator == catalog.GPU:
         links = GPU_MODELS.get(entry.accelerator_model, GpuModelFacts(0, 0, 0)).nvlinks
-        node.write("/etc/hpq-rehearse/nvidia-smi-q-x.xml", smi_xml(entry.accelerator_count, entry.accelerator_model))
+        node.write(SMI_XML, smi_xml(entry.accelerator_count, entry.accelerator_model))
         node.write("/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt", nvlink_text(entry.accelerator_count, links))
         node.write("/usr/bin/nvidia-smi", NVIDIA_SMI, 0o755)
     if entry.has_efa:
@@ -187,6 +187,16 @@ def prepare(node: Any, worker_type: str) -> None:
 def prepare_drift(node: Any, version: str) -> None:
     """The NCCL library as the DLAMI installs it (its file name carries the version node_doctor reads)."""
     node.sh(f"mkdir -p {NCCL_DIR} && rm -f {NCCL_DIR}/libnccl.so.2.* && : > {NCCL_DIR}/libnccl.so.{version}")
+
+
+SMI_XML = "/etc/hpq-rehearse/nvidia-smi-q-x.xml"  # what the stand-in nvidia-smi prints for -q -x
+# fault kind -> (nvidia-smi -q -x element, its healthy text, the text the fault shows)
+SMI_EDITS = {
+    "ecc": ("dram_uncorrectable", "0", "4"),
+    "row-remap-failure": ("remapped_row_failure", "No", "Yes"),
+    "throttle": ("clocks_event_reason_hw_thermal_slowdown", "Not Active", "Active"),
+    "pcie-degraded": ("current_link_width", "16x", "8x"),
+}
 
 
 def inject(node: Any, kind: str) -> None:
@@ -199,17 +209,10 @@ def inject(node: Any, kind: str) -> None:
     elif kind == "gpu-missing":
         node.write("/etc/hpq-rehearse/nvidia-smi.fail",
                    "Unable to determine the device handle for GPU0000:00:06.0: Unknown Error\n")
-    elif kind == "ecc":
-        node.sh("sed -i '0,/<dram_uncorrectable>0</s//<dram_uncorrectable>4</' /etc/hpq-rehearse/nvidia-smi-q-x.xml")
-    elif kind == "row-remap-failure":
-        node.sh("sed -i '0,/<remapped_row_failure>No</s//<remapped_row_failure>Yes</' "
-                "/etc/hpq-rehearse/nvidia-smi-q-x.xml")
-    elif kind == "throttle":
-        node.sh("sed -i '0,/<clocks_event_reason_hw_thermal_slowdown>Not Active</s//"
-                "<clocks_event_reason_hw_thermal_slowdown>Active</' /etc/hpq-rehearse/nvidia-smi-q-x.xml")
-    elif kind == "pcie-degraded":
-        node.sh("sed -i '0,/<current_link_width>16x</s//<current_link_width>8x</' "
-                "/etc/hpq-rehearse/nvidia-smi-q-x.xml")
+    elif kind in SMI_EDITS:
+        tag, healthy, broken = SMI_EDITS[kind]
+        # the first GPU's field in the stand-in's nvidia-smi -q -x answer, changed as the fault shows it
+        node.sh(f"sed -i '0,/<{tag}>{healthy}</s//<{tag}>{broken}</' {SMI_XML}")
     elif kind == "fi-info-fail":
         node.write("/etc/hpq-rehearse/fi_info.fail", "")
     elif kind == "efa-missing":
