@@ -18,10 +18,9 @@ check), never a pass. Standard library only: it runs on cluster nodes with the s
 
 from __future__ import annotations
 
-import json
 from typing import Any, List, Optional
 
-from hpq.scripts.node_checks import MAX_TOOL_OUTPUT_BYTES, Finding
+from hpq.scripts.node_checks import Finding, tool_json
 from hpq.scripts.xid_catalog import ACTION_DRAIN, SEVERITY_CRITICAL, SEVERITY_WARNING
 
 ROOT_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # DCGM 4, DCGM 3
@@ -41,10 +40,7 @@ def judge_diag(text: str) -> List[Finding]:
     """One finding per failed (critical) or warned (warning) test and GPU; [] when every test passed or skipped.
 
     Raises ValueError on text that is not DCGM's diag JSON (the check is then unchecked, not passed)."""
-    try:
-        doc = json.loads(text[:MAX_TOOL_OUTPUT_BYTES])
-    except ValueError as exc:
-        raise ValueError("dcgmi diag output is not JSON: %s" % exc) from None
+    doc = tool_json(text, "dcgmi diag")
     categories = _categories(doc)
     if categories is None:
         raise ValueError("dcgmi diag JSON has no test_categories under %s" % " or ".join(ROOT_KEYS))

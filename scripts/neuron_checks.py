@@ -22,12 +22,11 @@ Standard library only: it runs on cluster nodes with the system python3.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
-from hpq.scripts.node_checks import MAX_LINE_CHARS, MAX_TOOL_OUTPUT_BYTES, Finding
+from hpq.scripts.node_checks import MAX_LINE_CHARS, MAX_TOOL_OUTPUT_BYTES, Finding, tool_json
 from hpq.scripts.xid_catalog import ACTION_REBOOT, ACTION_REPLACE, SEVERITY_CRITICAL
 
 
@@ -55,10 +54,7 @@ def _device_list(doc: Any) -> Optional[list]:
 
 def parse_neuron_ls(text: str) -> List[NeuronDevice]:
     """The devices of ``neuron-ls --json-output``. Raises ValueError on text that is not that JSON."""
-    try:
-        doc = json.loads(text[:MAX_TOOL_OUTPUT_BYTES])
-    except ValueError as exc:
-        raise ValueError("neuron-ls output is not JSON: %s" % exc) from None
+    doc = tool_json(text, "neuron-ls")
     entries = _device_list(doc)
     if entries is None:
         raise ValueError("neuron-ls JSON has no list of devices")

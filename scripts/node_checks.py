@@ -21,6 +21,7 @@ Standard library only: it runs on cluster nodes with the system python3.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -392,3 +393,11 @@ def efa_devices(sys_root: str = "/sys/class/infiniband") -> List[str]:
             found.append(name)
     return found
 
+
+def tool_json(text: str, tool: str) -> object:
+    """A tool's JSON answer, read up to the output bound every reader keeps. Raises ValueError naming ``tool``
+    on text that is not JSON (its check is then unchecked, not passed)."""
+    try:
+        return json.loads(text[:MAX_TOOL_OUTPUT_BYTES])
+    except ValueError as exc:
+        raise ValueError("%s output is not JSON: %s" % (tool, exc)) from None
