@@ -27,8 +27,10 @@ from datetime import datetime, timezone
 
 from tests.support import serve_http
 
-AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9]+)/aws4_request, "
-                  r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
+AUTH = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9]+)/aws4_request, "
+    r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$"
+)
 MAX_SKEW_S = 300
 
 
@@ -40,8 +42,15 @@ def _quote(s: str) -> str:
     return urllib.parse.quote(s, safe="-_.~")
 
 
-def verify(method: str, raw_path: str, headers: dict[str, str], body: bytes, keys: dict[str, str], region: str,
-           now: float | None = None) -> str:
+def verify(
+    method: str,
+    raw_path: str,
+    headers: dict[str, str],
+    body: bytes,
+    keys: dict[str, str],
+    region: str,
+    now: float | None = None,
+) -> str:
     """'' when the request is signed correctly, else AWS's reason."""
     h = {k.lower(): v for k, v in headers.items()}
     m = AUTH.match(h.get("authorization", ""))
@@ -64,25 +73,38 @@ def verify(method: str, raw_path: str, headers: dict[str, str], body: bytes, key
         return "SignedHeaders must include host and only headers present"
     path, _, query = raw_path.partition("?")
     pairs = sorted((_quote(k), _quote(v)) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True))
-    canonical = "\n".join([
-        method, path or "/", "&".join(f"{k}={v}" for k, v in pairs),
-        "".join(f"{n}:{' '.join(h[n].split())}\n" for n in names), signed,
-        h.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()])
+    canonical = "\n".join(
+        [
+            method,
+            path or "/",
+            "&".join(f"{k}={v}" for k, v in pairs),
+            "".join(f"{n}:{' '.join(h[n].split())}\n" for n in names),
+            signed,
+            h.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest(),
+        ]
+    )
     scope = f"{day}/{reg}/{service}/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = _hmac(_hmac(_hmac(_hmac(("AWS4" + keys[akid]).encode(), day), reg), service), "aws4_request")
     expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signature):
-        return ("The request signature we calculated does not match the signature you provided. Check your AWS "
-                "Secret Access Key and signing method.")
+        return (
+            "The request signature we calculated does not match the signature you provided. Check your AWS "
+            "Secret Access Key and signing method."
+        )
     return ""
 
 
 class Workspace:
     """``url``: the workspace's base (``.../workspaces/<id>``); ``refused``: (method, path, reason) of every 403."""
 
-    def __init__(self, backend: str, keys: dict[str, str], region: str = "us-west-2",
-                 workspace_id: str = "ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f"):
+    def __init__(
+        self,
+        backend: str,
+        keys: dict[str, str],
+        region: str = "us-west-2",
+        workspace_id: str = "ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f",
+    ):
         self.refused: list[tuple[str, str, str]] = []
         self.accepted: list[tuple[str, str]] = []
         prefix = f"/workspaces/{workspace_id}/api/v1/"
@@ -96,15 +118,23 @@ class Workspace:
                 if reason:
                     ws.refused.append((method, path, reason))
                     return self._answer(403, b'{"message":"%s"}' % reason.encode())
-                target = {prefix + "query": "/api/v1/query", prefix + "remote_write": "/api/v1/write"}.get(path)
+                target = {prefix + "query": "/api/v1/query", prefix + "remote_write": "/api/v1/write"}.get(
+                    path
+                )
                 if target is None:
                     return self._answer(404, b'{"message":"Not Found"}')
                 ws.accepted.append((method, path))
-                fwd = urllib.request.Request(backend + target + ("?" + query if query else ""),
-                                             data=body if method == "POST" else None, method=method,
-                                             headers={k: v for k, v in self.headers.items()
-                                                      if k.lower() in ("content-type", "content-encoding",
-                                                                       "x-prometheus-remote-write-version")})
+                fwd = urllib.request.Request(
+                    backend + target + ("?" + query if query else ""),
+                    data=body if method == "POST" else None,
+                    method=method,
+                    headers={
+                        k: v
+                        for k, v in self.headers.items()
+                        if k.lower()
+                        in ("content-type", "content-encoding", "x-prometheus-remote-write-version")
+                    },
+                )
                 try:
                     with urllib.request.urlopen(fwd, timeout=30) as resp:
                         self._answer(resp.status, resp.read())
@@ -150,8 +180,11 @@ class SigningRelay:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 url = target + self.path.split("/api/v1", 1)[1].join(["/api/v1", ""])
-                keep = {k: v for k, v in self.headers.items()
-                        if k.lower() in ("content-type", "content-encoding", "x-prometheus-remote-write-version")}
+                keep = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("content-type", "content-encoding", "x-prometheus-remote-write-version")
+                }
                 req = AWSRequest(method="POST", url=url, data=body, headers=keep)
                 SigV4Auth(creds, "aps", region).add_auth(req)
                 fwd = urllib.request.Request(url, data=body, method="POST", headers=dict(req.headers.items()))

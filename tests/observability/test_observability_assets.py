@@ -223,7 +223,9 @@ def test_the_results_page_shows_exactly_what_the_node_programs_write(tmp_path):
     # Broken twins: a misspelled name on the page, and a family the page no longer shows.
     twin = copy.deepcopy(board)
     wrong = next(p for p in twin["panels"] if p.get("title") == "Collectives with wrong elements")
-    wrong["targets"][0]["expr"] = wrong["targets"][0]["expr"].replace("hpq_nccl_wrong_elements", "hpq_nccl_wrong")
+    wrong["targets"][0]["expr"] = wrong["targets"][0]["expr"].replace(
+        "hpq_nccl_wrong_elements", "hpq_nccl_wrong"
+    )
     assert results_page_names(twin) - written == {"hpq_nccl_wrong"}
     assert written - results_page_names(twin) == {"hpq_nccl_wrong_elements"}
 
@@ -295,8 +297,14 @@ GPU = {
 }
 EFA = {"cluster": "c1", "instance": "ip-10-1-0-5", "job": "efa_exporter", "device": "rdmap113s0", "port": "1"}
 SLURM = {"cluster": "c1", "instance": "ip-10-1-0-1", "job": "slurm_exporter", "partition": "gpu"}
-NEURON_UE = {"cluster": "c1", "instance": "ip-10-1-0-9", "job": "neuron_monitor", "neuron_device_index": "7",
-             "event_type": "sram_ecc_uncorrected", "instance_type": "trn1n.32xlarge"}
+NEURON_UE = {
+    "cluster": "c1",
+    "instance": "ip-10-1-0-9",
+    "job": "neuron_monitor",
+    "neuron_device_index": "7",
+    "event_type": "sram_ecc_uncorrected",
+    "instance_type": "trn1n.32xlarge",
+}
 
 
 def series(name: str, labels: dict, values: str) -> dict:
@@ -344,8 +352,14 @@ CASES = {
         # the quiet twin: corrected events rise, and an uncorrected count stays flat (errors before, none now).
         [series("hardware_ecc_events_total", NEURON_UE, "864x5 865 866 866")],
         {k: NEURON_UE[k] for k in ("cluster", "instance", "neuron_device_index", "event_type")},
-        [series("hardware_ecc_events_total", dict(NEURON_UE, event_type="mem_ecc_corrected"), "3 9 20 40 80 90 99 99"),
-         series("hardware_ecc_events_total", NEURON_UE, "864x8")],
+        [
+            series(
+                "hardware_ecc_events_total",
+                dict(NEURON_UE, event_type="mem_ecc_corrected"),
+                "3 9 20 40 80 90 99 99",
+            ),
+            series("hardware_ecc_events_total", NEURON_UE, "864x8"),
+        ],
         "7m",
     ),
     "HpqSlurmNodeDrained": (

@@ -30,8 +30,9 @@ from hpq.cfn import observability, root, s3
 from tests.cfn_render import COMBOS
 
 WORKSPACE_GETATT = {"Fn::GetAtt": ["PrometheusWorkspace", "Arn"]}
-WORKSPACE_PARAM = {"Fn::Sub": "arn:${AWS::Partition}:aps:${AWS::Region}:${AWS::AccountId}:workspace/"
-                              "${PrometheusWorkspaceId}"}
+WORKSPACE_PARAM = {
+    "Fn::Sub": "arn:${AWS::Partition}:aps:${AWS::Region}:${AWS::AccountId}:workspace/${PrometheusWorkspaceId}"
+}
 ALLOWED_APS_RESOURCES = (WORKSPACE_GETATT, WORKSPACE_PARAM)
 
 
@@ -87,8 +88,13 @@ def test_no_rendered_template_widens_the_workspace_grant(rendered, variant, size
         assert grant["Condition"] == observability.HAS_WORKSPACE
         assert grant["Properties"]["Roles"] == [{"Ref": "ExecutionRole"}]
         assert grant["Properties"]["PolicyDocument"]["Statement"] == [
-            {"Sid": "PrometheusRemoteWrite", "Effect": "Allow", "Action": ["aps:RemoteWrite"],
-             "Resource": WORKSPACE_PARAM}]
+            {
+                "Sid": "PrometheusRemoteWrite",
+                "Effect": "Allow",
+                "Action": ["aps:RemoteWrite"],
+                "Resource": WORKSPACE_PARAM,
+            }
+        ]
     else:
         role = obs["Resources"]["AddonRole"]["Properties"]
         assert role["Policies"][0]["PolicyDocument"]["Statement"][0]["Resource"] == WORKSPACE_GETATT
@@ -137,31 +143,51 @@ def test_eks_addon_is_configured_as_awss_module_does(rendered):
     files = rendered[("eks-gpu", "small")]
     addon = files["Observability.json"]["Resources"]["ObservabilityAddon"]["Properties"]
     assert addon["AddonName"] == "amazon-sagemaker-hyperpod-observability"
-    assert addon["PodIdentityAssociations"][0]["ServiceAccount"] == "hyperpod-observability-operator-otel-collector"
+    assert (
+        addon["PodIdentityAssociations"][0]["ServiceAccount"]
+        == "hyperpod-observability-operator-otel-collector"
+    )
     config = json.loads(addon["ConfigurationValues"]["Fn::Sub"])
-    assert config["ampWorkspace"] == {"prometheusEndpoint": "${PrometheusWorkspace.PrometheusEndpoint}",
-                                      "arn": "${PrometheusWorkspace.Arn}"}
+    assert config["ampWorkspace"] == {
+        "prometheusEndpoint": "${PrometheusWorkspace.PrometheusEndpoint}",
+        "arn": "${PrometheusWorkspace.Arn}",
+    }
     assert {v["scrapeInterval"] for v in config["metricsProvider"].values()} == {30}
     assert set(config["metricsProvider"]) == {
-        "trainingMetrics", "inferenceMetrics", "taskGovernanceMetrics", "scalingMetrics", "customMetrics",
-        "nodeMetrics", "acceleratedComputeMetrics", "networkMetrics"}
+        "trainingMetrics",
+        "inferenceMetrics",
+        "taskGovernanceMetrics",
+        "scalingMetrics",
+        "customMetrics",
+        "nodeMetrics",
+        "acceleratedComputeMetrics",
+        "networkMetrics",
+    }
     trust = files["Observability.json"]["Resources"]["AddonRole"]["Properties"]["AssumeRolePolicyDocument"]
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert trust["Statement"][0]["Condition"]["StringEquals"]["aws:SourceArn"] == {"Ref": "EksClusterArn"}
     # created after the HyperPod cluster (AWS's module depends_on module.hyperpod_cluster)
     stack = files["root.json"]["Resources"]["ObservabilityStack"]
     assert stack["Properties"]["Parameters"]["HyperPodClusterArn"] == {
-        "Fn::GetAtt": ["HyperPodStack", "Outputs.ClusterArn"]}
+        "Fn::GetAtt": ["HyperPodStack", "Outputs.ClusterArn"]
+    }
 
 
 def test_slurm_root_wires_workspace_into_iam_and_the_node_config(rendered):
     files = rendered[("slurm-gpu", "small")]
     res = files["root.json"]["Resources"]
     iam_param = res["IAMStack"]["Properties"]["Parameters"][observability.WORKSPACE_ID_PARAM]
-    assert iam_param == {"Fn::If": [root.HAS_OBSERVABILITY, {"Fn::GetAtt": [
-        "ObservabilityStack", f"Outputs.{observability.OUT_WORKSPACE_ID}"]}, ""]}
+    assert iam_param == {
+        "Fn::If": [
+            root.HAS_OBSERVABILITY,
+            {"Fn::GetAtt": ["ObservabilityStack", f"Outputs.{observability.OUT_WORKSPACE_ID}"]},
+            "",
+        ]
+    }
     url = res["S3Stack"]["Properties"]["Parameters"]["PrometheusRemoteWriteUrl"]
-    assert url["Fn::If"][1] == {"Fn::GetAtt": ["ObservabilityStack", f"Outputs.{observability.OUT_REMOTE_WRITE_URL}"]}
+    assert url["Fn::If"][1] == {
+        "Fn::GetAtt": ["ObservabilityStack", f"Outputs.{observability.OUT_REMOTE_WRITE_URL}"]
+    }
     config = json.dumps(files["S3.json"])
     assert '\\"prometheus_remote_write_url\\":\\"${PrometheusRemoteWriteUrl}\\"' in config
     outputs = files["root.json"]["Outputs"]
@@ -174,21 +200,31 @@ def test_slurm_root_wires_workspace_into_iam_and_the_node_config(rendered):
 REAL_URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f/api/v1/remote_write"
 
 
-@pytest.mark.parametrize(("value", "ok"), [
-    ("", True), (REAL_URL, True),
-    (REAL_URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), True),
-    (REAL_URL.replace("https://", "http://"), False),
-    (REAL_URL.replace("/api/v1/remote_write", "/api/v1/query"), False),
-    ("https://evil.example.com/workspaces/ws-1/api/v1/remote_write", False),
-])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        (REAL_URL, True),
+        (REAL_URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), True),
+        (REAL_URL.replace("https://", "http://"), False),
+        (REAL_URL.replace("/api/v1/remote_write", "/api/v1/query"), False),
+        ("https://evil.example.com/workspaces/ws-1/api/v1/remote_write", False),
+    ],
+)
 def test_remote_write_url_pattern(value, ok):
     assert bool(re.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, value)) is ok
 
 
-@pytest.mark.parametrize(("value", "ok"), [
-    ("", True), ("ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f", True),
-    ("ws-*", False), ("*", False), ("ws-1/../*", False),
-])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("ws-1f9e8d7c-6b5a-4c3d-2e1f-0a9b8c7d6e5f", True),
+        ("ws-*", False),
+        ("*", False),
+        ("ws-1/../*", False),
+    ],
+)
 def test_workspace_id_pattern(value, ok):
     """A pattern that refuses '*' and '/': the ARN the grant builds from the ID names one workspace."""
     assert bool(re.fullmatch(observability.WORKSPACE_ID_PATTERN, value)) is ok

@@ -85,12 +85,14 @@ class Mirror:
 
 
 def release_path(art: observability.Artifact) -> str:
-    return art.url_for(ARCH)[len(observability.GITHUB):]
+    return art.url_for(ARCH)[len(observability.GITHUB) :]
 
 
 @pytest.fixture
 def mirror():
-    blobs = {release_path(a): fake_tarball(a) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)}
+    blobs = {
+        release_path(a): fake_tarball(a) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)
+    }
     m = Mirror(blobs)
     yield m
     m.close()
@@ -108,8 +110,12 @@ def worker_node(tmp_path: Path, url: str | None = URL):
 
 
 def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root))
-    return node_samples.run_on_create(entry, dict(base, **env), "--steps", "identify,observability", timeout=180)
+    base = dict(
+        HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root)
+    )
+    return node_samples.run_on_create(
+        entry, dict(base, **env), "--steps", "identify,observability", timeout=180
+    )
 
 
 def stop_services(root: Path) -> None:
@@ -127,12 +133,17 @@ def sha(data: bytes) -> str:
 def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds_factory, mirror):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "p5.48xlarge")})
-    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}" for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
+    pins = ",".join(
+        f"{a.name}={sha(mirror.blobs[release_path(a)])}"
+        for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)
+    )
     try:
         res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
         out = res.stdout + res.stderr
         assert res.returncode == 0, out
-        assert "observability: node_exporter started" in out and "observability: prometheus-agent started" in out
+        assert (
+            "observability: node_exporter started" in out and "observability: prometheus-agent started" in out
+        )
         # p5 is a GPU type with EFA: both images are TODO pins, refused with one line each, the step Degraded
         assert re.search(r"dcgm-exporter refused: no pinned digest for \S+hyperpod/dcgm_exporter", out)
         assert re.search(r"efa-exporter refused: no pinned digest for \S+hyperpod/efa_exporter", out)
@@ -151,9 +162,12 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         assert config["global"]["external_labels"] == {"cluster": node_samples.CLUSTER}
         jobs = {j["job_name"]: j for j in config["scrape_configs"]}
         assert set(jobs) == {"node_exporter"}  # only what runs is scraped
-        assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(".", "-")
+        assert jobs["node_exporter"]["relabel_configs"][0]["replacement"] == "ip-" + WORKER_IP.replace(
+            ".", "-"
+        )
         assert sorted(r.split("/")[-1] for r in mirror.requests) == sorted(
-            os.path.basename(release_path(a)) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
+            os.path.basename(release_path(a)) for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)
+        )
         # a second boot finds the verified copies: nothing downloaded again, nothing restarted
         mirror.requests.clear()
         again = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
@@ -174,10 +188,14 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     got = sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])
-    assert (f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(observability.NODE_EXPORTER)}: got {got}, "
-            f"pinned {observability.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked") in out
+    assert (
+        f"node_exporter refused: sha256 mismatch for {mirror.url}{release_path(observability.NODE_EXPORTER)}: got {got}, "
+        f"pinned {observability.NODE_EXPORTER.sha256[ARCH]}: refused, not unpacked"
+    ) in out
     assert not (root / "opt/hpq/observability/node_exporter-1.9.1/node_exporter").exists()
-    assert not list((root / "opt/hpq/observability/node_exporter-1.9.1").glob("hpq-obs-*"))  # download removed
+    assert not list(
+        (root / "opt/hpq/observability/node_exporter-1.9.1").glob("hpq-obs-*")
+    )  # download removed
     assert "prometheus-agent not installed: no exporter runs to scrape" in out
     assert "lifecycle done" in out
 
@@ -185,8 +203,13 @@ def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_fact
 def test_download_failure_leaves_boot_going(tmp_path, imds_factory):
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
-    res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
-               HPQ_OBSERVABILITY_SHA256="node_exporter=" + "0" * 64)
+    res = boot(
+        entry,
+        root,
+        srv,
+        HPQ_OBSERVABILITY_MIRROR="http://127.0.0.1:9",
+        HPQ_OBSERVABILITY_SHA256="node_exporter=" + "0" * 64,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert re.search(r"node_exporter refused: download of http://127\.0\.0\.1:9/\S+ failed 3 times", out)
@@ -203,8 +226,17 @@ def test_no_remote_write_url_installs_nothing(tmp_path, imds_factory, mirror):
 
 
 def test_todo_pin_refuses_before_any_download(tmp_path):
-    unpinned = observability.Artifact("prometheus", "9.9.9", observability.PROMETHEUS.url, {"amd64": observability.TODO}, "prometheus", "none")
-    with pytest.raises(observability.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"):
+    unpinned = observability.Artifact(
+        "prometheus",
+        "9.9.9",
+        observability.PROMETHEUS.url,
+        {"amd64": observability.TODO},
+        "prometheus",
+        "none",
+    )
+    with pytest.raises(
+        observability.Refused, match=r"no pinned sha256 for prometheus 9\.9\.9 .*HPQ_OBSERVABILITY_SHA256"
+    ):
         observability.fetch_verified(unpinned, "amd64", str(tmp_path), mirror="http://127.0.0.1:9")
 
 
@@ -219,14 +251,24 @@ def test_every_release_artifact_is_pinned_for_both_architectures():
 def test_prometheus_pin_refuses_a_tarball_that_is_not_the_release(tmp_path, mirror):
     """The agent's real pin against the mirror's fake tarball: refused before unpacking, named by URL and pin."""
     url = mirror.url + release_path(observability.PROMETHEUS)
-    with pytest.raises(observability.Refused, match=f"sha256 mismatch for {re.escape(url)}: got "
-                       f"{sha(mirror.blobs[release_path(observability.PROMETHEUS)])}, pinned {observability.PROMETHEUS.sha256[ARCH]}"):
+    with pytest.raises(
+        observability.Refused,
+        match=f"sha256 mismatch for {re.escape(url)}: got "
+        f"{sha(mirror.blobs[release_path(observability.PROMETHEUS)])}, pinned {observability.PROMETHEUS.sha256[ARCH]}",
+    ):
         observability.fetch_verified(observability.PROMETHEUS, ARCH, str(tmp_path), mirror=mirror.url)
     assert mirror.requests == [release_path(observability.PROMETHEUS)]
 
 
-@pytest.mark.parametrize("text", ["node_exporter=abc", "nodeexporter=" + "0" * 64, "node_exporter" + "0" * 64,
-                                  "node_exporter=" + "G" * 64])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "node_exporter=abc",
+        "nodeexporter=" + "0" * 64,
+        "node_exporter" + "0" * 64,
+        "node_exporter=" + "G" * 64,
+    ],
+)
 def test_bad_pin_setting_is_refused(text):
     with pytest.raises(ValueError, match="HPQ_OBSERVABILITY_SHA256"):
         observability.parse_pins(text)
@@ -235,20 +277,33 @@ def test_bad_pin_setting_is_refused(text):
 def test_agent_config_passes_promtool(tmp_path):
     """Prometheus's own checker (Debian's promtool) takes the agent configuration as written (JSON is YAML)."""
     path = tmp_path / "agent.yml"
-    path.write_text(observability.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400}))
-    res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
+    path.write_text(
+        observability.agent_config("c1", "ip-10-1-2-3", URL, {"node_exporter": 9100, "dcgm-exporter": 9400})
+    )
+    res = subprocess.run(
+        ["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     broken = json.loads(path.read_text())
     broken["remote_write"][0]["sigv4"]["regionn"] = "x"  # the broken twin: an unknown field
     path.write_text(json.dumps(broken))
-    res = subprocess.run(["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True)
+    res = subprocess.run(
+        ["promtool", "check", "config", "--agent", str(path)], capture_output=True, text=True
+    )
     assert res.returncode != 0
 
 
 def test_one_textfile_directory_and_one_url_shape():
     assert observability.TEXTFILE_DIR == result_metrics.TEXTFILE_DIR
-    samples = [URL, URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"), "",
-               URL.replace("https", "http"), URL + "/", URL.replace("ws-", "xx-"), URL + "\n"]
+    samples = [
+        URL,
+        URL.replace("us-west-2.amazonaws.com", "cn-north-1.amazonaws.com.cn"),
+        "",
+        URL.replace("https", "http"),
+        URL + "/",
+        URL.replace("ws-", "xx-"),
+        URL + "\n",
+    ]
     for s in samples:
         node_ok = bool(fields.AMP_REMOTE_WRITE_URL.fullmatch(s))
         template_ok = bool(re.fullmatch(s3.REMOTE_WRITE_URL_PATTERN, s)) and s != ""
@@ -264,11 +319,18 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
     root, entry = worker_node(tmp_path)
     srv = imds_factory({"": node_samples.imds_answers(ctl_id, "m5.12xlarge")})
     pins = f"node_exporter={sha(mirror.blobs[release_path(observability.NODE_EXPORTER)])}"
-    base = dict(HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root),
-                HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins,
-                HPQ_BIN_DIR="/usr/local/bin")
+    base = dict(
+        HPQ_ROOT=str(root),
+        HPQ_IMDS_URL=srv.url,
+        HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root),
+        HPQ_OBSERVABILITY_MIRROR=mirror.url,
+        HPQ_OBSERVABILITY_SHA256=pins,
+        HPQ_BIN_DIR="/usr/local/bin",
+    )
     try:
-        res = node_samples.run_on_create(entry, base, "--steps", "identify,install,observability", timeout=180)
+        res = node_samples.run_on_create(
+            entry, base, "--steps", "identify,install,observability", timeout=180
+        )
         out = res.stdout + res.stderr
         assert res.returncode == 0, out
         assert "observability: slurm-metrics started" in out, out
@@ -287,8 +349,13 @@ def test_controller_runs_the_slurm_writer_from_the_installed_bundle(tmp_path, im
     wroot, wentry = worker_node(tmp_path / "w")
     wsrv = imds_factory({"": node_samples.imds_answers(WORKER_ID, "m5.xlarge")})
     try:
-        res = node_samples.run_on_create(wentry, dict(base, HPQ_ROOT=str(wroot), HPQ_IMDS_URL=wsrv.url),
-                               "--steps", "identify,install,observability", timeout=180)
+        res = node_samples.run_on_create(
+            wentry,
+            dict(base, HPQ_ROOT=str(wroot), HPQ_IMDS_URL=wsrv.url),
+            "--steps",
+            "identify,install,observability",
+            timeout=180,
+        )
         assert res.returncode == 0 and "slurm-metrics" not in res.stdout + res.stderr
         assert not (wroot / "etc/systemd/system/hpq-slurm-metrics.service").exists()
     finally:

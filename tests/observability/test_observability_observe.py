@@ -38,9 +38,13 @@ VALUES = {
 
 
 def make_stack(name: str, outputs: dict[str, str]) -> None:
-    template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-                "Outputs": {k: {"Value": v} for k, v in outputs.items()}}
-    boto3.client("cloudformation", region_name=REGION).create_stack(StackName=name, TemplateBody=json.dumps(template))
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName=name, TemplateBody=json.dumps(template)
+    )
 
 
 def test_output_names_are_the_root_stacks():
@@ -55,9 +59,14 @@ def test_observe_json_from_the_stack_outputs(aws_env, capsys):
     assert view["workspace_id"] == WS and view["remote_write_url"] == VALUES["PrometheusRemoteWriteUrl"]
     assert view["query_url"] == VALUES["PrometheusQueryUrl"] and view["region"] == REGION
     assert view["grafana_datasource"]["url"] == ENDPOINT.rstrip("/")
-    assert view["grafana_datasource"]["jsonData"] == {"sigV4Auth": True, "sigV4AuthType": "default",
-                                                      "sigV4Region": REGION}
-    assert sorted(d["file"] for d in view["dashboards"]) == sorted(os.path.abspath(p) for p in dashboard_files())
+    assert view["grafana_datasource"]["jsonData"] == {
+        "sigV4Auth": True,
+        "sigV4AuthType": "default",
+        "sigV4Region": REGION,
+    }
+    assert sorted(d["file"] for d in view["dashboards"]) == sorted(
+        os.path.abspath(p) for p in dashboard_files()
+    )
     code, out, err = run_cli(["observe", "obs-on", "--region", REGION], capsys)
     assert code == 0 and WS in out and "hpq: GPUs (DCGM)" in out and "/api/dashboards/db" in out
 
@@ -88,8 +97,16 @@ class FakeGrafana:
                     return self._answer(400, {"message": "bad request"})
                 grafana.posts.append(doc)
                 uid = doc["dashboard"].get("uid", "")
-                return self._answer(200, {"id": len(grafana.posts), "uid": uid, "status": "success", "version": 1,
-                                          "url": f"/d/{uid}/x"})
+                return self._answer(
+                    200,
+                    {
+                        "id": len(grafana.posts),
+                        "uid": uid,
+                        "status": "success",
+                        "version": 1,
+                        "url": f"/d/{uid}/x",
+                    },
+                )
 
             def _answer(self, code, doc):
                 data = json.dumps(doc).encode()
@@ -117,8 +134,13 @@ def grafana():
 def test_import_commands_post_each_dashboard(grafana):
     for d in endpoints.dashboards():
         env = dict(os.environ, GRAFANA_URL=grafana.url, GRAFANA_TOKEN="glsa_token")
-        res = subprocess.run(["bash", "-c", "set -o pipefail; " + d["import_command"]], env=env,
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["bash", "-c", "set -o pipefail; " + d["import_command"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert res.returncode == 0, res.stderr
     uids = sorted(p["dashboard"]["uid"] for p in grafana.posts)
     assert uids == sorted(d["uid"] for d in endpoints.dashboards())
@@ -126,8 +148,13 @@ def test_import_commands_post_each_dashboard(grafana):
     # the broken twin: a wrong token fails the command (curl -f), nothing is imported
     before = len(grafana.posts)
     env = dict(os.environ, GRAFANA_URL=grafana.url, GRAFANA_TOKEN="wrong")
-    res = subprocess.run(["bash", "-c", "set -o pipefail; " + endpoints.dashboards()[0]["import_command"]], env=env,
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        ["bash", "-c", "set -o pipefail; " + endpoints.dashboards()[0]["import_command"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode != 0 and len(grafana.posts) == before
 
 
@@ -138,8 +165,13 @@ class _SageMaker:
         self.api = api
 
     def describe_cluster(self, ClusterName):  # noqa: N803
-        return {"ClusterName": "obs-cluster", "ClusterArn": self.api.arn, "ClusterStatus": "InService",
-                "InstanceGroups": [], "Orchestrator": {}}
+        return {
+            "ClusterName": "obs-cluster",
+            "ClusterArn": self.api.arn,
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+            "Orchestrator": {},
+        }
 
     def get_paginator(self, name):
         api = self.api
@@ -147,11 +179,13 @@ class _SageMaker:
         class _Pages:
             def paginate(self, **kw):
                 yield getattr(api, name)(**kw)
+
         return _Pages()
 
 
-def test_check_lists_every_node_and_is_inconclusive_when_the_workspace_cannot_be_asked(aws_env, capsys,
-                                                                                        monkeypatch):
+def test_check_lists_every_node_and_is_inconclusive_when_the_workspace_cannot_be_asked(
+    aws_env, capsys, monkeypatch
+):
     """``--check`` wiring: the cluster's nodes read (ListClusterNodes, with the stack's ClusterName), the
     workspace asked at the stack's query URL; that URL is AWS's (unreachable here), so the verdict is
     INCONCLUSIVE with the endpoint named, exit 1, never PASS."""
@@ -159,21 +193,45 @@ def test_check_lists_every_node_and_is_inconclusive_when_the_workspace_cannot_be
     from tests.support import patch_aws_client
 
     make_stack("obs-check", dict(VALUES, ClusterName="obs-cluster"))
-    api = EmulatedHyperPodApi("obs-cluster", "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcdefabcdef", [
-        EmulatedNode("i-0123456789abcdef0", "worker-group-1", "ml.p5.48xlarge",
-                     "ip-10-1-0-5.us-east-1.compute.internal", "10.1.0.5"),
-        EmulatedNode("i-0123456789abcdef1", "controller-machine", "ml.m5.12xlarge",
-                     "ip-10-1-0-6.us-east-1.compute.internal", "10.1.0.6")])
+    api = EmulatedHyperPodApi(
+        "obs-cluster",
+        "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcdefabcdef",
+        [
+            EmulatedNode(
+                "i-0123456789abcdef0",
+                "worker-group-1",
+                "ml.p5.48xlarge",
+                "ip-10-1-0-5.us-east-1.compute.internal",
+                "10.1.0.5",
+            ),
+            EmulatedNode(
+                "i-0123456789abcdef1",
+                "controller-machine",
+                "ml.m5.12xlarge",
+                "ip-10-1-0-6.us-east-1.compute.internal",
+                "10.1.0.6",
+            ),
+        ],
+    )
     import hpq.aws.session as session_mod
+
     original = session_mod.client
-    patch_aws_client(monkeypatch, lambda s, service, *a, **k: _SageMaker(api) if service == "sagemaker"
-                     else original(s, service, *a, **k))
+    patch_aws_client(
+        monkeypatch,
+        lambda s, service, *a, **k: (
+            _SageMaker(api) if service == "sagemaker" else original(s, service, *a, **k)
+        ),
+    )
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setattr("hpq.aws.amp.TIMEOUT_S", 2.0)
-    code, out, err = run_cli(["observe", "obs-check", "--region", REGION, "--check", "--output", "json"], capsys)
+    code, out, err = run_cli(
+        ["observe", "obs-check", "--region", REGION, "--check", "--output", "json"], capsys
+    )
     assert code == 1 and out, (code, out, err)
     result = json.loads(out)["observe"]
     assert result["verdict"] == "INCONCLUSIVE" and "cannot reach the workspace endpoint" in result["reason"]
     assert "Traceback" not in err and "INCONCLUSIVE" in err
-    assert [c for c in api.calls if c[0] == "ListClusterNodes" and c[1]["ClusterName"].endswith("abcdefabcdef")]
+    assert [
+        c for c in api.calls if c[0] == "ListClusterNodes" and c[1]["ClusterName"].endswith("abcdefabcdef")
+    ]

@@ -14,6 +14,7 @@ instead of the OpenTelemetry collector, no SigV4).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -26,7 +27,13 @@ import pytest
 from hpq import observability
 from hpq.scripts import result_metrics
 from tests.observability.test_observability_assets import dashboard_queries, selected_metrics
-from tests.observability.test_result_metrics import doctor_result, nanogpt_result, nccl_result, sweep_result
+from tests.observability.test_result_metrics import (
+    NCCL_LOG,
+    doctor_result,
+    nanogpt_result,
+    nccl_result,
+    sweep_result,
+)
 from tests.support import free_ports, stop_process, wait_until_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemons]  # Prometheus and the exporters
@@ -62,8 +69,16 @@ def scraped(tmp_path):
     for tool in ("prometheus-node-exporter", "prometheus"):
         assert shutil.which(tool), f"{tool} not found: dev/test.sh installs Debian's package"
     textfile = tmp_path / "textfile"
+    # The real 2-node log with one element wrong in the last row's in-place check (the broken twin the
+    # "Collectives with wrong elements" panel exists for: a healthy run has no row there).
+    lines = NCCL_LOG.read_text().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if re.match(r"\s+\d+\s+\d+\s+float\s", line))
+    lines[last] = re.sub(r"\b0(\s*)$", r"1\1", lines[last])
+    assert lines[last] != NCCL_LOG.read_text().splitlines(keepends=True)[last]
+    twin = tmp_path / "wrong.log"
+    twin.write_text("".join(lines))
     results = [
-        nccl_result(tmp_path),
+        nccl_result(tmp_path, source=twin),
         sweep_result(tmp_path),
         doctor_result(tmp_path),
         nanogpt_result(tmp_path),

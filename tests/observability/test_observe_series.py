@@ -43,16 +43,22 @@ def vector(rows: list[dict]) -> list[dict]:
 
 def fake_workspace(instances_by_metric: dict[str, list[str]], up: dict[tuple[str, str], float]):
     """Answers as Prometheus would for the check's queries (documented vector shape), from a table."""
+
     def query(promql: str) -> list[dict]:
         if promql.startswith("up{"):
             return vector([({"instance": i, "job": j, "cluster": "c1"}, v) for (i, j), v in up.items()])
         metric = promql.split("(")[2].split("{")[0]
-        return vector([({"instance": i, "job": "node_exporter"}, 1) for i in instances_by_metric.get(metric, [])])
+        return vector(
+            [({"instance": i, "job": "node_exporter"}, 1) for i in instances_by_metric.get(metric, [])]
+        )
+
     return query
 
 
 def test_names_what_is_missing_and_why():
-    everything = {m: ["ip-a"] for m in series_check.NODE_SERIES} | {m: ["ip-ctl"] for m in series_check.CLUSTER_SERIES}
+    everything = {m: ["ip-a"] for m in series_check.NODE_SERIES} | {
+        m: ["ip-ctl"] for m in series_check.CLUSTER_SERIES
+    }
     up = {("ip-a", "node_exporter"): 1}
     nodes = [series_check.Node("ip-a", gpu=True, efa=True)]
     res = series_check.check("c1", nodes, fake_workspace(everything, up))
@@ -73,6 +79,7 @@ def test_names_what_is_missing_and_why():
 def test_no_answer_or_no_nodes_is_inconclusive_never_pass():
     def refused(_):
         raise series_check.QueryFailed("HTTP 403")
+
     assert series_check.check("c1", [series_check.Node("ip-a")], refused)["verdict"] == "INCONCLUSIVE"
     assert series_check.check("c1", [], fake_workspace({}, {}))["verdict"] == "INCONCLUSIVE"
 
@@ -91,7 +98,9 @@ def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    session = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=next(iter(KEYS.values())))
+    session = boto3.Session(
+        aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=next(iter(KEYS.values()))
+    )
     base = "http://127.0.0.1:1/workspaces/ws-x/api/v1/query"
     q = 'count by (instance, job) (up{cluster="c 1"})'
     url = base + "?" + urllib.parse.urlencode({"query": q}, quote_via=urllib.parse.quote, safe="-_.~")
@@ -101,8 +110,14 @@ def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
     plus = base + "?" + urllib.parse.urlencode({"query": q})
     req = AWSRequest(method="GET", url=plus)
     SigV4Auth(Credentials(*next(iter(KEYS.items()))), "aps", REGION).add_auth(req)
-    reason = sigv4_standin.verify("GET", plus.split("127.0.0.1:1", 1)[1], dict(req.headers.items(), Host="127.0.0.1:1"),
-                                  b"", KEYS, REGION)
+    reason = sigv4_standin.verify(
+        "GET",
+        plus.split("127.0.0.1:1", 1)[1],
+        dict(req.headers.items(), Host="127.0.0.1:1"),
+        b"",
+        KEYS,
+        REGION,
+    )
     assert "does not match" in reason
     wrong = sigv4_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, "eu-west-1")
     assert "scoped" in wrong
@@ -113,13 +128,20 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
     for tool in ("prometheus-node-exporter", "prometheus"):
         assert shutil.which(tool), f"{tool} not found: dev/test.sh installs Debian's package"
     textfile = tmp_path / "textfile"
-    assert result_metrics.main([str(nccl_result(tmp_path)), "--cluster", "c1", "--node", "ip-a",
-                                "--textfile-dir", str(textfile)]) == 0
-    slurm_answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n",
-                     tuple(slurm_metrics.nodes_command("dev")): "1|idle|(null)\n",
-                     tuple(slurm_metrics.COMMANDS["total"]): "NodeName=ip-a\n",
-                     tuple(slurm_metrics.COMMANDS["node"]): "ip-a 0 1000 0/2/0/2 idle dev*\n",
-                     tuple(slurm_metrics.COMMANDS["cpus"]): "0/2/0/2\n", tuple(slurm_metrics.COMMANDS["queue"]): ""}
+    assert (
+        result_metrics.main(
+            [str(nccl_result(tmp_path)), "--cluster", "c1", "--node", "ip-a", "--textfile-dir", str(textfile)]
+        )
+        == 0
+    )
+    slurm_answers = {
+        tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n",
+        tuple(slurm_metrics.nodes_command("dev")): "1|idle|(null)\n",
+        tuple(slurm_metrics.COMMANDS["total"]): "NodeName=ip-a\n",
+        tuple(slurm_metrics.COMMANDS["node"]): "ip-a 0 1000 0/2/0/2 idle dev*\n",
+        tuple(slurm_metrics.COMMANDS["cpus"]): "0/2/0/2\n",
+        tuple(slurm_metrics.COMMANDS["queue"]): "",
+    }
     slurm_metrics.write_once(str(textfile), lambda argv: slurm_answers.get(tuple(argv)))
     ne_port, server_port, agent_a, agent_b = free_ports(4)
     procs: list[subprocess.Popen] = []
@@ -127,22 +149,51 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
     relays: list = []
 
     def start(argv, name):
-        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{name}.log").open("w"),
-                                      env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                           "AWS_ACCESS_KEY_ID": next(iter(KEYS)),
-                                           "AWS_SECRET_ACCESS_KEY": secrets[name]}))
+        procs.append(
+            subprocess.Popen(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / f"{name}.log").open("w"),
+                env={
+                    "PATH": "/usr/bin:/bin",
+                    "HOME": str(tmp_path),
+                    "AWS_ACCESS_KEY_ID": next(iter(KEYS)),
+                    "AWS_SECRET_ACCESS_KEY": secrets[name],
+                },
+            )
+        )
         return procs[-1]
 
     # The agents need credentials to load a sigv4 block at all (Debian's build refuses the config without them).
-    secrets = {"node_exporter": "", "server": "", "agent-a": KEYS[next(iter(KEYS))], "agent-b": KEYS[next(iter(KEYS))]}
+    secrets = {
+        "node_exporter": "",
+        "server": "",
+        "agent-a": KEYS[next(iter(KEYS))],
+        "agent-b": KEYS[next(iter(KEYS))],
+    }
     try:
-        start(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{ne_port}",
-               f"--collector.textfile.directory={textfile}"], "node_exporter")
+        start(
+            [
+                "prometheus-node-exporter",
+                f"--web.listen-address=127.0.0.1:{ne_port}",
+                f"--collector.textfile.directory={textfile}",
+            ],
+            "node_exporter",
+        )
         (tmp_path / "server.yml").write_text("{}")
-        server = start(["prometheus", f"--config.file={tmp_path / 'server.yml'}",
-                        f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{server_port}",
-                        "--web.enable-remote-write-receiver"], "server")
-        wait_until_ready(lambda: _ok(f"http://127.0.0.1:{server_port}/-/ready"), server, "prometheus", timeout=60)
+        server = start(
+            [
+                "prometheus",
+                f"--config.file={tmp_path / 'server.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{server_port}",
+                "--web.enable-remote-write-receiver",
+            ],
+            "server",
+        )
+        wait_until_ready(
+            lambda: _ok(f"http://127.0.0.1:{server_port}/-/ready"), server, "prometheus", timeout=60
+        )
         ws = sigv4_standin.Workspace(f"http://127.0.0.1:{server_port}", KEYS, REGION)
         relay = sigv4_standin.SigningRelay(ws.url, next(iter(KEYS.items())), REGION)
         relays.append(relay)
@@ -154,9 +205,19 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
             target = relay.url if name == "agent-a" else ws.url  # A signed by the relay, B unsigned
             config["remote_write"][0]["url"] = target + "/api/v1/remote_write"
             (tmp_path / f"{name}.yml").write_text(json.dumps(config))
-            start(["prometheus", "--enable-feature=agent", f"--config.file={tmp_path / f'{name}.yml'}",
-                   f"--storage.agent.path={tmp_path / name}", f"--web.listen-address=127.0.0.1:{port}"], name)
-        session = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=KEYS[next(iter(KEYS))])
+            start(
+                [
+                    "prometheus",
+                    "--enable-feature=agent",
+                    f"--config.file={tmp_path / f'{name}.yml'}",
+                    f"--storage.agent.path={tmp_path / name}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                name,
+            )
+        session = boto3.Session(
+            aws_access_key_id=next(iter(KEYS)), aws_secret_access_key=KEYS[next(iter(KEYS))]
+        )
         query_url = ws.url + "/api/v1/query"
 
         def query(q):
@@ -176,13 +237,19 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
         elapsed = time.time() - started
         (tmp_path / "check.json").write_text(json.dumps(res, indent=1))
         a, b = res["nodes"]
-        assert a["missing"] == {}, (ws.accepted[:3], ws.refused[:3], (tmp_path / "server.log").read_text()[-1500:])
+        assert a["missing"] == {}, (
+            ws.accepted[:3],
+            ws.refused[:3],
+            (tmp_path / "server.log").read_text()[-1500:],
+        )
         assert all(v["present"] for v in res["cluster_series"].values()), res
         assert elapsed < 60
         # The unsigned agent's writes were refused by the SigV4 check, so ip-b is named silent.
         assert res["verdict"] == "FAIL"
         assert b["present"] == [] and all("nothing from this node" in c for c in b["missing"].values())
-        assert any(p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused)
+        assert any(
+            p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused
+        )
         # Only the healthy node: PASS. A query with a wrong secret: refused, INCONCLUSIVE.
         assert series_check.check("c1", nodes[:1], query)["verdict"] == "PASS"
         bad = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key="nope")
@@ -192,6 +259,7 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
                 return amp.instant_query(bad, query_url, REGION, q)
             except amp.QueryError as exc:
                 raise series_check.QueryFailed(str(exc)) from None
+
         refused = series_check.check("c1", nodes[:1], bad_query)
         assert refused["verdict"] == "INCONCLUSIVE" and "HTTP 403" in refused["reason"], refused
         print(f"series check PASS for ip-a {elapsed:.1f} s after the agents started")
@@ -206,6 +274,7 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
 
 def _ok(url: str) -> bool:
     import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             return resp.status == 200

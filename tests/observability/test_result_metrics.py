@@ -65,10 +65,10 @@ def read_dir(outdir: Path) -> dict:
     return out
 
 
-def nccl_result(tmp_path: Path, hosts=("ip-10-1-0-1", "ip-10-1-0-2")) -> Path:
+def nccl_result(tmp_path: Path, hosts=("ip-10-1-0-1", "ip-10-1-0-2"), source: Path = NCCL_LOG) -> Path:
     """What run-nccl-test writes: its result dict (scripts/run_nccl_test.py) judged by launch.judge_log."""
     log = tmp_path / "nccl-run.log"
-    shutil.copy(NCCL_LOG, log)
+    shutil.copy(source, log)
     result = {
         "command": "run-nccl-test 2 8",
         "mode": "nccl-tests",
@@ -108,7 +108,9 @@ def sweep_result(tmp_path: Path) -> Path:
 def doctor_result(tmp_path: Path) -> Path:
     report = node_doctor.examine(CPU_NODE, fsx=None, efa_window=0, disks=())
     # A critical finding as the doctor's own judge would report it (examine's disks=() leaves disks unread).
-    finding = node_checks.Finding("disk_full", node_checks.SEVERITY_CRITICAL, "/ 99% full", node_checks.ACTION_REBOOT)
+    finding = node_checks.Finding(
+        "disk_full", node_checks.SEVERITY_CRITICAL, "/ 99% full", node_checks.ACTION_REBOOT
+    )
     report["findings"].append(finding.to_dict())
     report["verdict"] = node_checks.worst([finding])
     path = tmp_path / "doctor.json"
@@ -121,8 +123,17 @@ def nanogpt_result(tmp_path: Path, rc: int = 0) -> Path:
     log = tmp_path / "nanogpt.log"
     log.write_text("loss 4.1700 -> 3.2000: falls; ranks agree (checksum 1.2e+02, spread 0)\nRESULT: PASS\n")
     # what hpq's nanoGPT writes (scripts/nanogpt.py): run-nanogpt passes only on finite metrics of every rank
-    metrics = {"tokens_per_s": 12345.5, "mfu": 0.41, "first_loss": 4.17, "final_loss": 3.2, "loss_fell": True,
-               "ranks_agree": True, "world_size": 16, "checksum": 120.0, "checksum_spread": 0.0}
+    metrics = {
+        "tokens_per_s": 12345.5,
+        "mfu": 0.41,
+        "first_loss": 4.17,
+        "final_loss": 3.2,
+        "loss_fell": True,
+        "ranks_agree": True,
+        "world_size": 16,
+        "checksum": 120.0,
+        "checksum_spread": 0.0,
+    }
     result = {
         "command": "run-nanogpt 2 8",
         "launcher": "slurm",
@@ -180,7 +191,9 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         parsed, "hpq_result_verdict", node=doc["slow_nodes"][0], test="nccl_sweep", verdict="FAIL"
     ) == [1.0]
     # The doctor is about this node only.
-    assert _series(parsed, "hpq_doctor_findings", node="ip-10-1-0-9", severity=node_checks.SEVERITY_CRITICAL) == [1.0]
+    assert _series(
+        parsed, "hpq_doctor_findings", node="ip-10-1-0-9", severity=node_checks.SEVERITY_CRITICAL
+    ) == [1.0]
     assert _series(parsed, "hpq_result_verdict", test="doctor", node="ip-10-1-0-9", verdict="FAIL") == [1.0]
     assert _series(parsed, "hpq_nanogpt_tokens_per_second", node="ip-10-1-0-2") == [12345.5]
     assert _series(parsed, "hpq_result_verdict", test="nanogpt", node="ip-10-1-0-2", verdict="PASS") == [1.0]
@@ -203,8 +216,10 @@ def test_every_kind_of_result_is_written_as_parseable_metrics(tmp_path):
         ({"ok": True, "verdict": "INCONCLUSIVE", "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
         ({"ok": True, "message": "INCONCLUSIVE: no expectation"}, "INCONCLUSIVE"),
         # scripts/verdicts.py's shape: the outcome inside the verdict object decides, whatever ok and the text say.
-        ({"ok": False, "outcome": "INCONCLUSIVE", "message": "no published figure for ml.trn2.48xlarge"},
-         "INCONCLUSIVE"),
+        (
+            {"ok": False, "outcome": "INCONCLUSIVE", "message": "no published figure for ml.trn2.48xlarge"},
+            "INCONCLUSIVE",
+        ),
         # Broken twins: no verdict, or one that says nothing, is never PASS.
         (None, "INCONCLUSIVE"),
         ({}, "INCONCLUSIVE"),

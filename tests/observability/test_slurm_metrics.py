@@ -21,8 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from hpq.scripts import slurm_metrics
 from tests.support import CHECKOUT
 
-EXPORTER_NAMES = {line.strip() for line in (Path(CHECKOUT) / "tests/observability/data/exporters/slurm_exporter.txt").read_text()
-                  .splitlines() if line.strip() and not line.startswith("#")}
+EXPORTER_NAMES = {
+    line.strip()
+    for line in (Path(CHECKOUT) / "tests/observability/data/exporters/slurm_exporter.txt")
+    .read_text()
+    .splitlines()
+    if line.strip() and not line.startswith("#")
+}
 
 
 def parse(text: str) -> dict:
@@ -41,18 +46,27 @@ def runner(answers: dict):
     def run(argv):
         calls.append(list(argv))
         return answers.get(tuple(argv))
+
     run.calls = calls
     return run
 
 
 def test_node_states_follow_the_exporters_prefix_rule():
     fam = slurm_metrics.Families()
-    slurm_metrics.add_nodes(fam, "dev", "2|idle|(null)\n1|down*|gpu,efa\n1|drained|efa,gpu\n3|allocated+|(null)\n"
-                             "1|reserved|(null)\n2|future|(null)\n2|idle|(null)\n")
+    slurm_metrics.add_nodes(
+        fam,
+        "dev",
+        "2|idle|(null)\n1|down*|gpu,efa\n1|drained|efa,gpu\n3|allocated+|(null)\n"
+        "1|reserved|(null)\n2|future|(null)\n2|idle|(null)\n",
+    )
     got = parse(fam.render())
     assert got[("slurm_nodes_idle", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 2
-    assert got[("slurm_nodes_down", frozenset({("partition", "dev"), ("active_feature_set", "efa,gpu")}))] == 1
-    assert got[("slurm_nodes_drain", frozenset({("partition", "dev"), ("active_feature_set", "efa,gpu")}))] == 1
+    assert (
+        got[("slurm_nodes_down", frozenset({("partition", "dev"), ("active_feature_set", "efa,gpu")}))] == 1
+    )
+    assert (
+        got[("slurm_nodes_drain", frozenset({("partition", "dev"), ("active_feature_set", "efa,gpu")}))] == 1
+    )
     assert got[("slurm_nodes_alloc", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 3
     assert got[("slurm_nodes_resv", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 1
     assert got[("slurm_nodes_other", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == 2
@@ -64,38 +78,69 @@ def test_node_states_follow_the_exporters_prefix_rule():
 
 def test_queue_counts_jobs_and_cores_by_state_user_partition_and_pending_reason():
     fam = slurm_metrics.Families()
-    slurm_metrics.add_queue(fam, "dev,RUNNING,4,None,alice\ndev,RUNNING,2,None,alice\ndev,PENDING,8,Resources,bob\n"
-                      "dev,PENDING,1,JobHeldUser,bob\ngpu,COMPLETING,2,None,carol\ndev,BOOT_FAIL,1,None,x\n")
+    slurm_metrics.add_queue(
+        fam,
+        "dev,RUNNING,4,None,alice\ndev,RUNNING,2,None,alice\ndev,PENDING,8,Resources,bob\n"
+        "dev,PENDING,1,JobHeldUser,bob\ngpu,COMPLETING,2,None,carol\ndev,BOOT_FAIL,1,None,x\n",
+    )
     got = parse(fam.render())
     assert got[("slurm_queue_running", frozenset({("partition", "dev"), ("user", "alice")}))] == 2
     assert got[("slurm_cores_running", frozenset({("partition", "dev"), ("user", "alice")}))] == 6
-    assert got[("slurm_queue_pending", frozenset({("partition", "dev"), ("user", "bob"),
-                                                  ("reason", "Resources")}))] == 1
-    assert got[("slurm_cores_pending", frozenset({("partition", "dev"), ("user", "bob"),
-                                                  ("reason", "Resources")}))] == 8
+    assert (
+        got[
+            (
+                "slurm_queue_pending",
+                frozenset({("partition", "dev"), ("user", "bob"), ("reason", "Resources")}),
+            )
+        ]
+        == 1
+    )
+    assert (
+        got[
+            (
+                "slurm_cores_pending",
+                frozenset({("partition", "dev"), ("user", "bob"), ("reason", "Resources")}),
+            )
+        ]
+        == 8
+    )
     assert got[("slurm_queue_completing", frozenset({("partition", "gpu"), ("user", "carol")}))] == 1
     assert not any("boot_fail" in k[0] for k in got)  # a state the exporter does not count is not invented
 
 
 def test_every_name_written_is_one_the_exporter_emits():
-    answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n", tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
-               tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\nNodeName=node-2\n",
-               tuple(slurm_metrics.COMMANDS["node"]): "node-1 0 1000 0/2/0/2 idle dev\nnode-2 0 1000 0/2/0/2 idle dev\n",
-               tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n",
-               tuple(slurm_metrics.COMMANDS["queue"]): "dev,PENDING,1,JobHeldUser,root\n"}
+    answers = {
+        tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n",
+        tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
+        tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\nNodeName=node-2\n",
+        tuple(
+            slurm_metrics.COMMANDS["node"]
+        ): "node-1 0 1000 0/2/0/2 idle dev\nnode-2 0 1000 0/2/0/2 idle dev\n",
+        tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n",
+        tuple(slurm_metrics.COMMANDS["queue"]): "dev,PENDING,1,JobHeldUser,root\n",
+    }
     text, ok = slurm_metrics.collect(runner(answers))
     assert ok
     names = {k[0] for k in parse(text)}
     assert names - {"slurm_metrics_up"} <= EXPORTER_NAMES, names - EXPORTER_NAMES
-    assert {"slurm_nodes_idle", "slurm_nodes_total", "slurm_node_status", "slurm_cpus_total",
-            "slurm_queue_pending"} <= names
+    assert {
+        "slurm_nodes_idle",
+        "slurm_nodes_total",
+        "slurm_node_status",
+        "slurm_cpus_total",
+        "slurm_queue_pending",
+    } <= names
 
 
 def test_a_failed_command_leaves_its_families_out_and_says_so():
     """The broken twin of the above: squeue fails (slurmctld down): no queue series, not zeros; up is 0."""
-    answers = {tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n", tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
-               tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\n", tuple(slurm_metrics.COMMANDS["node"]): "",
-               tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n"}
+    answers = {
+        tuple(slurm_metrics.COMMANDS["partitions"]): "dev\n",
+        tuple(slurm_metrics.nodes_command("dev")): "2|idle|(null)\n",
+        tuple(slurm_metrics.COMMANDS["total"]): "NodeName=node-1\n",
+        tuple(slurm_metrics.COMMANDS["node"]): "",
+        tuple(slurm_metrics.COMMANDS["cpus"]): "0/4/0/4\n",
+    }
     text, ok = slurm_metrics.collect(runner(answers))
     got = parse(text)
     assert not ok and got[("slurm_metrics_up", frozenset())] == 0
@@ -122,8 +167,9 @@ def test_an_unwritable_file_is_one_line_and_exit_2_not_a_traceback(tmp_path, mon
 
 @pytest.mark.parametrize("args", [["--every", "1"], ["--every", "-3"], ["--every", "x"]])
 def test_bad_interval_is_one_line_and_exit_2(args):
-    res = subprocess.run(["python3", "-m", "hpq.scripts.slurm_metrics", *args], capture_output=True, text=True,
-                         cwd=CHECKOUT)
+    res = subprocess.run(
+        ["python3", "-m", "hpq.scripts.slurm_metrics", *args], capture_output=True, text=True, cwd=CHECKOUT
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1]
 
 
@@ -150,12 +196,15 @@ def test_against_real_slurm(slurm_cluster, tmp_path):
     got = parse(text)
     nodes = slurm_cluster.nodes
     assert got[("slurm_nodes_total", frozenset())] == len(nodes)
-    assert got[("slurm_nodes_idle", frozenset({("partition", "dev"), ("active_feature_set", "null")}))] == len(nodes)
+    assert got[
+        ("slurm_nodes_idle", frozenset({("partition", "dev"), ("active_feature_set", "null")}))
+    ] == len(nodes)
     for node in nodes:
         key = ("slurm_node_status", frozenset({("node", node), ("status", "idle"), ("partition", "dev")}))
         assert got.get(key) == 1, (raw["node"], text)
     assert got[("slurm_cpus_total", frozenset())] == sum(
-        got[k] for k in got if k[0] == "slurm_node_cpu_total")
+        got[k] for k in got if k[0] == "slurm_node_cpu_total"
+    )
     pending = {dict(k[1])["reason"]: v for k, v in got.items() if k[0] == "slurm_queue_pending"}
     assert pending.get("JobHeldUser") == 1, (pending, raw["queue"])
 
@@ -163,10 +212,23 @@ def test_against_real_slurm(slurm_cluster, tmp_path):
 def test_default_partition_star_is_dropped_so_node_and_nodes_families_join():
     """Real Slurm 22.05 prints the default partition as ``dev*`` in ``-O Partition`` (seen by the real test above)."""
     fam = slurm_metrics.Families()
-    slurm_metrics.add_node(fam, "node-1              0                   500                 0/2/0/2             idle"
-                     "                dev*\nnode-2 0 500 0/2/0/2 idle other\nshort line\n")
+    slurm_metrics.add_node(
+        fam,
+        "node-1              0                   500                 0/2/0/2             idle"
+        "                dev*\nnode-2 0 500 0/2/0/2 idle other\nshort line\n",
+    )
     got = parse(fam.render())
-    assert got[("slurm_node_status", frozenset({("node", "node-1"), ("status", "idle"), ("partition", "dev")}))] == 1
-    assert got[("slurm_node_cpu_total", frozenset({("node", "node-2"), ("status", "idle"),
-                                                   ("partition", "other")}))] == 2
+    assert (
+        got[("slurm_node_status", frozenset({("node", "node-1"), ("status", "idle"), ("partition", "dev")}))]
+        == 1
+    )
+    assert (
+        got[
+            (
+                "slurm_node_cpu_total",
+                frozenset({("node", "node-2"), ("status", "idle"), ("partition", "other")}),
+            )
+        ]
+        == 2
+    )
     assert len([k for k in got if k[0] == "slurm_node_status"]) == 2  # the short line is skipped, not guessed
