@@ -17,6 +17,7 @@ import re
 import shlex
 from typing import Any
 
+from hpq.lifecycle.observability import SCRAPE_INTERVAL
 from hpq.observability import dashboard_files
 
 OUTPUT_KEYS = {  # JSON key -> root stack output (cfn/observability.py OUT_*)
@@ -64,9 +65,13 @@ def describe(stack: str, region: str | None, outputs: dict[str, str]) -> dict[st
     region = m.group(1) if m else (region or "")
     # A Grafana Prometheus data source for the workspace, signed with SigV4 (AMP user guide, "Set up open-source
     # Grafana or Grafana Enterprise for use with Amazon Managed Service for Prometheus", AMP-onboard-query-
-    # standalone-grafana.html: the workspace URL without /api/v1/query, SigV4 auth, the workspace's region).
+    # standalone-grafana.html: the workspace URL without /api/v1/query, SigV4 auth, the workspace's region), with
+    # the data source's "Scrape interval" (jsonData.timeInterval) set to the nodes' agent's, so Grafana's
+    # $__rate_interval is 4 x 30 s and a rate() panel always holds two samples (Grafana's Prometheus data source
+    # docs, "Template variables": $__rate_interval = max($__interval + scrape interval, 4 x scrape interval)).
     datasource = {"name": f"{stack}-amp", "type": "prometheus", "access": "proxy",
                   "url": found["query_url"].rsplit("/api/v1/query", 1)[0],
-                  "jsonData": {"sigV4Auth": True, "sigV4AuthType": "default", "sigV4Region": region}}
+                  "jsonData": {"sigV4Auth": True, "sigV4AuthType": "default", "sigV4Region": region,
+                               "timeInterval": SCRAPE_INTERVAL}}
     return {"stack": stack, "region": region, **found, "grafana_datasource": datasource,
             "dashboards": dashboards()}

@@ -26,7 +26,17 @@ from hpq import atomic
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
 from hpq.rehearsal import aws, backend, plan, procs, state
 from hpq.rehearsal.node import Node
-from hpq.rehearsal.stages import deploy, finish, lifecycles, manifests, network, nodes, slurm, workloads
+from hpq.rehearsal.stages import (
+    deploy,
+    finish,
+    lifecycles,
+    manifests,
+    network,
+    nodes,
+    observe,
+    slurm,
+    workloads,
+)
 from hpq.rehearsal.stages.base import TAIL_LINES, Failure
 from hpq.rehearsal.teardown import Interrupted, TeardownStack, signals_raise
 from hpq.standins import hyperpod
@@ -66,6 +76,8 @@ class Options:
     # --fault NODE:KIND (rehearsal/faults.py); with faults or ``doctor``, the doctor's checks run after Slurm
     faults: list[tuple[str, str]] = field(default_factory=list)
     doctor: bool = False
+    # EnableObservability=true with the AMP stand-in; the JSON gets an ``observe`` object (stages/observe.py)
+    observability: bool = False
 
 
 class Progress:
@@ -106,18 +118,23 @@ class Rehearsal:
         self.lifecycles = lifecycles.Lifecycles({})
         self.stage_seconds: dict[str, float] = {}
         self.result: dict[str, Any] = {}  # what the stages found, then the summary
+        self.observability: observe.Observability | None = None  # with --observability: the AMP stand-in
         self._current_stage = "setup"
 
     # ------------------------------------------------------------------ the stage list
 
     def _stages(self) -> None:
         self._stage("network", self.setup_network)
+        if self.opts.observability:
+            self._stage("amp", self.start_amp)
         self._stage("aws", self.deploy)
         self._stage("nodes", self.start_nodes)
         self._stage("lifecycle", self.run_lifecycles)
         assert self.plan is not None
         if self.plan.orchestrator == "slurm":
             self._stage("slurm", self.wait_slurm)
+            if self.observability is not None:
+                observe.start_polling(self.plan, self.observability, self.stack, self.say)
             if self.opts.faults or self.opts.doctor:
                 self._stage("doctor", self.run_doctor)
             if self.opts.validate and self.opts.faults:
@@ -128,6 +145,8 @@ class Rehearsal:
                 self._stage("nanogpt", self.run_nanogpt)
             if self.opts.sweep:
                 self._stage("sweep", self.run_sweep)
+            if self.observability is not None:
+                self._stage("observe", self.check_observability)
         else:
             self._stage("manifests", self.check_manifests)
 
@@ -140,20 +159,32 @@ class Rehearsal:
             o.keep, LOG_BASE), self.stack, self.say)
         self.run_id, self.state, self.plan = net.run_id, net.state, net.plan
 
+    def start_amp(self) -> None:
+        assert self.plan is not None and self.state is not None
+        self.observability = observe.start(self.plan, self.state.workdir, self.stack, self.say)
+        logdir = self.state.logdir
+        self.stack.push("AMP stand-in's log", lambda: observe.copy_store_log(self.observability, logdir),
+                        kept_too=True, only_if_failed=True)
+
     def deploy(self) -> None:
         assert self.plan is not None
         self.moto = deploy.start_moto(self.plan, self.stack, self.say)
-        self.deployed = deploy.deploy(deploy.DeployInput(self.plan, self.opts.without_fsx), self.say)
+        self.deployed = deploy.deploy(deploy.DeployInput(self.plan, self.opts.without_fsx, self.observability),
+                                      self.say)
 
     def start_nodes(self) -> None:
         assert self.plan is not None and self.deployed is not None and self.state is not None
-        out = nodes.start_nodes(nodes.NodesInput(self.plan, self.deployed, self.state), self.stack, self.say)
+        out = nodes.start_nodes(nodes.NodesInput(self.plan, self.deployed, self.state, self.observability),
+                                self.stack, self.say)
         self.nodes, self.groups, self.shell, self.backend = out.nodes, out.groups, out.shell, out.backend
 
     def run_lifecycles(self) -> None:
         assert self.plan is not None and self.state is not None and self.moto is not None
+        node_env = dict(self.opts.node_env)
+        if self.observability is not None:  # the mirror and its pins for every node (a user's own settings win)
+            node_env[""] = {**self.observability.node_env, **node_env.get("", {})}
         self.lifecycles = lifecycles.start_lifecycles(lifecycles.LifecycleInput(
-            self.plan, self.nodes, self.groups, self.state.logdir, self.moto.node_url, self.opts.node_env),
+            self.plan, self.nodes, self.groups, self.state.logdir, self.moto.node_url, node_env),
             self.stack, self.say, self.lifecycles)
         lifecycles.wait_lifecycles(self.lifecycles, self.opts.lifecycle_timeout, self.say)
 
@@ -187,6 +218,10 @@ class Rehearsal:
 
     def run_sweep(self) -> None:
         self.result["sweep"] = workloads.run_sweep(self._workload(self.opts.sweep_args), self.say)
+
+    def check_observability(self) -> None:
+        assert self.plan is not None and self.observability is not None
+        self.result["observe"] = observe.judge(self.plan, self.observability, self.say)
 
     def check_manifests(self) -> None:
         assert self.plan is not None and self.deployed is not None

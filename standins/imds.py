@@ -43,6 +43,10 @@ MAX_TTL = 21600
 META = "/latest/meta-data/"
 IDENTITY_DOCUMENT = "/latest/dynamic/instance-identity/document"
 DEFAULT_ROLE = "hpq-rehearsal-execution-role"
+# The role's temporary credentials every node's IMDS hands out (whoever checks a node's signature knows them).
+ROLE_ACCESS_KEY_ID = "ASIAREHEARSAL000000"
+ROLE_SECRET_ACCESS_KEY = "rehearsal-secret-not-a-real-key"
+ROLE_SESSION_TOKEN = "rehearsal-session-token"
 
 
 def strip_ml(instance_type: str) -> str:
@@ -83,8 +87,8 @@ class Metadata:
         expires = now + datetime.timedelta(hours=6)
         fmt = "%Y-%m-%dT%H:%M:%SZ"
         return {"Code": "Success", "LastUpdated": now.strftime(fmt), "Type": "AWS-HMAC",
-                "AccessKeyId": "ASIAREHEARSAL000000", "SecretAccessKey": "rehearsal-secret-not-a-real-key",
-                "Token": "rehearsal-session-token", "Expiration": expires.strftime(fmt)}
+                "AccessKeyId": ROLE_ACCESS_KEY_ID, "SecretAccessKey": ROLE_SECRET_ACCESS_KEY,
+                "Token": ROLE_SESSION_TOKEN, "Expiration": expires.strftime(fmt)}
 
     def identity_document(self) -> dict[str, str]:
         v = self.values

@@ -129,12 +129,16 @@ def _list_faults(ctx: click.Context, param: Any, value: bool) -> None:
 @click.option("--list-faults", is_flag=True, is_eager=True, expose_value=False, callback=_list_faults,
               help="Print the fault kinds and exit.")
 @click.option("--doctor", is_flag=True, help="Run the doctor's node checks after Slurm (always with --fault).")
+@click.option("--observability", is_flag=True,
+              help="Deploy with EnableObservability=true against an AMP stand-in (a real Prometheus behind a SigV4 "
+                   "check): every node's exporters and agent, then hpq observe's series check and every dashboard "
+                   "panel; the JSON gets an `observe` object (Slurm variants; docs/rehearse.md).")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: a summary; json: one JSON object on stdout.")
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
             nccl_args: str | None, nanogpt_args: str | None, without_fsx: bool, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
             sweep_args: str | None, lifecycle_timeout: float, fault_specs: tuple[str, ...], doctor: bool,
-            output: str) -> None:
+            observability: bool, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
     Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
@@ -168,6 +172,16 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     injected = faults.parse(fault_specs)
     inputs.refuse_inapplicable(ctx, {"fault_specs": variant.startswith("slurm"), "doctor": variant.startswith("slurm")},
                                f"to {variant}", "the doctor runs through Slurm in the rehearsal")
+    inputs.refuse_inapplicable(ctx, {"observability": orchestrator_of(variant) == SLURM}, f"to {variant}",
+                               "on EKS the HyperPod observability add-on needs a Kubernetes API server, which no "
+                               "rehearsal runs")
+    if observability:
+        from hpq.rehearsal.stages.observe import DEBIAN_BINARIES
+
+        absent = [b for b in DEBIAN_BINARIES.values() if not os.access(b, os.X_OK)]
+        if absent:
+            raise UsageError("--observability needs Debian's Prometheus and node_exporter (missing "
+                             f"{', '.join(absent)}): apt-get install -y prometheus prometheus-node-exporter")
     if injected:
         from hpq.rehearsal.run import default_worker_type
 
@@ -188,7 +202,7 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
                    nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
                    validate=not no_validate, without_fsx=without_fsx, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
                    sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle,
-                   faults=injected, doctor=doctor)
+                   faults=injected, doctor=doctor, observability=observability)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hpq.rehearsal import aws
 from hpq.rehearsal.plan import Plan
+from hpq.rehearsal.stages import observe
 from hpq.rehearsal.stages.base import Failure, Say
 from hpq.rehearsal.teardown import TeardownStack
 
@@ -25,6 +27,7 @@ def start_moto(plan: Plan, stack: TeardownStack, say: Say) -> aws.EmbeddedMoto:
 class DeployInput:
     plan: Plan
     without_fsx: bool
+    observability: Any = None  # stages/observe.Observability: EnableObservability=true, its workspace realized
 
 
 def deploy(inp: DeployInput, say: Say) -> aws.Deployed:
@@ -34,9 +37,14 @@ def deploy(inp: DeployInput, say: Say) -> aws.Deployed:
     params = {"WorkerCount": str(p.workers), "WorkerInstanceType": p.worker_type}
     if p.orchestrator == "slurm":
         params["EnableLoginGroup"] = "true" if p.login else "false"
+    realizers = {}
+    if inp.observability is not None:
+        params["EnableObservability"] = "true"
+        realizers["AWS::APS::Workspace"] = observe.realize_workspace(inp.observability)
     bucket = f"hpq-rehearse-{p.run_id}-artifacts"
     try:
-        d = aws.deploy(aws.session(), p.variant, p.cluster_name, bucket, params, on_note=lambda m: say("aws", m))
+        d = aws.deploy(aws.session(), p.variant, p.cluster_name, bucket, params, on_note=lambda m: say("aws", m),
+                       realizers=realizers)
     except aws.cfn_eval.EvalError as exc:
         raise Failure("aws", f"realizing the templates' stand-ins: {exc}") from None
     out = d.outputs

@@ -17,6 +17,7 @@ from hpq.rehearsal import aws, image, netns, procs
 from hpq.rehearsal.backend import RehearsalBackend, controller_shell, facts
 from hpq.rehearsal.node import Node
 from hpq.rehearsal.plan import NODE_IFACE, REGION, WORKER, ZONE, NodeSpec, Plan, add_nodes
+from hpq.rehearsal.stages import observe
 from hpq.rehearsal.stages.base import Failure, Say, tail
 from hpq.rehearsal.state import NodeState, RunState
 from hpq.rehearsal.teardown import TeardownStack
@@ -29,6 +30,7 @@ class NodesInput:
     plan: Plan  # gains its nodes here (plan.add_nodes)
     deployed: aws.Deployed
     state: RunState  # records each node as it is created (teardown, hpq rehearse down)
+    observability: Any = None  # stages/observe.Observability: AMP's host name and CA on every node
 
 
 @dataclass
@@ -69,6 +71,8 @@ def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
     hosts = [(n.ip, n.hostname) for n in p.nodes]
     if live_fsx and d.outputs.get("FsxDnsName"):  # a deleted filesystem's name no longer resolves
         hosts.append((p.fsx_ip, str(d.outputs["FsxDnsName"])))
+    if inp.observability is not None:
+        hosts.append(inp.observability.host_entry)
     munge_key = os.urandom(1024)
     keyfile = Path(st.workdir) / "ssh" / "id_ed25519"
     keyfile.parent.mkdir(mode=0o700)
@@ -97,6 +101,8 @@ def start_nodes(inp: NodesInput, stack: TeardownStack, say: Say) -> Nodes:
             _open_path_for_users(node, torch_python)
         if fsx_source:
             node.write(fsx.SOURCE_FILE, fsx_source + "\n")
+        if inp.observability is not None:
+                observe.trust_on_node(node, inp.observability)
         _start_imds(node)
         hyperpod.write_node_files(node, rc)
         say(spec.name, f"{spec.hostname} {spec.ip} {spec.instance_id} ({spec.role}, "

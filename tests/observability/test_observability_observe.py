@@ -63,6 +63,7 @@ def test_observe_json_from_the_stack_outputs(aws_env, capsys):
         "sigV4Auth": True,
         "sigV4AuthType": "default",
         "sigV4Region": REGION,
+        "timeInterval": "30s",  # the agent's scrape interval (lifecycle/observability.py)
     }
     assert sorted(d["file"] for d in view["dashboards"]) == sorted(
         os.path.abspath(p) for p in dashboard_files()

@@ -4,7 +4,7 @@ The slow test runs the whole path a node's metrics take, with the real programs 
 node_exporter reading hpq's textfile directory (hpq's results and the Slurm writer's file), Debian's Prometheus
 in agent mode with **hpq's own agent configuration** (lifecycle/observability.agent_config: ``cluster`` external
 label, ``instance`` relabelled, ``sigv4`` remote write; only the URL pointed at the stand-in), a stand-in for the
-AMP workspace that checks SigV4 on every request (tests/observability/sigv4_standin.py) in front of a real
+AMP workspace that checks SigV4 on every request (hpq/standins/amp.py) in front of a real
 Prometheus server with its remote-write receiver, and the check querying it with SigV4 through hpq.aws.amp.
 Debian's Prometheus does not sign (its 2.42.0+ds agent, given credentials and the ``sigv4`` block, sends remote
 writes with no Authorization header, seen here; the release binary hpq pins signs), so node A's writes pass through a signing relay in this test
@@ -28,7 +28,7 @@ from hpq.aws import amp
 from hpq.lifecycle import observability
 from hpq.observability import series_check
 from hpq.scripts import result_metrics, slurm_metrics
-from tests.observability import sigv4_standin
+from hpq.standins import amp as amp_standin
 from tests.observability.test_result_metrics import nccl_result
 from tests.support import free_ports, stop_process, wait_until_ready
 
@@ -106,11 +106,11 @@ def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
     url = base + "?" + urllib.parse.urlencode({"query": q}, quote_via=urllib.parse.quote, safe="-_.~")
     headers = amp.signed_headers(session, url, REGION)
     raw = url.split("127.0.0.1:1", 1)[1]
-    assert sigv4_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, REGION) == ""
+    assert amp_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, REGION) == ""
     plus = base + "?" + urllib.parse.urlencode({"query": q})
     req = AWSRequest(method="GET", url=plus)
     SigV4Auth(Credentials(*next(iter(KEYS.items()))), "aps", REGION).add_auth(req)
-    reason = sigv4_standin.verify(
+    reason = amp_standin.verify(
         "GET",
         plus.split("127.0.0.1:1", 1)[1],
         dict(req.headers.items(), Host="127.0.0.1:1"),
@@ -119,7 +119,7 @@ def test_signed_query_verifies_and_a_plus_encoded_twin_does_not():
         REGION,
     )
     assert "does not match" in reason
-    wrong = sigv4_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, "eu-west-1")
+    wrong = amp_standin.verify("GET", raw, dict(headers, Host="127.0.0.1:1"), b"", KEYS, "eu-west-1")
     assert "scoped" in wrong
 
 
@@ -194,15 +194,17 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
         wait_until_ready(
             lambda: _ok(f"http://127.0.0.1:{server_port}/-/ready"), server, "prometheus", timeout=60
         )
-        ws = sigv4_standin.Workspace(f"http://127.0.0.1:{server_port}", KEYS, REGION)
-        relay = sigv4_standin.SigningRelay(ws.url, next(iter(KEYS.items())), REGION)
+        ws = amp_standin.Workspace(f"http://127.0.0.1:{server_port}", KEYS, REGION)
+        relay = amp_standin.SigningRelay(ws.origin, next(iter(KEYS.items())), REGION)
         relays.append(relay)
         started = time.time()
         for name, port, instance in (("agent-a", agent_a, "ip-a"), ("agent-b", agent_b, "ip-b")):
             config = json.loads(observability.agent_config("c1", instance, URL, {"node_exporter": 9100}))
             config["scrape_configs"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{ne_port}"]
             config["global"]["scrape_interval"] = "1s"
-            target = relay.url if name == "agent-a" else ws.url  # A signed by the relay, B unsigned
+            target = (
+                relay.url + "/workspaces/" + ws.workspace_id if name == "agent-a" else ws.url
+            )  # A signed, B not
             config["remote_write"][0]["url"] = target + "/api/v1/remote_write"
             (tmp_path / f"{name}.yml").write_text(json.dumps(config))
             start(

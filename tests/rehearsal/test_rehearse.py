@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from hpq.lifecycle import fields
 from hpq.rehearsal.run import DEFAULT_NCCL_ARGS
 from hpq.rehearsal.stages import progress
 from tests.support import CHECKOUT
@@ -186,7 +187,9 @@ def assert_progress_while_testing(stderr: str) -> None:
 
 
 def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
-    res = rehearse(env, "slurm-gpu", "--nodes", "2", "--output", "json")
+    """The default rehearsal, with --observability: the metrics path from every node to the AMP stand-in is
+    judged too (assert_observed)."""
+    res = rehearse(env, "slurm-gpu", "--nodes", "2", "--observability", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
     assert r["variant"] == "slurm-gpu" and r["result"] == "pass" and r["seconds"] > 0
@@ -198,7 +201,12 @@ def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
         assert n["hostname"] == "ip-" + n["ip"].replace(".", "-")
         assert n["lifecycle_seconds"] > 0 and n["lifecycle_exit_code"] == 0
         assert [s["name"] for s in n["steps"]][:1] == ["identify"] and "slurm" in [s["name"] for s in n["steps"]]
-        assert all(s["status"] in ("done", "skipped") and s["seconds"] is not None for s in n["steps"])
+        for s in n["steps"]:
+            if s["name"] == "observability" and n["role"] == "worker":
+                # a GPU worker's dcgm-exporter is refused (no pinned image digest): said, not hidden
+                assert s["status"] == "warning" and "not installed: dcgm-exporter" in s["detail"], s
+            else:
+                assert s["status"] in ("done", "skipped") and s["seconds"] is not None, s
     assert r["slurm_nodes_idle"] == 2
     assert {r["slurm_nodes"][n["slurm_node"]] for n in nodes if n["slurm_node"]} == {"idle"}
     nccl = r["nccl"]
@@ -217,6 +225,48 @@ def test_rehearsal_passes_with_its_json_and_leaves_nothing(env):
     assert r["teardown"]["ok"] is True and r["teardown"]["left"] == []
     # the daemons ran (the watch saw them: it could have caught one left) and none is in /proc at exit
     assert {"slurmd", "slurmctld", "munged", "sshd"} <= set(res.watch.seen.values()), res.watch.seen
+    assert leftovers(r["run_id"], res) == []
+    assert_observed(r, res)
+
+
+def assert_observed(r: dict, res: subprocess.CompletedProcess) -> None:
+    """Issue 24 item 5: every node's series in the stand-in AMP within 60 s of Slurm idle, hpq observe's check,
+    and every dashboard panel whose metrics exist here drawing data; the SigV4 check held (an unsigned query
+    refused) and the nodes' writes arrived signed. The agents and exporters really ran on the nodes."""
+    o = r["observe"]
+    assert o["verdict"] == "PASS", o.get("reason")
+    assert re.fullmatch(r"ws-[0-9a-f-]{36}", o["workspace"]["id"])
+    assert fields.AMP_REMOTE_WRITE_URL.fullmatch(o["workspace"]["remote_write_url"])
+    assert [n["node"] for n in o["nodes"]] == [n["name"] for n in r["nodes"]]
+    for n in o["nodes"]:
+        assert n["expected"] and len(set(n["present"]) & set(n["expected"])) >= 0.95 * len(n["expected"]), n
+    assert all(v["present"] for v in o["cluster_series"].values()), o["cluster_series"]
+    assert o["reached_after_s"] is not None and o["reached_after_s"] <= 60
+    d = o["dashboards"]
+    assert d["without_data"] == [] and d["with_data"] >= 12, d
+    # the node's own exporters, the controller's Slurm writer and the validation results published on the nodes
+    assert {"cluster: CPU busy", "slurm: Nodes by state", "hpq-results: Latest verdict per node and test",
+            "hpq-results: nanoGPT tokens per second"} <= set(d["drew"]), d["drew"]
+    assert o["sigv4"]["unsigned_query_refused"] is True and o["sigv4"]["signed_writes_relayed"] > 0
+    assert {"node_exporter", "prometheus"} <= set(res.watch.seen.values()), res.watch.seen
+
+
+def test_observability_fails_and_names_every_node_whose_metrics_never_arrive(env):
+    """The broken twin of assert_observed: node_exporter's pin made wrong on every node (HPQ_OBSERVABILITY_SHA256,
+    the documented override, which replaces the mirror's pins too): the lifecycle refuses both downloads before
+    unpacking, nothing is scraped or written, and the rehearsal FAILs at stage observe naming each node silent,
+    after waiting out the 60 s; nothing is left behind."""
+    res = rehearse(env, "--no-validate", "--observability", "--node-env",
+                   "HPQ_OBSERVABILITY_SHA256=node_exporter=" + "0" * 64, "--output", "json")
+    assert res.returncode == 1, res.stderr[-3000:]
+    r = json.loads(res.stdout)
+    assert r["failure"]["stage"] == "observe" and r["result"] == "fail"
+    o = r["observe"]
+    assert o["verdict"] == "FAIL" and "below 95%" in o["reason"]
+    assert [n["share"] for n in o["nodes"]] == [0.0] * len(r["nodes"])
+    assert all("nothing from this node" in cause for n in o["nodes"] for cause in n["missing"].values())
+    assert o["reached_after_s"] is None and o["sigv4"]["signed_writes_relayed"] == 0
+    assert re.search(r"observability done with a warning .*not installed: node_exporter", res.stderr)
     assert leftovers(r["run_id"], res) == []
 
 
