@@ -18,8 +18,9 @@ The root parameter EnableObservability turns it on. What it creates:
 
 Slurm variants: the nodes remote-write with the HyperPod execution role (the Extensions README: "the cluster
 execution role gets aps:RemoteWrite on the workspace ARN"). The IAM stack creates that grant with
-:func:`add_remote_write_grant`, from this stack's ``PrometheusWorkspaceArn`` output, and the S3 stack writes
-``PrometheusRemoteWriteUrl`` into hpq-cluster.json for the lifecycle's installer (lifecycle/observability.py).
+:func:`add_remote_write_grant`, from this stack's ``PrometheusWorkspaceId`` output (the ``ws-...`` ID), and the
+S3 stack writes ``PrometheusRemoteWriteUrl`` into hpq-cluster.json for the lifecycle's installer
+(lifecycle/observability.py).
 Every ``aps:`` action any role here gets names this workspace's ARN (tests/observability/test_observability_cfn.py).
 """
 
@@ -172,7 +173,11 @@ def build(cfg: ObservabilityConfig) -> common.Template:
         Description="hpq cluster dashboards", Condition=regions.GRAFANA_CONDITION,
     ))
     endpoint = GetAtt(prom, "PrometheusEndpoint")  # https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>/
-    common.output(t, OUT_WORKSPACE_ID, Ref(prom), "Managed Prometheus workspace ID.")
+    # Ref returns a registry resource's primaryIdentifier, and AWS::APS::Workspace's is /properties/Arn; the
+    # ws-... ID is the read-only attribute WorkspaceId (AWS's resource provider schema as cfn-lint ships it:
+    # cfnlint/data/schemas/providers/us-east-1.json -> data/schemas/resources/<digest>.json). The IAM stack's
+    # parameter takes the ID (WORKSPACE_ID_PATTERN); tests/cfn/test_cfn_ref_shapes.py checks every Ref so.
+    common.output(t, OUT_WORKSPACE_ID, GetAtt(prom, "WorkspaceId"), "Managed Prometheus workspace ID.")
     common.output(t, OUT_WORKSPACE_ARN, GetAtt(prom, "Arn"), "Managed Prometheus workspace ARN.")
     common.output(t, OUT_ENDPOINT, endpoint, "Workspace endpoint (ends in '/').")
     common.output(t, OUT_REMOTE_WRITE_URL, Sub("${PrometheusWorkspace.PrometheusEndpoint}api/v1/remote_write"),

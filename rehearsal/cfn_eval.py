@@ -27,8 +27,69 @@ class EvalError(OperationFailed):
     pass
 
 
+def _is_list(spec: dict[str, Any]) -> bool:
+    kind = str(spec.get("Type", "String"))
+    return kind.startswith("List<") or kind == "CommaDelimitedList"
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def constraint_problem(key: str, spec: dict[str, Any], value: Any) -> str | None:
+    """Why CloudFormation refuses this value for the parameter, in its own words; None when it takes it.
+
+    As the CloudFormation User Guide's "Parameters" section describes the constraints
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/parameters-section-structure.html):
+    AllowedPattern must match the entire value, and for a CommaDelimitedList (or List<...>) each value in the
+    list; AllowedValues likewise the value or each list item; MinLength/MaxLength count a String's characters;
+    a Number (each item of a List<Number>) must be a number within MinValue/MaxValue. The messages follow
+    CloudFormation's ValidationError ("Parameter 'X' must match pattern Y", "must be one of AllowedValues").
+    """
+    kind = str(spec.get("Type", "String"))
+    items = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    pattern = spec.get("AllowedPattern")
+    allowed = spec.get("AllowedValues")
+    numeric = kind in ("Number", "List<Number>")
+    for item in items:
+        if allowed is not None and item not in [str(a) for a in allowed]:
+            return f"Parameter '{key}' must be one of AllowedValues"
+        if pattern is not None and not re.fullmatch(str(pattern), item):
+            return f"Parameter '{key}' must match pattern {pattern}"
+        if numeric:
+            number = _number(item)
+            if number is None:
+                return f"Parameter '{key}' must be a number"
+            if "MinValue" in spec and number < float(spec["MinValue"]):
+                return f"Parameter '{key}' must be a number not less than {spec['MinValue']}"
+            if "MaxValue" in spec and number > float(spec["MaxValue"]):
+                return f"Parameter '{key}' must be a number not greater than {spec['MaxValue']}"
+    if kind == "String":
+        text = items[0]
+        if "MinLength" in spec and len(text) < int(spec["MinLength"]):
+            return f"Parameter '{key}' must contain at least {spec['MinLength']} characters"
+        if "MaxLength" in spec and len(text) > int(spec["MaxLength"]):
+            return f"Parameter '{key}' must contain at most {spec['MaxLength']} characters"
+    return None
+
+
+def check_parameter(stack: str, key: str, spec: dict[str, Any], value: Any) -> None:
+    """EvalError naming the stack, the parameter, the value and the constraint, where CloudFormation would
+    refuse the stack (or nested stack) create/update with a ValidationError."""
+    problem = constraint_problem(key, spec, value)
+    if problem is not None:
+        hint = f" ({spec['ConstraintDescription']})" if spec.get("ConstraintDescription") else ""
+        raise EvalError(f"{stack}: {problem}; value {value!r}{hint}")
+
+
 class StackScope:
-    """One stack's evaluation context: parameters, conditions, and how to resolve its resources."""
+    """One stack's evaluation context: parameters, conditions, and how to resolve its resources.
+
+    The parameters are checked against the template's constraints as CloudFormation checks them when it
+    creates or updates the stack (a nested stack's with the values its parent gives): EvalError otherwise."""
 
     def __init__(self, name: str, template: dict[str, Any], parameters: dict[str, Any],
                  pseudo: dict[str, Any], ref: Callable[[str], Any], getatt: Callable[[str, str], Any]):
@@ -38,15 +99,20 @@ class StackScope:
         self._ref = ref
         self._getatt = getatt
         self.parameters: dict[str, Any] = {}
-        for key, spec in (template.get("Parameters") or {}).items():
+        declared = template.get("Parameters") or {}
+        unknown = sorted(set(parameters) - set(declared))
+        if unknown:  # CloudFormation's ValidationError for a parameter the template does not declare
+            raise EvalError(f"{name}: Parameters: [{', '.join(unknown)}] do not exist in the template")
+        for key, spec in declared.items():
             if key in parameters:
                 value = parameters[key]
             elif "Default" in spec:
                 value = spec["Default"]
             else:
                 raise EvalError(f"{name}: parameter {key} has no value")
-            if spec.get("Type", "").startswith("List<") or spec.get("Type") == "CommaDelimitedList":
+            if _is_list(spec):
                 value = value if isinstance(value, list) else [v.strip() for v in str(value).split(",") if v.strip()]
+            check_parameter(name, key, spec, value)
             self.parameters[key] = value
         self._conditions: dict[str, bool] = {}
 
