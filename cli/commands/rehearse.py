@@ -25,6 +25,7 @@ Examples:
   sudo hpq rehearse --keep && sudo hpq rehearse shell worker-1
   sudo hpq rehearse --nodes 4 --sweep --throttle 2=30mbit   the sweep must name worker-3
   sudo hpq rehearse --without-fsx                    a cluster whose FSx is gone: the no-FSx path
+  sudo hpq rehearse --observability                  metrics from every node to an AMP stand-in, dashboards
   sudo hpq rehearse down                             remove a kept rehearsal
   sudo hpq rehearse eks-gpu                          EKS nodes' lifecycle + manifests (no API server)
 """
