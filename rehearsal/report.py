@@ -80,6 +80,13 @@ def table(r: dict[str, Any]) -> str:
         for t in sweep.get("throttled") or []:
             lines.append(f"sweep throttle: {t['node']} ({t['slurm_node']}) at {t['rate']}")
         lines.append(f"sweep: {(sweep.get('check') or {}).get('message', '-')}")
+    observed = r.get("observe")
+    if observed:
+        lines.append(f"observe: {observed.get('verdict', '-')}: {observed.get('reason', '-')}")
+        for n in observed.get("nodes") or []:
+            missing = ", ".join(sorted(n.get("missing") or {})) or "none missing"
+            lines.append(f"  {n.get('node')}: {len(n.get('present') or [])}/{len(n.get('expected') or [])} series "
+                         f"({missing})")
     if r.get("manifests"):
         lines.append(f"manifests: {'valid' if r['manifests'].get('ok') else 'INVALID'} "
                      f"({', '.join(i['test'] for i in r['manifests'].get('manifests', []))}); no API server ran")

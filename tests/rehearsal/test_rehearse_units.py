@@ -280,6 +280,13 @@ def test_report_names_node_step_cause_and_log():
         "slurm_nodes": {"ip-10-1-1-21": "idle"}, "slurm_nodes_idle": 1}
     table = report.table(result)
     assert "PASS" in table and "worker (idle)" in table and "fsx=0.5" in table
+    assert "observe:" not in table  # no --observability: no line
+    result["observe"] = {"verdict": "FAIL", "reason": "below 95% of the expected series: worker-1 60%", "nodes": [
+        {"node": "worker-1", "expected": ["a", "b", "c", "d", "e"], "present": ["a", "b", "c"],
+         "missing": {"e": "why", "d": "why"}}]}
+    table = report.table(result)
+    assert "observe: FAIL: below 95% of the expected series: worker-1 60%" in table
+    assert "  worker-1: 3/5 series (d, e)" in table
 
 
 def test_state_round_trip_and_idempotent_teardown(tmp_path, monkeypatch):
