@@ -103,8 +103,9 @@ KINDS: dict[str, Kind] = {
 
 def describe() -> str:
     """The kinds, one a line (``hpq rehearse --list-faults``)."""
-    return "\n".join(f"{name:18} {k.what} -> {k.finding}, {k.action}" + (f" (needs {k.needs})" if k.needs else "")
-                     for name, k in KINDS.items())
+    needs = {"nvlink": "GPUs with NVLink"}
+    return "\n".join(f"{name:18} {k.what} -> {k.finding}, {k.action}" + (f" ({k.severity})" if k.severity else "")
+                     + (f" (needs {needs.get(k.needs, k.needs)})" if k.needs else "") for name, k in KINDS.items())
 
 
 def parse(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
