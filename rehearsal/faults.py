@@ -121,8 +121,25 @@ def parse(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
     return out
 
 
+# Kinds that cannot both show on one node: one hides or undoes the other (nvidia-smi failing hides every field
+# it would print; an unmounted /fsx cannot be remounted read-only; two volumes over one /opt/sagemaker).
+_SMI_KINDS = frozenset({"ecc", "row-remap-failure", "row-remap-pending", "throttle", "pcie-degraded", "nvlink-down"})
+CONFLICTS: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
+    (frozenset({"gpu-missing"}), _SMI_KINDS),
+    (frozenset({"fsx-gone"}), frozenset({"fsx-readonly"})),
+    (frozenset({"disk-full"}), frozenset({"inodes-full"})),
+)
+
+
 def check_applicable(faults: list[tuple[str, str]], workers: int, worker_type: str) -> None:
     entry = catalog.lookup(worker_type)
+    for node in {n for n, _ in faults}:
+        kinds = {k for n, k in faults if n == node}
+        for one, other in CONFLICTS:
+            if kinds & one and kinds & other:
+                a, b = sorted(kinds & one)[0], sorted(kinds & other)[0]
+                raise UsageError(f"--fault {node}:{a} and {node}:{b}: one hides the other on a node; "
+                                 "put them on different workers")
     for node, kind in faults:
         if int(node.split("-")[1]) > workers:
             raise UsageError(f"--fault {node}:{kind}: the rehearsal has {workers} worker(s)")

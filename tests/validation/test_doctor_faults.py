@@ -39,6 +39,15 @@ def test_nvlink_down_is_refused_where_the_gpus_have_no_nvlink(itype):
     assert "\n" not in str(err.value) and "NVLink" in str(err.value)
 
 
+@pytest.mark.parametrize("a,b", [("gpu-missing", "nvlink-down"), ("gpu-missing", "row-remap-pending"),
+                                 ("fsx-gone", "fsx-readonly"), ("disk-full", "inodes-full")])
+def test_kinds_that_hide_each_other_are_refused_on_one_node_and_accepted_on_two(a, b):
+    with pytest.raises(UsageError) as err:
+        faults.check_applicable([("worker-1", a), ("worker-1", b)], 2, "ml.p5.48xlarge")
+    assert "\n" not in str(err.value) and a in str(err.value) and b in str(err.value)
+    faults.check_applicable([("worker-1", a), ("worker-2", b)], 2, "ml.p5.48xlarge")
+
+
 @pytest.mark.parametrize("itype", ["ml.p4d.24xlarge", "ml.p5.48xlarge"])
 def test_nvlink_down_is_accepted_where_the_gpus_have_nvlinks(itype):
     faults.check_applicable([("worker-1", "nvlink-down")], 1, itype)
