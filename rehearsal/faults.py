@@ -40,6 +40,22 @@ NCCL_DIR = "/opt/nccl/build/lib"
 NCCL_VERSION, NCCL_DRIFTED = "2.26.2", "2.21.5"
 # NVIDIA's driver prints Xid lines as ``NVRM: Xid (PCI:<bus>): <code>, pid=..., <text>`` (node_checks.py).
 XID_LINE = "[{t:>12.6f}] NVRM: Xid (PCI:0000:00:06): {code}, pid=2374, name=python3, {text}\n"
+# The text after ``pid=..., name=...,`` of each Xid fault, as the driver prints it:
+# - 79 and 48: the driver's messages for a GPU off the bus and a double-bit ECC error;
+# - 94 (contained ECC error): the error-containment format of NVIDIA/open-gpu-kernel-modules
+#   src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c, _gpuGenerateErrorLog, engine location:
+#   "Contained: <unit> (0x<engine>). RST: No, D-RST: No" (its own example: "94, pid=7062, Contained: CE User
+#   Channel (0x9). RST: No, D-RST: No");
+# - 13 (graphics engine exception, an application fault): "Graphics Exception: ChID 000c, Class 0000cbc0, Offset
+#   00000000, Data 00000000", the form real hosts log (e.g. "NVRM: Xid (PCI:0002:00:00): 13, pid=2519562,
+#   name=python3, Graphics Exception: ChID ..." in public Xid-monitor test data).
+XID_TEXTS = {
+    "xid79": (79, "GPU has fallen off the bus."),
+    "xid48": (48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
+                  "partition 0, subpartition 0."),
+    "xid94": (94, "Contained: SM (0x1). RST: No, D-RST: No"),
+    "xid13": (13, "Graphics Exception: ChID 000c, Class 0000cbc0, Offset 00000000, Data 00000000"),
+}
 
 
 @dataclass(frozen=True)
@@ -47,7 +63,8 @@ class Kind:
     what: str
     finding: str  # the node_doctor finding kind the doctor must report on the node
     action: str  # and the action it must propose
-    needs: str = ""  # "gpu", "efa" or "3 workers": where the fault can be shown
+    needs: str = ""  # "gpu", "nvlink", "efa" or "3 workers": where the fault can be shown
+    severity: str = ""  # when set, the finding's severity must be this too (an informational Xid: "info")
 
 
 KINDS: dict[str, Kind] = {
@@ -55,6 +72,17 @@ KINDS: dict[str, Kind] = {
     "xid48": Kind("Xid 48 (double-bit ECC error) in the kernel log", "xid", "reboot", "gpu"),
     "gpu-missing": Kind("nvidia-smi cannot reach a GPU (as when one fell off the bus)", "gpu_count", "reboot", "gpu"),
     "ecc": Kind("uncorrectable ECC errors counted by nvidia-smi -q -x", "ecc_uncorrectable", "reboot", "gpu"),
+    # NVIDIA's catalog (scripts/xid_catalog.py): Xid 94 ROBUST_CHANNEL_CONTAINED_ERROR and Xid 13
+    # ROBUST_CHANNEL_GR_EXCEPTION are RESTART_APP: the error was contained to one application, which restarts;
+    # the node needs nothing. The doctor must still name them, as information with no node action.
+    "xid94": Kind("Xid 94 (contained ECC error) in the kernel log: informational, the application restarts",
+                  "xid", "none", "gpu", "info"),
+    "xid13": Kind("Xid 13 (graphics engine exception, an application fault) in the kernel log: informational, "
+                  "the application restarts", "xid", "none", "gpu", "info"),
+    "row-remap-pending": Kind("a GPU with a row remap waiting for a reset (remapped_row_pending Yes)",
+                              "row_remap_pending", "reboot", "gpu"),
+    "nvlink-down": Kind("one NVLink of the first GPU <inactive> in nvidia-smi nvlink -s", "nvlink_down", "reboot",
+                        "nvlink"),
     "row-remap-failure": Kind("a GPU out of spare rows (remapped_row_failure Yes)", "row_remap_failure", "replace",
                               "gpu"),
     "throttle": Kind("a GPU's clocks slowed down by heat (clocks_event_reason_hw_thermal_slowdown Active)",
@@ -65,7 +93,9 @@ KINDS: dict[str, Kind] = {
     "fi-info-fail": Kind("fi_info -p efa finds no EFA provider (libfabric's 'fi_getinfo: -61')", "efa_provider",
                          "reboot", "efa"),
     "disk-full": Kind("/opt/sagemaker (HyperPod's data volume) full", "disk_full", "drain"),
+    "inodes-full": Kind("/opt/sagemaker out of inodes (space left)", "disk_full", "drain"),
     "fsx-gone": Kind("/fsx no longer mounted", "fsx_missing", "reboot"),
+    "fsx-readonly": Kind("/fsx remounted read-only (as a Lustre client does on errors)", "fsx_unwritable", "drain"),
     "nccl-drift": Kind(f"NCCL {NCCL_DRIFTED} where the other workers have {NCCL_VERSION}", "drift", "replace",
                        "3 workers"),
 }
@@ -73,8 +103,9 @@ KINDS: dict[str, Kind] = {
 
 def describe() -> str:
     """The kinds, one a line (``hpq rehearse --list-faults``)."""
-    return "\n".join(f"{name:18} {k.what} -> {k.finding}, {k.action}" + (f" (needs {k.needs})" if k.needs else "")
-                     for name, k in KINDS.items())
+    needs = {"nvlink": "GPUs with NVLink"}
+    return "\n".join(f"{name:18} {k.what} -> {k.finding}, {k.action}" + (f" ({k.severity})" if k.severity else "")
+                     + (f" (needs {needs.get(k.needs, k.needs)})" if k.needs else "") for name, k in KINDS.items())
 
 
 def parse(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
@@ -90,18 +121,42 @@ def parse(specs: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
     return out
 
 
+# Kinds that cannot both show on one node: one hides or undoes the other (nvidia-smi failing hides every field
+# it would print; an unmounted /fsx cannot be remounted read-only; two volumes over one /opt/sagemaker).
+_SMI_KINDS = frozenset({"ecc", "row-remap-failure", "row-remap-pending", "throttle", "pcie-degraded", "nvlink-down"})
+CONFLICTS: tuple[tuple[frozenset[str], frozenset[str]], ...] = (
+    (frozenset({"gpu-missing"}), _SMI_KINDS),
+    (frozenset({"fsx-gone"}), frozenset({"fsx-readonly"})),
+    (frozenset({"disk-full"}), frozenset({"inodes-full"})),
+)
+
+
 def check_applicable(faults: list[tuple[str, str]], workers: int, worker_type: str) -> None:
     entry = catalog.lookup(worker_type)
+    for node in {n for n, _ in faults}:
+        kinds = {k for n, k in faults if n == node}
+        for one, other in CONFLICTS:
+            if kinds & one and kinds & other:
+                a, b = sorted(kinds & one)[0], sorted(kinds & other)[0]
+                raise UsageError(f"--fault {node}:{a} and {node}:{b}: one hides the other on a node; "
+                                 "put them on different workers")
     for node, kind in faults:
         if int(node.split("-")[1]) > workers:
             raise UsageError(f"--fault {node}:{kind}: the rehearsal has {workers} worker(s)")
         needs = KINDS[kind].needs
         if needs == "gpu" and entry.accelerator != catalog.GPU:
             raise UsageError(f"--fault {node}:{kind}: {worker_type} has no NVIDIA GPU")
+        if needs == "nvlink" and not (entry.accelerator == catalog.GPU and _nvlinks(entry.accelerator_model)):
+            raise UsageError(f"--fault {node}:{kind}: {worker_type}'s GPUs ({entry.accelerator_model or 'none'}) "
+                             "have no NVLink (pick e.g. --instance-type ml.p5.48xlarge)")
         if needs == "efa" and not entry.efa_interfaces:
             raise UsageError(f"--fault {node}:{kind}: {worker_type} has no EFA (pick --instance-type with EFA)")
         if needs == "3 workers" and workers < 3:
             raise UsageError(f"--fault {node}:{kind}: drift needs a majority to differ from: --nodes 3 or more")
+
+
+def _nvlinks(model: str) -> int:
+    return GPU_MODELS.get(model, GpuModelFacts(0, 0, 0)).nvlinks
 
 
 def smi_xml(count: int, model: str) -> str:
@@ -118,6 +173,7 @@ def smi_xml(count: int, model: str) -> str:
 
 
 def nvlink_text(count: int, links: int) -> str:
+    """``nvidia-smi nvlink -s`` in the real 2x H200 capture's form (tests/data/node_tools/h200-x2), every link up."""
     out = []
     for i in range(count):
         out.append(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-55b3778e-b97c-2806-cf17-5199d25523{i:02x})\n")
@@ -176,9 +232,9 @@ def prepare(node: Any, worker_type: str) -> None:
     node.write(KERNEL_LOG, (DATA / "dmesg.txt").read_text(), 0o644)
     node.write("/usr/bin/dmesg", DMESG, 0o755)
     if entry.accelerator == catalog.GPU:
-        links = GPU_MODELS.get(entry.accelerator_model, GpuModelFacts(0, 0, 0)).nvlinks
+        links = _nvlinks(entry.accelerator_model)
         node.write(SMI_XML, smi_xml(entry.accelerator_count, entry.accelerator_model))
-        node.write("/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt", nvlink_text(entry.accelerator_count, links))
+        node.write(NVLINK_TXT, nvlink_text(entry.accelerator_count, links))
         node.write("/usr/bin/nvidia-smi", NVIDIA_SMI, 0o755)
     if entry.has_efa:
         node.write("/usr/bin/fi_info", FI_INFO, 0o755)
@@ -190,10 +246,15 @@ def prepare_drift(node: Any, version: str) -> None:
 
 
 SMI_XML = "/etc/hpq-rehearse/nvidia-smi-q-x.xml"  # what the stand-in nvidia-smi prints for -q -x
+NVLINK_TXT = "/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt"  # and for nvlink -s
+# A link that is down: nvidia-smi prints ``Link <n>: <inactive>`` in place of its speed (NVIDIA's nvidia-smi
+# nvlink --status, as public captures show it, e.g. "\t Link 1: <inactive>" beside "\t Link 0: 26.562 GB/s").
+NVLINK_DOWN_SED = r"0,/^\(\s*Link 1:\) .*GB\/s$/s//\1 <inactive>/"
 # fault kind -> (nvidia-smi -q -x element, its healthy text, the text the fault shows)
 SMI_EDITS = {
     "ecc": ("dram_uncorrectable", "0", "4"),
     "row-remap-failure": ("remapped_row_failure", "No", "Yes"),
+    "row-remap-pending": ("remapped_row_pending", "No", "Yes"),
     "throttle": ("clocks_event_reason_hw_thermal_slowdown", "Not Active", "Active"),
     "pcie-degraded": ("current_link_width", "16x", "8x"),
 }
@@ -201,10 +262,8 @@ SMI_EDITS = {
 
 def inject(node: Any, kind: str) -> None:
     """Make ``node`` show ``kind`` to node_doctor."""
-    if kind in ("xid79", "xid48"):
-        code, text = (79, "GPU has fallen off the bus.") if kind == "xid79" else \
-            (48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
-                 "partition 0, subpartition 0.")
+    if kind in XID_TEXTS:
+        code, text = XID_TEXTS[kind]
         node.sh(f'printf "%s" "$1" >> {KERNEL_LOG}', XID_LINE.format(t=4242.5, code=code, text=text))
     elif kind == "gpu-missing":
         node.write("/etc/hpq-rehearse/nvidia-smi.fail",
@@ -213,6 +272,8 @@ def inject(node: Any, kind: str) -> None:
         tag, healthy, broken = SMI_EDITS[kind]
         # the first GPU's field in the stand-in's nvidia-smi -q -x answer, changed as the fault shows it
         node.sh(f"sed -i '0,/<{tag}>{healthy}</s//<{tag}>{broken}</' {SMI_XML}")
+    elif kind == "nvlink-down":
+        node.sh(f"sed -i '{NVLINK_DOWN_SED}' {NVLINK_TXT}")  # the first GPU's Link 1
     elif kind == "fi-info-fail":
         node.write("/etc/hpq-rehearse/fi_info.fail", "")
     elif kind == "efa-missing":
@@ -222,6 +283,15 @@ def inject(node: Any, kind: str) -> None:
         # A small volume of its own at /opt/sagemaker, filled: statvfs says what a full EBS volume says.
         node.sh("mount -t tmpfs -o size=1m hpq-full /opt/sagemaker && "
                 "(dd if=/dev/zero of=/opt/sagemaker/fill bs=64k 2>/dev/null || true)")
+    elif kind == "inodes-full":
+        # A small volume of its own at /opt/sagemaker with 16 inodes, each used by an empty file: statvfs says
+        # what a volume out of inodes says (f_favail 0) while space is left, as ``df -i`` shows it.
+        node.sh("mount -t tmpfs -o size=1m,nr_inodes=16 hpq-inodes /opt/sagemaker && "
+                "i=0; while [ $i -lt 64 ] && touch /opt/sagemaker/f$i 2>/dev/null; do i=$((i + 1)); done")
+    elif kind == "fsx-readonly":
+        # The node's own /fsx mount made read-only (a bind remount changes this mount alone, not the shared
+        # file system the other nodes mount): writes fail with EROFS, as on a Lustre client remounted ro.
+        node.sh("mount -o remount,bind,ro /fsx")
     elif kind == "fsx-gone":
         node.sh(f"umount -l /fsx; awk '$2 != \"/fsx\"' {MOUNTS_FILE} > {MOUNTS_FILE}.tmp && "
                 f"mv {MOUNTS_FILE}.tmp {MOUNTS_FILE}")
@@ -233,8 +303,10 @@ def inject(node: Any, kind: str) -> None:
 
 def clear(node: Any, kind: str, worker_type: str) -> None:
     """What a reboot (or a replacement) does to the fault: gone, the node as prepared."""
-    if kind == "disk-full":
+    if kind in ("disk-full", "inodes-full"):
         node.sh("umount /opt/sagemaker || true")
+    elif kind == "fsx-readonly":
+        node.sh("mount -o remount,bind,rw /fsx")
     elif kind == "fsx-gone":
         return  # a reboot runs the lifecycle's mount again: not emulated here
     node.sh("rm -f /etc/hpq-rehearse/nvidia-smi.fail /etc/hpq-rehearse/fi_info.fail")
@@ -244,17 +316,24 @@ def clear(node: Any, kind: str, worker_type: str) -> None:
 
 
 def expected(faults: list[tuple[str, str]]) -> list[dict[str, str]]:
-    return [{"node": node, "kind": KINDS[kind].finding, "action": KINDS[kind].action, "fault": kind}
-            for node, kind in faults]
+    out = []
+    for node, kind in faults:
+        k = KINDS[kind]
+        out.append({"node": node, "kind": k.finding, "action": k.action, "fault": kind,
+                    **({"severity": k.severity} if k.severity else {})})
+    return out
 
 
 def missed(faults: list[tuple[str, str]], findings: list[dict[str, Any]]) -> list[str]:
-    """Each injected fault the doctor did not name on its node with its action."""
+    """Each injected fault the doctor did not name on its node with its action (and severity, where the kind
+    fixes one: an application-level Xid must be information with action none, not a node fault)."""
     out = []
     for want in expected(faults):
         if not any(f.get("node") == want["node"] and f.get("kind") == want["kind"]
-                   and f.get("action") == want["action"] for f in findings):
-            out.append(f"{want['node']}:{want['fault']} ({want['kind']}, {want['action']})")
+                   and f.get("action") == want["action"]
+                   and ("severity" not in want or f.get("severity") == want["severity"]) for f in findings):
+            extra = f", {want['severity']}" if "severity" in want else ""
+            out.append(f"{want['node']}:{want['fault']} ({want['kind']}, {want['action']}{extra})")
     return out
 
 

@@ -65,6 +65,33 @@ def test_gpu_and_efa_faults_on_an_efa_type_and_a_clean_worker_beside_them(env):
     assert leftovers(r["run_id"], res) == []
 
 
+def test_nvlink_row_remap_app_xids_inodes_and_readonly_fsx_beside_a_clean_worker(env):
+    """ml.p5.48xlarge (H100s with 18 NVLinks each, so nvlink -s is read): one link of worker-1's first GPU
+    <inactive>, a row remap pending and an Xid 94; on worker-2 an Xid 13, /opt/sagemaker out of inodes and /fsx
+    remounted read-only; worker-3 clean. The application Xids are named as information with no node action."""
+    res = rehearse(env, "slurm-gpu", "--nodes", "3", "--instance-type", "ml.p5.48xlarge", "--no-validate",
+                   "--fault", "worker-1:nvlink-down", "--fault", "worker-1:row-remap-pending",
+                   "--fault", "worker-1:xid94", "--fault", "worker-2:xid13", "--fault", "worker-2:inodes-full",
+                   "--fault", "worker-2:fsx-readonly", "--output", "json")
+    r = json.loads(res.stdout)
+    assert res.returncode == 0 and r["result"] == "pass", res.stderr[-4000:]
+    doc = r["doctor"]
+    assert {(f["node"], f["kind"], f["severity"], f["action"]) for f in doc["findings"]} == {
+        ("worker-1", "nvlink_down", "critical", "reboot"), ("worker-1", "row_remap_pending", "warning", "reboot"),
+        ("worker-1", "xid", "info", "none"), ("worker-2", "xid", "info", "none"),
+        ("worker-2", "disk_full", "critical", "drain"), ("worker-2", "fsx_unwritable", "critical", "drain")}
+    assert doc["missed"] == [] and doc["outcome"] == "FAIL"
+    evidence = {(f["node"], f["kind"]): f["evidence"] for f in doc["findings"]}
+    assert "Xid 94 ROBUST_CHANNEL_CONTAINED_ERROR" in evidence[("worker-1", "xid")]
+    assert "Xid 13 ROBUST_CHANNEL_GR_EXCEPTION" in evidence[("worker-2", "xid")]
+    assert "of inodes used" in evidence[("worker-2", "disk_full")]
+    assert "17 of 18 NVLinks" in evidence[("worker-1", "nvlink_down")]
+    by_node = {n["node"]: n for n in doc["nodes"]}
+    assert by_node["worker-3"]["verdict"] == "PASS" and by_node["worker-3"]["findings"] == []
+    assert by_node["worker-3"]["unchecked"] == []  # every check read on the clean worker: a PASS on evidence
+    assert leftovers(r["run_id"], res) == []
+
+
 def test_a_clean_rehearsal_reports_nothing(env):
     res = rehearse(env, "slurm-gpu", "--nodes", "2", "--no-validate", "--doctor", "--output", "json")
     r = json.loads(res.stdout)
