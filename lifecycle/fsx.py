@@ -456,8 +456,23 @@ def configured(ctx, node, backoff: Dict):
     return found
 
 
+def record_mount(ctx, mounted: bool) -> None:
+    """Leave (or take away) the record of this node's FSx mount for the node programs: the mount point and the
+    mount table the lifecycle read it in (HPQ_PROC_MOUNTS as given, else the kernel's). A node whose lifecycle
+    mounted no FSx (none found, EKS) has no record, so its checks do not expect /fsx."""
+    path = ctx.path(names.FSX_RECORD)
+    if not mounted:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    table = names.PROC_MOUNTS if ctx.s.proc_mounts == ctx.s.path(names.PROC_MOUNTS) else ctx.s.proc_mounts
+    files.write_file(path, json.dumps({"mount_point": names.FSX_MOUNT_POINT, "mount_table": table},
+                                      sort_keys=True) + "\n")
+
+
 def run(ctx) -> str:
     node = identity.load_node(ctx)
+    record_mount(ctx, False)  # until this boot mounts it again
     if node.orchestrator == EKS:
         return eks_modules_only(ctx)
     backoff = {"attempts": ctx.s.fsx_api_attempts, "log": ctx.log}
@@ -484,6 +499,7 @@ def run(ctx) -> str:
     os.makedirs(ctx.path(names.FSX_MOUNT_POINT), exist_ok=True)  # a mount table may name the node path only
     write_test(ctx.path(names.FSX_MOUNT_POINT))
     shared_results_dir(ctx.path(names.FSX_RESULTS_DIR))
+    record_mount(ctx, True)
     return "%s from %s: %s, fstab %s, write test ok, %s ready" % (
         source, origin, state, "updated" if fstab_changed else "unchanged", names.FSX_RESULTS_DIR)
 

@@ -45,6 +45,9 @@ RESOURCE_CONFIG = "/opt/ml/config/resource_config.json"
 PROVISIONING_PARAMETERS = "provisioning_parameters.json"
 NODE_INFO = "/etc/hpq/node-info.json"
 FSX_MOUNT_POINT = "/fsx"
+# What the fsx step mounted, for the node programs (node_doctor, the Slurm prolog): they check /fsx only where
+# the lifecycle mounted it, in the mount table the lifecycle read (lifecycle/fsx.py record_mount).
+FSX_RECORD = "/etc/hpq/fsx.json"
 # Shared results of the node commands (run-nccl-test, run-nanogpt): sticky and world-writable like /tmp,
 # so every cluster user writes there while a new Lustre root stays root:root 0755.
 FSX_RESULTS_DIR = "/fsx/hpq-results"

@@ -290,7 +290,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.node_doctor",
                                  description="Check this node's GPUs, EFA, disks and /fsx; print findings.")
     ap.add_argument("--instance-type", default=None, help="default: from the node's info file or IMDS")
-    ap.add_argument("--fsx", default="/fsx", help="shared file system to check ('' for none; default /fsx)")
+    ap.add_argument("--fsx", default=None,
+                    help="shared file system to check ('' for none; default: where the lifecycle mounted FSx, "
+                         "none where it mounted none)")
     ap.add_argument("--efa-window", type=float, default=EFA_WINDOW_S,
                     help="seconds to watch the EFA error counters (default %(default)s)")
     ap.add_argument("--dcgm", action="store_true",
@@ -306,10 +308,10 @@ def main(argv=None) -> int:
         entry = catalog.lookup(itype)
     except catalog.UnknownInstanceType as exc:
         ap.error(str(exc))
-    # The mount table: the kernel's, or the file named by HPQ_PROC_MOUNTS, the setting the lifecycle reads
-    # too (lifecycle/context.py), for a node whose kernel table is not the one its mounts are recorded in.
-    mounts = os.environ.get("HPQ_PROC_MOUNTS") or "/proc/mounts"
-    report = examine(entry, args.fsx or None, args.efa_window, proc_mounts=mounts, with_dcgm=args.dcgm)
+    # /fsx where the lifecycle mounted it, in the mount table it read (HPQ_PROC_MOUNTS, the setting the lifecycle
+    # reads too, for a node whose kernel table is not the one its mounts are recorded in): nodeinfo.fsx_to_check.
+    fsx, mounts = nodeinfo.fsx_to_check(args.fsx)
+    report = examine(entry, fsx, args.efa_window, proc_mounts=mounts, with_dcgm=args.dcgm)
     # This node's textfile directory when observability is on (run-node-doctor runs this on every node);
     # a failure there is a stderr note only, the report and exit code are unchanged.
     result_metrics.publish(report, "node_doctor")

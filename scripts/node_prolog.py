@@ -44,7 +44,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.node_prolog",
                                  description="Slurm Prolog: quick node checks; drain the node on a critical finding.")
     ap.add_argument("--instance-type", default=None, help="default: from the node's info file or IMDS")
-    ap.add_argument("--fsx", default="/fsx", help="shared file system to check ('' for none; default /fsx)")
+    ap.add_argument("--fsx", default=None,
+                    help="shared file system to check ('' for none; default: where the lifecycle mounted FSx, "
+                         "none where it mounted none)")
     ap.add_argument("--tool-timeout", type=float, default=TOOL_TIMEOUT_S,
                     help="seconds each tool may take (default %(default)s)")
     ap.add_argument("--dry-run", action="store_true", help="print the drain command instead of running it")
@@ -62,8 +64,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("hpq prolog: %s: not checked\n" % exc)
         return EXIT_OK
     node_doctor.TOOL_TIMEOUT_S = args.tool_timeout
-    mounts = os.environ.get("HPQ_PROC_MOUNTS") or "/proc/mounts"
-    report = node_doctor.examine(entry, args.fsx or None, efa_window=0, proc_mounts=mounts)
+    fsx, mounts = nodeinfo.fsx_to_check(args.fsx)  # where the lifecycle mounted FSx; none: not expected
+    report = node_doctor.examine(entry, fsx, efa_window=0, proc_mounts=mounts)
     critical = [f for f in report["findings"] if f.get("severity") == "critical"]  # type: ignore[union-attr]
     if not critical:
         return EXIT_OK

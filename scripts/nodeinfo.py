@@ -18,7 +18,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from hpq.lifecycle import catalog, names, transport
 
@@ -57,6 +57,33 @@ def node_info_path() -> str:
     if explicit:
         return explicit
     return os.path.join(os.environ.get("HPQ_ROOT", "/"), names.NODE_INFO.lstrip("/"))
+
+
+def fsx_record() -> Dict[str, object]:
+    """The lifecycle's record of this node's FSx mount (names.FSX_RECORD under HPQ_ROOT): mount_point and
+    mount_table; {} when the lifecycle mounted none (or the record is unreadable)."""
+    path = os.path.join(os.environ.get("HPQ_ROOT", "/"), names.FSX_RECORD.lstrip("/"))
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def fsx_to_check(given: Optional[str]) -> Tuple[Optional[str], str]:
+    """(the shared file system to check or None, the mount table to read it in): ``--fsx`` when given ('' for
+    none), else where the lifecycle mounted FSx; the table from HPQ_PROC_MOUNTS, else the lifecycle's record,
+    else the kernel's."""
+    record = fsx_record()
+    if given is not None:
+        fsx = given or None
+    else:
+        point = record.get("mount_point")
+        fsx = point if isinstance(point, str) and point else None
+    table = record.get("mount_table")
+    mounts = os.environ.get("HPQ_PROC_MOUNTS") or (table if isinstance(table, str) and table else "/proc/mounts")
+    return fsx, mounts
 
 
 def read_node_info() -> Dict[str, object]:
