@@ -6,11 +6,14 @@ The real test (slow) runs the writer's own commands against the real two-node Sl
 (Debian's Slurm 22.05) with a held job in the queue, and reads the output back with prometheus_client's parser.
 The fast tests check the parsing rules the exporter's source states (nodes.go's prefix switch, queue.go's
 states) on output in the formats the commands are given (sinfo(1) ``%D|%T|%b``, ``-O`` fields; squeue(1)
-``%P,%T,%C,%r,%u``), each with a broken twin.
+``%P,%T,%C,%r,%u``), each with a broken twin. The scheduler series (scheduler.go's sdiag parsing) are read from
+a real ``sdiag`` of Slurm 22.05 (data/sdiag_22.05.txt; data/README.md says how it was captured) and its broken
+twins: cut short, a line missing, a value not a number, sdiag failing or answering nothing.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -430,3 +433,24 @@ def test_it_keeps_to_python37_and_reads_sdiag_there(tmp_path):
         and got[("slurm_metrics_up", frozenset())] == 0
     )
     assert not any(k[0].startswith("slurm_queue_") for k in got)
+
+
+def scheduler_panel_names() -> set:
+    from tests.observability.test_observability_assets import dashboard_queries, selected_metrics
+
+    board = json.loads((Path(CHECKOUT) / "observability/dashboards/slurm.json").read_text())
+    queries = [e for w, e in dashboard_queries(board) if w.startswith("panel 'Scheduler queue and cycle'")]
+    assert len(queries) == 2, queries
+    return set().union(*(selected_metrics(e) for e in queries))
+
+
+def test_the_dashboards_scheduler_panel_selects_names_the_writer_writes():
+    """observability/dashboards/slurm.json's "Scheduler queue and cycle" queries (parsed with the PromQL parser of
+    tests/observability/test_observability_assets.py) select series the writer writes from the real sdiag; the
+    twin without sdiag writes none of them (the panel would be empty, as it was before the writer ran sdiag)."""
+    names = scheduler_panel_names()
+    assert names == {"slurm_scheduler_queue_size", "slurm_scheduler_last_cycle"}
+    written = {k[0] for k in parse(slurm_metrics.collect(runner(command_answers(SDIAG)))[0])}
+    assert names <= written
+    without = {k[0] for k in parse(slurm_metrics.collect(runner(command_answers(None)))[0])}
+    assert not names & without
