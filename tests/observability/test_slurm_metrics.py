@@ -318,6 +318,10 @@ def test_backfill_mean_and_depth_are_read_from_the_backfill_section_once_printed
         got["slurm_scheduler_backfill_mean_cycle"] == 2500 and got["slurm_scheduler_backfill_depth_mean"] == 3
     )
     assert got["slurm_scheduler_mean_cycle"] == 1471  # the main one is not overwritten by the backfill one
+    # "Cycles per minute" (main section) is printed once slurmctld has run a minute: read where it is printed.
+    per_minute = SDIAG.replace("\tLast queue length: 1\n", "\tCycles per minute: 2\n\tLast queue length: 1\n")
+    assert per_minute != SDIAG
+    assert scheduler_series(per_minute)[("slurm_scheduler_cycle_per_minute", frozenset())] == 2
 
 
 def test_a_missing_main_cycle_line_is_left_out_not_taken_from_backfill():
