@@ -17,9 +17,19 @@ Names, labels and the commands are the exporter's, at SckyzO/slurm_exporter v1.1
 - cpus.go: ``sinfo -h -o %C`` -> ``slurm_cpus_{alloc,idle,other,total}``;
 - queue.go: ``squeue -h -o %P,%T,%C,%r,%u`` -> ``slurm_queue_<state>`` and ``slurm_cores_<state>`` {user,
   partition} (PENDING also {reason}) for PENDING, RUNNING, SUSPENDED, CANCELLED, COMPLETING, COMPLETED,
-  CONFIGURING, FAILED, TIMEOUT, PREEMPTED, NODE_FAIL.
-Not written (the exporter's sdiag, GPU, account, fairshare, reservation and user collectors): the dashboards' two
-``slurm_scheduler_*`` panels have no data from this writer.
+  CONFIGURING, FAILED, TIMEOUT, PREEMPTED, NODE_FAIL;
+- scheduler.go: ``sdiag`` -> ``slurm_scheduler_{threads,queue_size,dbd_queue_size}`` (``Server thread count``,
+  ``Agent queue size``, ``DBD Agent queue size``), from "Main schedule statistics" ``slurm_scheduler_{last_cycle,
+  mean_cycle,cycle_per_minute}`` (microseconds), from "Backfilling stats" ``slurm_scheduler_backfill_{last_cycle,
+  mean_cycle,depth_mean}`` and ``slurm_scheduler_backfilled_{jobs_since_start,jobs_since_cycle,heterogeneous}_total``,
+  and from the RPC sections ``slurm_rpc_stats{,_avg_time,_total_time}{operation}`` and
+  ``slurm_user_rpc_stats{,_avg_time,_total_time}{user}`` (``count:``, ``ave_time:``, ``total_time:``).
+  Two differences, both only on output the exporter would misread: the exporter tells the main cycle from the
+  backfill cycle by order (the first ``Last cycle`` is the main one), hpq by the section it is in, so a missing
+  main line does not pass the backfill value off as the main one; and a field sdiag does not print (it prints
+  ``Mean cycle`` and ``Depth Mean`` only once a cycle has run) or does not give as a number is left out, where the
+  exporter writes 0.
+Not written (the exporter's GPU, account, fairshare, reservation and user collectors).
 
 A command that fails leaves its families out (and says so on stderr) rather than writing zeros: a missing series
 is missing, never a healthy-looking 0. ``slurm_metrics_up`` is 1 when every command answered.
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -56,6 +67,7 @@ COMMANDS = {
     "node": ["sinfo", "-h", "-N", "-O", "NodeList,AllocMem,Memory,CPUsState,StateLong,Partition"],
     "cpus": ["sinfo", "-h", "-o", "%C"],
     "queue": ["squeue", "-h", "-o", "%P,%T,%C,%r,%u"],
+    "scheduler": ["sdiag"],
 }
 
 
@@ -170,6 +182,72 @@ def add_queue(fam: Families, text: str) -> None:
         fam.add("slurm_cores_" + state, "Cores of jobs in state %s" % f[1], labels, cores, accumulate=True)
 
 
+# scheduler.go's key patterns, matched on the text before a line's first ':'; by section (the unindented line
+# that heads the indented ones; "" before any), the exporter's field name and hpq's family name.
+SDIAG_TOP = ((re.compile(r"^Server thread"), "slurm_scheduler_threads", "number of scheduler threads"),
+             (re.compile(r"^Agent queue"), "slurm_scheduler_queue_size", "length of the scheduler queue"),
+             (re.compile(r"^DBD Agent"), "slurm_scheduler_dbd_queue_size", "length of the DBD agent queue"))
+SDIAG_SECTIONS = {
+    "Main schedule statistics": (
+        (re.compile(r"^\s+Last cycle$"), "slurm_scheduler_last_cycle", "scheduler last cycle time (microseconds)"),
+        (re.compile(r"^\s+Mean cycle$"), "slurm_scheduler_mean_cycle", "scheduler mean cycle time (microseconds)"),
+        (re.compile(r"^\s+Cycles per"), "slurm_scheduler_cycle_per_minute", "scheduler cycles per minute")),
+    "Backfilling stats": (
+        (re.compile(r"^\s+Last cycle$"), "slurm_scheduler_backfill_last_cycle",
+         "backfill last cycle time (microseconds)"),
+        (re.compile(r"^\s+Mean cycle$"), "slurm_scheduler_backfill_mean_cycle",
+         "backfill mean cycle time (microseconds)"),
+        (re.compile(r"^\s+Depth Mean$"), "slurm_scheduler_backfill_depth_mean", "backfill mean depth"),
+        (re.compile(r"^\s+Total backfilled jobs \(since last slurm start\)"),
+         "slurm_scheduler_backfilled_jobs_since_start_total", "jobs started by backfill since Slurm started"),
+        (re.compile(r"^\s+Total backfilled jobs \(since last stats cycle start\)"),
+         "slurm_scheduler_backfilled_jobs_since_cycle_total", "jobs started by backfill since stats were reset"),
+        (re.compile(r"^\s+Total backfilled heterogeneous job components"),
+         "slurm_scheduler_backfilled_heterogeneous_total", "heterogeneous job components started by backfill")),
+}
+SDIAG_NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+# scheduler.go's ParseRpcStats line pattern, in the sections it names.
+RPC_LINE = re.compile(r"^\s*([A-Za-z0-9_]*).*count:([0-9]*)\s*ave_time:([0-9]*)\s\s*total_time:([0-9]*)\s*$")
+RPC_SECTIONS = (("Remote Procedure Call statistics by message type", "slurm_rpc_stats", "operation"),
+                ("Remote Procedure Call statistics by user", "slurm_user_rpc_stats", "user"))
+
+
+def add_scheduler(fam: Families, text: str) -> int:
+    """``sdiag``'s scheduler and RPC statistics; returns how many series it read (0: nothing recognised)."""
+    found = 0
+    section = ""
+    rpc: Optional[Tuple[str, str]] = None
+    for line in text.splitlines():
+        if line.strip() and not line[0].isspace():
+            section = line.strip()
+            rpc = next(((n, lab) for head, n, lab in RPC_SECTIONS if head in line), rpc)
+        if rpc is not None:
+            m = RPC_LINE.match(line)
+            if m:
+                name, label = rpc
+                for suffix, value, what in (("", m.group(2), "count"), ("_avg_time", m.group(3), "average time"),
+                                            ("_total_time", m.group(4), "total time")):
+                    if value:
+                        fam.add(name + suffix, "sdiag RPC %s by %s" % (what, label), {label: m.group(1)},
+                                float(value))
+                        found += 1
+            continue
+        if ":" not in line:
+            continue
+        key, value = line.split(":")[:2]
+        value = value.strip()
+        if not SDIAG_NUMBER.match(value):
+            continue
+        patterns = SDIAG_TOP if not key[:1].isspace() else next(
+            (p for head, p in SDIAG_SECTIONS.items() if section.startswith(head)), ())
+        for pattern, name, help_text in patterns:
+            if pattern.match(key):
+                fam.add(name, "Information provided by the Slurm sdiag command, " + help_text, {}, float(value))
+                found += 1
+                break
+    return found
+
+
 Runner = Callable[[List[str]], Optional[str]]
 
 
@@ -208,6 +286,12 @@ def collect(run: Runner = run_command) -> Tuple[str, bool]:
             ok = False
         else:
             adder(fam, text)
+    text = run(COMMANDS["scheduler"])
+    if text is None:
+        ok = False
+    elif not add_scheduler(fam, text):
+        print("slurm_metrics: sdiag answered nothing it reads as scheduler statistics", file=sys.stderr)
+        ok = False
     fam.add("slurm_metrics_up", "1 when every Slurm command hpq's writer runs answered, else 0.", {},
             1.0 if ok else 0.0)
     return fam.render(), ok
