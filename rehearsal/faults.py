@@ -368,11 +368,15 @@ def emulated_api(plan: Any, cluster_arn: str, nodes: dict[str, Any], faults: lis
     return EmulatedHyperPodApi(plan.cluster_name, cluster_arn, emulated, settle_s, on_reboot=heal, on_replace=heal)
 
 
-def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tuple[str, str]], cluster_arn: str,
-                 say: Any, timeout_s: int = 900) -> dict[str, Any]:
-    """Prepare every worker, inject the faults, run `hpq doctor`'s checks through the validation interface (the
-    Slurm backend over SSH to the controller) and HyperPod's view from the emulated API; the ``doctor`` object
-    of the rehearsal's result. ``missed`` lists each injected fault the doctor did not name."""
+# The kinds whose finding node_checks rates critical: the only ones the Slurm prolog drains a node for (a warning
+# or an informational finding never keeps a job off a node: scripts/node_prolog.py). Drift needs the other nodes
+# to compare with, which a prolog on one node does not have.
+PROLOG_DRAINS = frozenset({"xid79", "xid48", "gpu-missing", "ecc", "row-remap-failure", "nvlink-down", "efa-missing",
+                           "fi-info-fail", "disk-full", "inodes-full", "fsx-gone", "fsx-readonly"})
+
+
+def inject_all(plan: Any, nodes: dict[str, Any], faults: list[tuple[str, str]], say: Any, who: str = "doctor") -> None:
+    """Every worker's healthy device tools, then each fault on its worker."""
     workers = {n.name: n for n in plan.worker_nodes}
     for name, spec in workers.items():
         prepare(nodes[name], spec.instance_type)
@@ -380,7 +384,15 @@ def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tup
             prepare_drift(nodes[name], NCCL_VERSION)
     for name, kind in faults:
         inject(nodes[name], kind)
-        say("doctor", f"fault injected on {name}: {kind} ({KINDS[kind].what})")
+        say(who, f"fault injected on {name}: {kind} ({KINDS[kind].what})")
+
+
+def doctor_stage(plan: Any, nodes: dict[str, Any], remote: Any, faults: list[tuple[str, str]], cluster_arn: str,
+                 say: Any, timeout_s: int = 900) -> dict[str, Any]:
+    """Prepare every worker, inject the faults, run `hpq doctor`'s checks through the validation interface (the
+    Slurm backend over SSH to the controller) and HyperPod's view from the emulated API; the ``doctor`` object
+    of the rehearsal's result. ``missed`` lists each injected fault the doctor did not name."""
+    inject_all(plan, nodes, faults, say)
     backend = SlurmBackend(EnvShell(remote, {"HPQ_PROC_MOUNTS": MOUNTS_FILE}),
                            ClusterFacts(plan.cluster_name, "slurm", plan.worker_type), name="rehearsal")
     result = run_test(backend, TestRequest(DOCTOR, timeout_s=timeout_s), lambda line: say("doctor", line))

@@ -80,6 +80,11 @@ def table(r: dict[str, Any]) -> str:
         for t in sweep.get("throttled") or []:
             lines.append(f"sweep throttle: {t['node']} ({t['slurm_node']}) at {t['rate']}")
         lines.append(f"sweep: {(sweep.get('check') or {}).get('message', '-')}")
+    prolog = r.get("prolog")
+    if prolog:
+        lines.append("prolog: " + ("as expected" if prolog.get("ok") else "NOT as expected") + ": " + ", ".join(
+            f"{w['node']} {'ran the job' if w.get('job_ran') else 'refused the job'} ({w.get('state')})"
+            for w in prolog.get("workers") or []))
     observed = r.get("observe")
     if observed:
         lines.append(f"observe: {observed.get('verdict', '-')}: {observed.get('reason', '-')}")

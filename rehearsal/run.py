@@ -78,6 +78,8 @@ class Options:
     doctor: bool = False
     # EnableObservability=true with the AMP stand-in; the JSON gets an ``observe`` object (stages/observe.py)
     observability: bool = False
+    # EnableNodeProlog=true; the faults, then one job step per worker under the real slurmd (stages/slurm.py)
+    prolog: bool = False
 
 
 class Progress:
@@ -135,7 +137,9 @@ class Rehearsal:
             self._stage("slurm", self.wait_slurm)
             if self.observability is not None:
                 observe.start_polling(self.plan, self.observability, self.stack, self.say)
-            if self.opts.faults or self.opts.doctor:
+            if self.opts.prolog:  # the prolog judges the faults (the doctor's own job steps would meet it first)
+                self._stage("prolog", self.check_prolog)
+            elif self.opts.faults or self.opts.doctor:
                 self._stage("doctor", self.run_doctor)
             if self.opts.validate and self.opts.faults:
                 self.say("validate", "skipped: faults were injected (a sick cluster is not the one nccl proves)")
@@ -169,8 +173,8 @@ class Rehearsal:
     def deploy(self) -> None:
         assert self.plan is not None
         self.moto = deploy.start_moto(self.plan, self.stack, self.say)
-        self.deployed = deploy.deploy(deploy.DeployInput(self.plan, self.opts.without_fsx, self.observability),
-                                      self.say)
+        self.deployed = deploy.deploy(deploy.DeployInput(self.plan, self.opts.without_fsx, self.observability,
+                                                         self.opts.prolog), self.say)
 
     def start_nodes(self) -> None:
         assert self.plan is not None and self.deployed is not None and self.state is not None
@@ -199,6 +203,11 @@ class Rehearsal:
         self.result["doctor"] = slurm.run_doctor(slurm.DoctorInput(
             self.plan, self.nodes, self.shell, self.opts.faults, self.deployed.cluster_arn,
             self.opts.validate_timeout), self.say)
+
+    def check_prolog(self) -> None:
+        assert self.plan is not None and self.shell is not None
+        self.result["prolog"] = slurm.check_prolog(slurm.PrologInput(self.plan, self.nodes, self.shell,
+                                                                     self.opts.faults), self.say)
 
     def check_ssh(self) -> None:
         assert self.plan is not None and self.shell is not None

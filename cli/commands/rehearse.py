@@ -130,6 +130,10 @@ def _list_faults(ctx: click.Context, param: Any, value: bool) -> None:
 @click.option("--list-faults", is_flag=True, is_eager=True, expose_value=False, callback=_list_faults,
               help="Print the fault kinds and exit.")
 @click.option("--doctor", is_flag=True, help="Run the doctor's node checks after Slurm (always with --fault).")
+@click.option("--prolog", is_flag=True,
+              help="Deploy with EnableNodeProlog=true; after Slurm is up inject the --fault's, then run one job step "
+                   "on each worker under the real slurmd: a worker with a critical fault must refuse it and be "
+                   "drained with hpq's reason, the others must run it (replaces the doctor stage; docs/rehearse.md).")
 @click.option("--observability", is_flag=True,
               help="Deploy with EnableObservability=true against an AMP stand-in (a real Prometheus behind a SigV4 "
                    "check): every node's exporters and agent, then hpq observe's series check and every dashboard "
@@ -139,7 +143,7 @@ def _list_faults(ctx: click.Context, param: Any, value: bool) -> None:
 def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, keep: bool, node_env: tuple[str, ...],
             nccl_args: str | None, nanogpt_args: str | None, without_fsx: bool, no_validate: bool, sweep: bool, throttles: tuple[str, ...],
             sweep_args: str | None, lifecycle_timeout: float, fault_specs: tuple[str, ...], doctor: bool,
-            observability: bool, output: str) -> None:
+            prolog: bool, observability: bool, output: str) -> None:
     """Rehearse VARIANT (default slurm-gpu): deploy, every node's lifecycle, Slurm, validation.
 
     Progress goes to stderr; the summary (or with --output json one JSON object) to stdout.
@@ -173,6 +177,8 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
     injected = faults.parse(fault_specs)
     inputs.refuse_inapplicable(ctx, {"fault_specs": variant.startswith("slurm"), "doctor": variant.startswith("slurm")},
                                f"to {variant}", "the doctor runs through Slurm in the rehearsal")
+    inputs.refuse_inapplicable(ctx, {"prolog": orchestrator_of(variant) == SLURM}, f"to {variant}",
+                               "the node prolog is Slurm's")
     inputs.refuse_inapplicable(ctx, {"observability": orchestrator_of(variant) == SLURM}, f"to {variant}",
                                "on EKS the HyperPod observability add-on needs a Kubernetes API server, which no "
                                "rehearsal runs")
@@ -203,7 +209,8 @@ def run_cmd(variant: str, workers: int, instance_type: str | None, login: bool, 
                    nanogpt_args=DEFAULT_NANOGPT_ARGS if nanogpt_args is None else nanogpt_args,
                    validate=not no_validate, without_fsx=without_fsx, lifecycle_timeout=lifecycle_timeout, sweep=sweep,
                    sweep_args=DEFAULT_SWEEP_ARGS if sweep_args is None else sweep_args, throttle=throttle,
-                   faults=injected, doctor=doctor, observability=observability)
+                   faults=injected, doctor=doctor, observability=observability,
+                   prolog=prolog)
     result, code = Rehearsal(opts).execute()
     report.emit(result, output)
     sys.exit(code)

@@ -28,6 +28,7 @@ class DeployInput:
     plan: Plan
     without_fsx: bool
     observability: Any = None  # stages/observe.Observability: EnableObservability=true, its workspace realized
+    prolog: bool = False  # EnableNodeProlog=true: slurm.conf's Prolog runs hpq's quick node checks
 
 
 def deploy(inp: DeployInput, say: Say) -> aws.Deployed:
@@ -37,6 +38,8 @@ def deploy(inp: DeployInput, say: Say) -> aws.Deployed:
     params = {"WorkerCount": str(p.workers), "WorkerInstanceType": p.worker_type}
     if p.orchestrator == "slurm":
         params["EnableLoginGroup"] = "true" if p.login else "false"
+    if inp.prolog:
+        params["EnableNodeProlog"] = "true"
     realizers = {}
     if inp.observability is not None:
         params["EnableObservability"] = "true"

@@ -92,3 +92,45 @@ def run_doctor(inp: DoctorInput, say: Say) -> dict[str, Any]:
                       or doc["message"].splitlines()[0], found={"doctor": doc})
     say("doctor", doc["message"].splitlines()[0])
     return doc
+
+
+@dataclass
+class PrologInput:
+    plan: Plan
+    nodes: Mapping[str, Node]
+    shell: SshShell
+    faults: list[tuple[str, str]]
+    timeout: float = 90.0
+
+
+def check_prolog(inp: PrologInput, say: Say) -> dict[str, Any]:
+    """``--prolog`` (EnableNodeProlog=true): the faults injected, then one job step on each worker, as a user
+    submits it, under the real slurmd running hpq's Prolog. A worker with a fault the prolog drains for
+    (faults.PROLOG_DRAINS) must refuse the job and be drained with hpq's reason; every other worker must run it
+    and stay in service."""
+    faults.inject_all(inp.plan, dict(inp.nodes), inp.faults, say, who="prolog")
+    sick = {node for node, kind in inp.faults if kind in faults.PROLOG_DRAINS}
+    out: dict[str, Any] = {"workers": []}
+    wrong = []
+    for spec in inp.plan.worker_nodes:
+        host = spec.hostname
+        rc, stdout, stderr = inp.shell.run(f"timeout {int(inp.timeout)} srun -N1 -w {host} hostname",
+                                           timeout=inp.timeout + 30)
+        _, shown, _ = inp.shell.run(f"scontrol show node {host}", timeout=30)
+        state = next((w.split("=", 1)[1] for w in shown.split() if w.startswith("State=")), "")
+        reason = shown.split("Reason=", 1)[1].strip() if "Reason=" in shown else ""
+        ran, drained = rc == 0 and host in stdout, "DRAIN" in state
+        out["workers"].append({"node": spec.name, "host": host, "faults": [k for n, k in inp.faults if n == spec.name],
+                               "drains": spec.name in sick, "job_ran": ran, "state": state, "reason": reason,
+                               "srun_exit": rc, "srun_error": (stderr or "").strip().splitlines()[-1:]})
+        if spec.name in sick and (ran or not drained or not reason.startswith("hpq prolog: ")):
+            wrong.append(f"{spec.name} should be drained by the prolog, but the job {'ran' if ran else 'did not run'}"
+                         f" and it is {state or 'in an unknown state'} ({reason or 'no reason'})")
+        elif spec.name not in sick and (not ran or drained):
+            wrong.append(f"{spec.name} should run the job, but the job {'ran' if ran else 'did not run'} and it is "
+                         f"{state or 'in an unknown state'} ({reason or 'no reason'})")
+        say("prolog", f"{spec.name}: job {'ran' if ran else 'refused'}, {state}" + (f": {reason[:160]}" if reason else ""))
+    out["ok"] = not wrong
+    if wrong:
+        raise Failure("prolog", "; ".join(wrong), found={"prolog": out})
+    return out

@@ -86,6 +86,9 @@ def test_fsx_names_from_hpq_cluster_json_mount_without_an_api_call(tmp_path, imd
     assert mount_calls.read_text().splitlines() == [
         f"-t lustre -o relatime,flock {node_samples.FSX_DNS}@tcp:/{node_samples.FSX_MOUNTNAME} {root}/fsx"]
     assert f"{node_samples.FSX_DNS}@tcp:/{node_samples.FSX_MOUNTNAME} /fsx lustre" in (root / "etc/fstab").read_text()
+    # the record the node programs check /fsx by (scripts/nodeinfo.fsx_to_check): where, and in which mount table
+    record = json.loads((root / names.FSX_RECORD.lstrip("/")).read_text())
+    assert record == {"mount_point": "/fsx", "mount_table": env.get("HPQ_PROC_MOUNTS") or "/proc/mounts"}
 
     root2, entry2, _ = slurm_worker(tmp_path / "twin", node_samples.hpq_cluster_config())
     res = run_with_hosts(entry2, dict(env, HPQ_ROOT=str(root2)), {node_samples.FSX_DNS: node_samples.FSX_IP}, "--steps", "identify,fsx")
@@ -106,6 +109,7 @@ def test_a_deleted_filesystem_named_in_hpq_cluster_json_is_looked_up_by_tag(tmp_
     assert "asking the FSx API whether the filesystem still exists" in res.stdout
     assert "step fsx failed: FSx API still unreachable after 1 attempts" in res.stdout
     assert not mount_calls.exists() and not (root / "etc/fstab").exists()
+    assert not (root / names.FSX_RECORD.lstrip("/")).exists()  # nothing mounted: /fsx is not expected
 
 
 BAD_DNS = [node_samples.FSX_DNS + "\nattacker@tcp:/x /etc lustre defaults 0 0", node_samples.FSX_DNS + " /etc", "fs-1.fsx.\u2028x"]

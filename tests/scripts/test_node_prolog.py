@@ -5,7 +5,7 @@ otherwise; the lifecycle's slurm.conf line appears only with hpq-cluster.json's 
 The node's tools are stand-ins on PATH printing the rehearsal's expansion of the real H100 capture
 (rehearsal/faults.smi_xml: tests/data/node_tools/h100-x1, one <gpu> for ml.g5.xlarge's one GPU) and, for the
 broken twin, the same with the ECC count inject() writes; ``scontrol`` is a stand-in that records its arguments.
-Not run under a real slurmd here (the boundary: slurmd's own handling of a failing Prolog is Slurm's)."""
+Under a real slurmd: tests/validation/test_doctor_rehearse.py (``hpq rehearse --prolog``)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,36 @@ def test_a_healthy_node_lets_the_job_start_and_its_broken_twin_is_drained_with_t
     assert args[3].startswith("Reason=hpq prolog: ecc_uncorrectable: 00000000:00:06.0: 4 uncorrectable ECC")
     assert len(args[3]) <= len("Reason=") + node_prolog.REASON_MAX
     assert "ecc_uncorrectable" in capsys.readouterr().err
+
+
+def test_fsx_is_expected_only_where_the_lifecycle_mounted_it(tmp_path, monkeypatch, capsys):
+    """No record of an FSx mount (the lifecycle found none, or an EKS node): /fsx is not checked, the job starts.
+    With the fsx step's record (names.FSX_RECORD): checked in the mount table the record names, which is how the
+    prolog sees the table the lifecycle read, since slurmd gives its Prolog no HPQ_PROC_MOUNTS (tried under a real
+    slurmd 22.05: docs/doctor.md). A table showing /fsx as lustre passes; the same table without it drains
+    (the broken twin); HPQ_PROC_MOUNTS still wins over the record."""
+    node = _node(tmp_path / "n", monkeypatch, ecc=False)
+    root = tmp_path / "root"
+    monkeypatch.setenv("HPQ_ROOT", str(root))
+    monkeypatch.delenv("HPQ_PROC_MOUNTS", raising=False)
+    assert node_prolog.main(["--instance-type", "ml.g5.xlarge"]) == node_prolog.EXIT_OK  # no record: no /fsx
+    assert not (node / "scontrol.args").exists()
+    lustre, bare = tmp_path / "lustre.mounts", tmp_path / "bare.mounts"
+    lustre.write_text("10.1.0.9@tcp:/abcdefgh /fsx lustre rw,relatime,flock 0 0\n")
+    bare.write_text("/dev/root / ext4 rw 0 0\n")
+    record = root / "etc/hpq/fsx.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"mount_point": "/fsx", "mount_table": str(lustre)}))
+    assert node_prolog.main(["--instance-type", "ml.g5.xlarge"]) == node_prolog.EXIT_OK
+    assert not (node / "scontrol.args").exists()
+    record.write_text(json.dumps({"mount_point": "/fsx", "mount_table": str(bare)}))
+    assert node_prolog.main(["--instance-type", "ml.g5.xlarge"]) == node_prolog.EXIT_DRAINED
+    assert "Reason=hpq prolog: fsx_missing: /fsx is not mounted as lustre (no mount)" in \
+        (node / "scontrol.args").read_text()
+    (node / "scontrol.args").unlink()
+    monkeypatch.setenv("HPQ_PROC_MOUNTS", str(lustre))
+    assert node_prolog.main(["--instance-type", "ml.g5.xlarge"]) == node_prolog.EXIT_OK
+    assert node_prolog.main(["--instance-type", "ml.g5.xlarge", "--fsx", ""]) == node_prolog.EXIT_OK
 
 
 def test_the_prolog_refuses_bad_arguments_and_lets_an_unknown_type_run(monkeypatch, capsys):

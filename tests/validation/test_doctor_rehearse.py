@@ -101,3 +101,25 @@ def test_a_clean_rehearsal_reports_nothing(env):
     assert [n["verdict"] for n in doc["nodes"]] == ["PASS", "PASS"]
     assert all(n["unchecked"] == [] for n in doc["nodes"])  # every check read: a PASS on evidence
     assert leftovers(r["run_id"], res) == []
+
+
+def test_the_prolog_under_a_real_slurmd_drains_the_sick_worker_and_lets_the_others_run(env):
+    """Issue 23 item 3 under Debian's slurmd 22.05 (not a stand-in): EnableNodeProlog=true puts hpq's Prolog in the
+    controller's slurm.conf, every slurmd fetches it (configless), and a user's `srun -w <worker> hostname` runs the
+    quick node checks first. worker-1 (Xid 79, critical) refuses the step and is drained with hpq's own reason, which
+    Slurm keeps; worker-2 (a thermal slowdown, a warning only) and the clean worker-3 run it and stay in service.
+    /fsx is checked on every worker in the mount table the lifecycle read (its record, /etc/hpq/fsx.json), so the
+    FSx stand-in drains no one."""
+    res = rehearse(env, "slurm-gpu", "--nodes", "3", "--no-validate", "--prolog", "--fault", "worker-1:xid79",
+                   "--fault", "worker-2:throttle", "--output", "json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout)
+    rows = {w["node"]: w for w in r["prolog"]["workers"]}
+    assert r["prolog"]["ok"] is True and sorted(rows) == ["worker-1", "worker-2", "worker-3"]
+    sick = rows["worker-1"]
+    assert sick["job_ran"] is False and sick["srun_exit"] != 0 and "DRAIN" in sick["state"]
+    assert sick["reason"].startswith("hpq prolog: xid: Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"), sick
+    for name in ("worker-2", "worker-3"):
+        assert rows[name]["job_ran"] is True and "DRAIN" not in rows[name]["state"], rows[name]
+    assert r.get("doctor") is None  # the prolog stage replaces the doctor's (its own job steps would meet the prolog)
+    assert leftovers(r["run_id"], res) == []
