@@ -332,6 +332,16 @@ def test_cluster_without_fsx_runs_the_no_fsx_path_on_every_node(env):
         assert [row["size_bytes"] for row in t["rows"]] == [row["size_bytes"] for row in own["rows"]]
         assert t["wrong_total"] == 0 and sorted(t["rank_hosts"]) == sorted(own["rank_hosts"])
 
+        # `--nodelist` (the pair `hpq doctor --fix` runs after a repair) through the real salloc/srun: the two
+        # named workers, in the given order, and nothing else.
+        pinned = [w["hostname"] for w in reversed(workers)]
+        pair = on_node(env, run_id, "controller", "su - ubuntu -c 'run-nccl-test 2 --nodelist "
+                       + ",".join(pinned) + " -e 1M -n 2 -w 1 --expect none'")
+        assert re.search(r"^\+ salloc -N 2 .*-w " + re.escape(",".join(pinned)) + " ", pair, re.M), pair[-3000:]
+        assert re.search(r"^PASS: ", pair, re.M), pair[-3000:]
+        ranks = [ln for ln in pair.splitlines() if ln.startswith("#  Rank ")]
+        assert ranks and all(any(h in ln for ln in ranks) for h in pinned), pair[-3000:]
+
         target = workers[-1]["hostname"]
         hop = on_node(env, run_id, "controller", "su - ubuntu -c 'ssh-keygen -lf ~/.ssh/id_ed25519_hpq.pub; "
                       f"ssh -n -o BatchMode=yes {target} \"hostname; ssh-keygen -lf ~/.ssh/id_ed25519_hpq.pub; "
