@@ -472,8 +472,8 @@ def record_mount(ctx, mounted: bool) -> None:
 
 def run(ctx) -> str:
     node = identity.load_node(ctx)
-    record_mount(ctx, False)  # until this boot mounts it again
     if node.orchestrator == EKS:
+        record_mount(ctx, False)
         return eks_modules_only(ctx)
     backoff = {"attempts": ctx.s.fsx_api_attempts, "log": ctx.log}
     if node.fsx_dns_name or node.fsx_mountname:
@@ -485,11 +485,13 @@ def run(ctx) -> str:
         # base-config/lifecycle_script.py), and no filesystem of such a cluster carries hpq's tag.
         ctx.log.warning("%s names no fsx_dns_name/fsx_mountname: continuing without %s",
                         names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT)
+        record_mount(ctx, False)
         return Degraded("%s names no FSx filesystem: continuing without %s" % (
             names.PROVISIONING_PARAMETERS, names.FSX_MOUNT_POINT))
     else:
         found = discover(ctx, node, backoff)
     if isinstance(found, Degraded):
+        record_mount(ctx, False)
         return found
     dns, mount_name, origin = found
     dns, mount_name = checked_names(dns, mount_name, origin)
