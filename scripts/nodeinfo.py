@@ -56,15 +56,19 @@ def node_info_path() -> str:
     explicit = os.environ.get("HPQ_NODE_INFO")
     if explicit:
         return explicit
-    return os.path.join(os.environ.get("HPQ_ROOT", "/"), names.NODE_INFO.lstrip("/"))
+    return on_node(names.NODE_INFO)
+
+
+def on_node(path: str) -> str:
+    """A node path under HPQ_ROOT when set (as the lifecycle resolves it)."""
+    return os.path.join(os.environ.get("HPQ_ROOT", "/"), path.lstrip("/"))
 
 
 def fsx_record() -> Dict[str, object]:
     """The lifecycle's record of this node's FSx mount (names.FSX_RECORD under HPQ_ROOT): mount_point and
     mount_table; {} when the lifecycle mounted none (or the record is unreadable)."""
-    path = os.path.join(os.environ.get("HPQ_ROOT", "/"), names.FSX_RECORD.lstrip("/"))
     try:
-        with open(path) as fh:
+        with open(on_node(names.FSX_RECORD)) as fh:
             doc = json.load(fh)
     except (OSError, ValueError):
         return {}

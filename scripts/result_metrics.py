@@ -324,7 +324,7 @@ def write_files(samples: Samples, directory: str) -> List[str]:
 
 def node_textfile_dir() -> str:
     """TEXTFILE_DIR under the node root (``HPQ_ROOT``, the lifecycle's and nodeinfo's root convention)."""
-    return os.path.join(os.environ.get("HPQ_ROOT", "/"), TEXTFILE_DIR.lstrip("/"))
+    return nodeinfo.on_node(TEXTFILE_DIR)
 
 
 def node_identity() -> Tuple[str, str]:

@@ -10,7 +10,9 @@ which reference its shapes come from:
 - ``fsx``: FSx for Lustre on a node (a shared directory and a ``mount.lustre``);
 - ``hyperpod``: what the HyperPod service and its agents do to a node (resource_config.json, the
   controller's slurm.conf, the lifecycle prefix staged and OnCreate run);
-- ``systemctl``: systemd's ``systemctl`` on a node where systemd is not PID 1 (units, drop-ins, masking).
+- ``systemctl``: systemd's ``systemctl`` on a node where systemd is not PID 1 (units, drop-ins, masking);
+- ``amp``: an Amazon Managed Service for Prometheus workspace (a real Prometheus behind a SigV4 check);
+- ``http_server``: the one way a stand-in listens.
 
 None of it ships in the node bundle (lifecycle/bundle.py): a real node has the real things.
 """

@@ -35,7 +35,6 @@ import re
 import ssl
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -43,6 +42,8 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from hpq.standins.http_server import serve
 
 AUTH = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9]+)/aws4_request, "
@@ -105,17 +106,6 @@ def verify(method: str, raw_path: str, headers: dict[str, str], body: bytes, key
         return ("The request signature we calculated does not match the signature you provided. Check your AWS "
                 "Secret Access Key and signing method.")
     return ""
-
-
-def serve(handler_cls: type, host: str = "127.0.0.1", port: int = 0,
-          ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
-    """An HTTP(S) server on ``host:port`` (0: a free port) serving ``handler_cls`` from a daemon thread."""
-    server = http.server.ThreadingHTTPServer((host, port), handler_cls)
-    server.daemon_threads = True
-    if ssl_ctx is not None:
-        server.socket = ssl_ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def _answer(handler: http.server.BaseHTTPRequestHandler, code: int, data: bytes) -> None:

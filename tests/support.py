@@ -8,21 +8,18 @@ import signal
 import socket
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hpq.standins.http_server import serve
+
 
 def serve_http(handler_cls: type, ssl_ctx: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
     """A local HTTP(S) server on a free port of 127.0.0.1, serving ``handler_cls`` from a daemon thread (the
-    stand-ins' one way to listen; ``server.server_address[1]`` is the port, ``shutdown()`` stops it)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
-    server.daemon_threads = True
-    if ssl_ctx is not None:
-        server.socket = ssl_ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    stand-ins' one way to listen, hpq.standins.http_server; ``server.server_address[1]`` is the port,
+    ``shutdown()`` stops it)."""
+    return serve(handler_cls, "127.0.0.1", 0, ssl_ctx)
 
 
 def free_ports(n: int) -> list[int]:

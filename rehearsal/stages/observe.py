@@ -48,7 +48,8 @@ from hpq.rehearsal.plan import ACCOUNT, REGION, Plan
 from hpq.rehearsal.stages.base import Failure, Say
 from hpq.rehearsal.teardown import TeardownStack
 from hpq.standins import imds
-from hpq.standins.amp import AmpStandin, amp_host, serve
+from hpq.standins.amp import AmpStandin, amp_host
+from hpq.standins.http_server import serve
 
 # Debian's packages (dev/test.sh installs them) standing in for the two release tarballs.
 DEBIAN_BINARIES = {"node_exporter": "/usr/bin/prometheus-node-exporter", "prometheus": "/usr/bin/prometheus"}
@@ -271,7 +272,10 @@ class SeriesPoller:
                 return
             self._stop.wait(POLL_S)
 
-    def stop(self) -> None:
+    def stop(self, wait_until: float | None = None) -> None:
+        """Stop asking (first, with ``wait_until``, let it reach the 95% until that time)."""
+        if self._thread is not None and wait_until is not None:
+            self._thread.join(timeout=max(0.0, wait_until - time.time()))
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -316,11 +320,8 @@ def two_scrapes(query: Any, plan: Plan, say: Say, limit_s: float = 80.0) -> None
 def judge(plan: Plan, obs: Observability, say: Say, wait_s: float = WITHIN_S) -> dict[str, Any]:
     """The ``observe`` object; raises Failure unless PASS (positive evidence for each part)."""
     poller = obs.poller
-    if poller is not None and poller.reached_after_s is None:
-        deadline = poller.t0 + wait_s  # validation may have been skipped: wait out the 60 s, no longer
-        while time.time() < deadline and poller.reached_after_s is None:
-            time.sleep(0.5)
-        poller.stop()
+    if poller is not None:  # validation may have been skipped: wait out the 60 s from Slurm idle, no longer
+        poller.stop(wait_until=poller.t0 + wait_s)
     query = query_function(obs)
     if poller is None or poller.reached_after_s is not None:  # a silent cluster has nothing to wait for
         two_scrapes(query, plan, say)
@@ -348,11 +349,10 @@ def judge(plan: Plan, obs: Observability, say: Say, wait_s: float = WITHIN_S) ->
     out["sigv4"] = {"unsigned_query_refused": refused, "signed_writes_relayed": relayed,
                     "refused": len(obs.amp.workspace.refused) if obs.amp.workspace else 0}
     problems = []
-    low = {out_n["node"]: out_n["share"] for out_n in out["nodes"] if out_n["share"] < SHARE_REQUIRED}
+    low = sorted((n for n in out["nodes"] if n["share"] < SHARE_REQUIRED), key=lambda n: n["node"])
     if low:
         problems.append("below 95% of the expected series: " + ", ".join(
-            f"{k} {v:.0%} (missing {', '.join(sorted(next(n for n in out['nodes'] if n['node'] == k)['missing']))})"
-            for k, v in sorted(low.items())))
+            f"{n['node']} {n['share']:.0%} (missing {', '.join(sorted(n['missing']))})" for n in low))
     absent = [m for m, v in res["cluster_series"].items() if not v.get("present")]
     if absent:
         problems.append("cluster series missing: " + ", ".join(absent))
