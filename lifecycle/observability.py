@@ -13,10 +13,12 @@ stack's output there; cfn/observability.py). What it installs, after AWS's refer
   ``--agent``, ``remote_write`` with ``queue_config`` and ``sigv4: {region}``); AWS's Slurm extension uses an
   OpenTelemetry collector image instead (install_otel_collector.sh ``hyperpod/otel_collector:v1754424030352``, an
   ECR image with no public digest), so hpq takes the Prometheus release, whose checksum is published;
-- GPU workers: NVIDIA's DCGM exporter, and EFA workers: AWS's EFA exporter. AWS ships both only as images in
-  HyperPod's ECR registry (install_dcgm_exporter.sh ``hyperpod/dcgm_exporter:4.1.1-4.0.4-ubi9``,
-  install_efa_exporter.sh ``hyperpod/efa_exporter:1.0.0``); no digest of either could be read from a public
-  source (searched 2026-11-26), so both are TODO pins and refuse to install (a clear line each) until one is.
+- GPU workers: the DCGM exporter's series, and EFA workers: AWS's EFA exporter's. AWS ships both exporters only
+  as images in HyperPod's ECR registry (install_dcgm_exporter.sh ``hyperpod/dcgm_exporter:4.1.1-4.0.4-ubi9``,
+  install_efa_exporter.sh ``hyperpod/efa_exporter:1.0.0``), whose digests no public source records (searched
+  2026-11-26), so hpq runs no image: its own writers (scripts/gpu_metrics.py from ``nvidia-smi`` and the kernel
+  log, scripts/efa_metrics.py from the EFA driver's ``hw_counters``) write the same names into node_exporter's
+  textfile directory every 30 s, from the bundle (no download), as the controller's Slurm writer does.
 
 Every artifact is pinned by version and SHA-256, downloaded from its upstream release URL (or a mirror of it,
 HPQ_OBSERVABILITY_MIRROR, as AWS's script takes NODE_EXPORTER_DOWNLOAD_URL), hashed while it downloads and
@@ -59,7 +61,6 @@ DOWNLOAD_ATTEMPTS = 3
 DOWNLOAD_TIMEOUT_S = 60.0
 RETRY_DELAY_S = 2.0
 SCRAPE_INTERVAL = "30s"  # AWS's EKS add-on's scrapeInterval 30 (cfn/observability.py), half AWS's Slurm 15 s
-TODO = None  # a pin not read from any stored reference: the component refuses to install
 
 
 class Artifact(object):
@@ -99,12 +100,7 @@ PROMETHEUS = Artifact(
     "prometheus", "prometheus/prometheus v3.2.1 release sha256sums.txt")
 ARTIFACTS = {a.name: a for a in (NODE_EXPORTER, PROMETHEUS)}
 
-# Images AWS's Slurm extension runs; hpq runs none without a digest (TODO: record one from ECR).
-IMAGES = {
-    "dcgm-exporter": ("602401143452.dkr.ecr.<region>.amazonaws.com/hyperpod/dcgm_exporter:4.1.1-4.0.4-ubi9", TODO),
-    "efa-exporter": ("602401143452.dkr.ecr.<region>.amazonaws.com/hyperpod/efa_exporter:1.0.0", TODO),
-}
-PORTS = {"node_exporter": 9100, "dcgm-exporter": 9400, "efa-exporter": 9109}  # AWS's install scripts' ports
+PORTS = {"node_exporter": 9100}  # AWS's install_node_exporter.sh's port; hpq's writers go through its textfile
 AGENT_LISTEN = "127.0.0.1:9090"
 
 
@@ -270,25 +266,27 @@ def install_agent(ctx, arch: str, mirror: str, pins: Dict[str, str], node, url: 
 SLURM_PATH = "/opt/slurm/bin:/usr/local/bin:/usr/bin:/bin"
 
 
-def install_slurm_metrics(ctx) -> str:
-    """Controller: hpq's Slurm writer (scripts/slurm_metrics.py) every 30 s into node_exporter's textfile
-    directory, in place of the Slurm exporter AWS builds from source at boot (no checksummed release exists)."""
+# hpq's metric writers (scripts/): module -> (unit, description, PATH for the tools it runs)
+WRITERS = {
+    "slurm_metrics": ("hpq-slurm-metrics.service", "Slurm node and queue metrics", SLURM_PATH),
+    "gpu_metrics": ("hpq-gpu-metrics.service", "GPU metrics (DCGM fields from nvidia-smi)",
+                    "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"),
+    "efa_metrics": ("hpq-efa-metrics.service", "EFA device counters", "/usr/bin:/bin"),
+}
+
+
+def install_writer(ctx, module: str) -> str:
+    """One of hpq's writers (scripts/<module>.py) every 30 s into node_exporter's textfile directory, in place of
+    an exporter AWS runs from an image or builds at boot (no checksummed release exists for any of them)."""
+    unit, description, path = WRITERS[module]
     root = ctx.path(names.NODE_INSTALL_DIR)
-    if not os.path.isfile(os.path.join(root, "hpq", "scripts", "slurm_metrics.py")):
-        raise Refused("%s/hpq/scripts/slurm_metrics.py is missing (the install step did not run)"
-                      % names.NODE_INSTALL_DIR)
-    argv = ["/usr/bin/env", "PYTHONPATH=%s" % root, "PATH=%s" % SLURM_PATH, sys.executable or "python3",
-            "-m", "hpq.scripts.slurm_metrics", "--every", SCRAPE_INTERVAL.rstrip("s"),
+    if not os.path.isfile(os.path.join(root, "hpq", "scripts", module + ".py")):
+        raise Refused("%s/hpq/scripts/%s.py is missing (the install step did not run)"
+                      % (names.NODE_INSTALL_DIR, module))
+    argv = ["/usr/bin/env", "PYTHONPATH=%s" % root, "PATH=%s" % path, sys.executable or "python3",
+            "-m", "hpq.scripts." + module, "--every", SCRAPE_INTERVAL.rstrip("s"),
             "--textfile-dir", ctx.path(TEXTFILE_DIR)]
-    return _start(ctx, "hpq-slurm-metrics.service", "Slurm node and queue metrics", argv, False)
-
-
-def install_image(name: str) -> str:
-    image, digest = IMAGES[name]
-    if not digest:
-        raise Refused("no pinned digest for %s (TODO in lifecycle/observability.py); AWS ships it only as that "
-                      "ECR image: not installed" % image)
-    raise Refused("running images is not implemented")  # pragma: no cover - no digest is pinned yet
+    return _start(ctx, unit, description, argv, False)
 
 
 def remote_write_url(ctx) -> Optional[str]:
@@ -340,12 +338,13 @@ def run(ctx) -> str:
             targets[name] = PORTS[name]
 
     attempt("node_exporter", install_node_exporter, ctx, arch, mirror, pins)
-    if node.role == identity.CONTROLLER and "node_exporter" in done:
-        attempt("slurm-metrics", install_slurm_metrics, ctx)
-    if worker and itype is not None and itype.accelerator == catalog.GPU:
-        attempt("dcgm-exporter", install_image, "dcgm-exporter")
-    if worker and itype is not None and itype.has_efa:
-        attempt("efa-exporter", install_image, "efa-exporter")
+    if "node_exporter" in done:  # the writers' files reach the agent only through its textfile collector
+        if node.role == identity.CONTROLLER:
+            attempt("slurm-metrics", install_writer, ctx, "slurm_metrics")
+        if worker and itype is not None and itype.accelerator == catalog.GPU:
+            attempt("gpu-metrics", install_writer, ctx, "gpu_metrics")
+        if worker and itype is not None and itype.has_efa:
+            attempt("efa-metrics", install_writer, ctx, "efa_metrics")
     if targets:
         attempt("prometheus-agent", install_agent, ctx, arch, mirror, pins, node, url, targets)
     else:

@@ -10,8 +10,10 @@ What each node should send is what the lifecycle's observability step installs t
 node_exporter on every node (its CPU, memory, filesystem and network families and hpq's textfile collector), and,
 once per cluster, the controller's Slurm writer (scripts/slurm_metrics.py). The node's ``instance`` label is its
 Slurm node name, ``ip-a-b-c-d`` (the agent's relabelling), the first label of HyperPod's PrivateDnsHostname.
-DCGM and EFA series are listed as not collected on GPU/EFA nodes (hpq installs neither exporter yet: no pinned
-image digest), never counted as present or as missing.
+GPU workers also send the DCGM fields hpq's GPU writer reads (scripts/gpu_metrics.py: the seed's six and
+uncorrectable ECC), and EFA workers the EFA driver's error and traffic counters (scripts/efa_metrics.py), both
+through node_exporter's textfile collector. Trainium's neuron-monitor series are listed as not collected (hpq does
+not start neuron-monitor yet), never counted as present or as missing.
 
 Verdict: PASS only when every expected series of every node is there; FAIL when any is missing; INCONCLUSIVE when
 the workspace could not be asked or the cluster has no nodes.
@@ -22,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from hpq.lifecycle import catalog
 
 # metric -> the job (scrape target) that emits it, as the agent names jobs (lifecycle/observability.py PORTS).
 NODE_SERIES = {
@@ -35,9 +39,17 @@ CLUSTER_SERIES = {  # once per cluster, from the controller
     "slurm_metrics_up": "node_exporter",
     "slurm_nodes_total": "node_exporter",
 }
+GPU_SERIES = {metric: "node_exporter" for metric in (  # GPU workers: hpq-gpu-metrics.service's file
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")}
+EFA_SERIES = {metric: "node_exporter" for metric in (  # EFA workers: hpq-efa-metrics.service's file
+    "node_amazonefa_retrans_timeout_events", "node_amazonefa_unresponsive_remote_events",
+    "node_amazonefa_impaired_remote_conn_events", "node_amazonefa_rx_bytes", "node_amazonefa_tx_bytes")}
+# the service that writes each metric through the textfile collector (its absence is named as the cause)
+WRITER_OF = dict({m: "hpq-gpu-metrics.service" for m in GPU_SERIES},
+                 **{m: "hpq-efa-metrics.service" for m in EFA_SERIES})
 NOT_COLLECTED = {
-    "gpu": "DCGM_FI_DEV_GPU_UTIL (hpq installs no DCGM exporter yet: no pinned image digest)",
-    "efa": "node_amazonefa_* (hpq installs no EFA exporter yet: no pinned image digest)",
+    "neuron": "neuroncore_utilization_ratio (hpq does not start neuron-monitor on Trainium nodes yet)",
 }
 
 Query = Callable[[str], list[dict[str, Any]]]
@@ -55,6 +67,23 @@ class Node:
     group: str = ""
     gpu: bool = False
     efa: bool = False
+    neuron: bool = False
+
+    def expected(self) -> dict[str, str]:
+        """metric -> job, for this node's hardware."""
+        out = dict(NODE_SERIES)
+        if self.gpu:
+            out.update(GPU_SERIES)
+        if self.efa:
+            out.update(EFA_SERIES)
+        return out
+
+
+def node_for(instance: str, instance_id: str, instance_type: str, group: str) -> Node:
+    """A node whose hardware (GPU, EFA, Trainium) is what hpq's catalog says of its type (ml. or not)."""
+    entry = catalog.CATALOG.get(instance_type)
+    return Node(instance, instance_id, instance_type, group, gpu=bool(entry and entry.accelerator == catalog.GPU),
+                efa=bool(entry and entry.has_efa), neuron=bool(entry and entry.accelerator == catalog.TRAINIUM))
 
 
 @dataclass
@@ -107,12 +136,17 @@ def _cause(metric: str, job: str, up: dict[str, float] | None, any_series: bool)
         return f"the agent does not scrape {job} here (not installed: see the lifecycle log's observability line)"
     if up[job] == 0:
         return f"{job} is down: the agent's scrape of it fails (up == 0)"
+    if metric in WRITER_OF:
+        return (f"{job} answers but {WRITER_OF[metric]} wrote no {metric} (not running, or its tool failed: "
+                f"see its journal and hpq_{'gpu' if 'DCGM' in metric else 'efa'}_metrics_up)")
     return f"{job} answers but does not emit {metric} (collector off or the hardware absent)"
 
 
 def check(cluster: str, nodes: list[Node], query: Query) -> dict[str, Any]:
     """The verdict and, per node, the expected, present and missing series (QueryFailed -> INCONCLUSIVE)."""
     metrics = dict(NODE_SERIES, **CLUSTER_SERIES)
+    for node in nodes:
+        metrics.update(node.expected())
     try:
         up = _by_instance(query(f'up{{cluster="{escape(cluster)}"}}'))
         found = {m: _by_instance(query(promql(m, cluster))) for m in metrics}
@@ -121,13 +155,14 @@ def check(cluster: str, nodes: list[Node], query: Query) -> dict[str, Any]:
     reports = []
     for node in nodes:
         any_series = node.instance in up or any(node.instance in f for f in found.values())
-        rep = NodeReport(node, expected=sorted(NODE_SERIES))
-        for metric, job in sorted(NODE_SERIES.items()):
+        expected_here = node.expected()
+        rep = NodeReport(node, expected=sorted(expected_here))
+        for metric, job in sorted(expected_here.items()):
             if job in found[metric].get(node.instance, {}):
                 rep.present.append(metric)
             else:
                 rep.missing[metric] = _cause(metric, job, up.get(node.instance), any_series)
-        rep.not_collected = [NOT_COLLECTED[k] for k, on in (("gpu", node.gpu), ("efa", node.efa)) if on]
+        rep.not_collected = [NOT_COLLECTED["neuron"]] if node.neuron else []
         reports.append(rep)
     cluster_series = {}
     for metric in sorted(CLUSTER_SERIES):

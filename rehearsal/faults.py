@@ -181,6 +181,18 @@ def nvlink_text(count: int, links: int) -> str:
     return "".join(out)
 
 
+def nvlink_errors_text(count: int, links: int) -> str:
+    """``nvidia-smi nvlink -e`` in the real 2x H200 capture's form (tests/data/node_tools/h200-x2), no error; a GPU
+    without NVLink prints nothing (the real 1x H100 capture)."""
+    out = []
+    for i in range(count if links else 0):
+        out.append(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-55b3778e-b97c-2806-cf17-5199d25523{i:02x})\n")
+        for n in range(links):
+            out += [f"\t Link {n}: {what} Errors: 0\n" for what in ("Replay", "Recovery", "CRC")]
+            out.append("\n")
+    return "".join(out)
+
+
 NVIDIA_SMI = r"""#!/bin/sh
 # nvidia-smi stand-in (hpq rehearse): what the real one printed on an H100 host, per GPU of this node's type.
 if [ -e /etc/hpq-rehearse/nvidia-smi.fail ]; then
@@ -190,7 +202,8 @@ fi
 case "$1 $2" in
     "-q -x") cat /etc/hpq-rehearse/nvidia-smi-q-x.xml ;;
     "nvlink -s") cat /etc/hpq-rehearse/nvidia-smi-nvlink-s.txt ;;
-    *) echo "nvidia-smi (hpq rehearse stand-in): only -q -x and nvlink -s are replayed" >&2; exit 2 ;;
+    "nvlink -e") cat /etc/hpq-rehearse/nvidia-smi-nvlink-e.txt ;;
+    *) echo "nvidia-smi (hpq rehearse stand-in): only -q -x, nvlink -s and nvlink -e are replayed" >&2; exit 2 ;;
 esac
 """
 # fi_info stand-in: one entry per EFA device the node shows (fi_info enumerates the devices the kernel driver
@@ -235,6 +248,7 @@ def prepare(node: Any, worker_type: str) -> None:
         links = _nvlinks(entry.accelerator_model)
         node.write(SMI_XML, smi_xml(entry.accelerator_count, entry.accelerator_model))
         node.write(NVLINK_TXT, nvlink_text(entry.accelerator_count, links))
+        node.write(NVLINK_ERRORS_TXT, nvlink_errors_text(entry.accelerator_count, links))
         node.write("/usr/bin/nvidia-smi", NVIDIA_SMI, 0o755)
     if entry.has_efa:
         node.write("/usr/bin/fi_info", FI_INFO, 0o755)
@@ -247,6 +261,7 @@ def prepare_drift(node: Any, version: str) -> None:
 
 SMI_XML = "/etc/hpq-rehearse/nvidia-smi-q-x.xml"  # what the stand-in nvidia-smi prints for -q -x
 NVLINK_TXT = "/etc/hpq-rehearse/nvidia-smi-nvlink-s.txt"  # and for nvlink -s
+NVLINK_ERRORS_TXT = "/etc/hpq-rehearse/nvidia-smi-nvlink-e.txt"  # and for nvlink -e
 # A link that is down: nvidia-smi prints ``Link <n>: <inactive>`` in place of its speed (NVIDIA's nvidia-smi
 # nvlink --status, as public captures show it, e.g. "\t Link 1: <inactive>" beside "\t Link 0: 26.562 GB/s").
 NVLINK_DOWN_SED = r"0,/^\(\s*Link 1:\) .*GB\/s$/s//\1 <inactive>/"
@@ -375,13 +390,18 @@ PROLOG_DRAINS = frozenset({"xid79", "xid48", "gpu-missing", "ecc", "row-remap-fa
                            "fi-info-fail", "disk-full", "inodes-full", "fsx-gone", "fsx-readonly"})
 
 
+def prepare_workers(plan: Any, nodes: dict[str, Any]) -> None:
+    """Every worker's healthy device tools (its GPUs' nvidia-smi, dmesg, fi_info), as its type has them."""
+    for spec in plan.worker_nodes:
+        prepare(nodes[spec.name], spec.instance_type)
+
+
 def inject_all(plan: Any, nodes: dict[str, Any], faults: list[tuple[str, str]], say: Any, who: str = "doctor") -> None:
     """Every worker's healthy device tools, then each fault on its worker."""
-    workers = {n.name: n for n in plan.worker_nodes}
-    for name, spec in workers.items():
-        prepare(nodes[name], spec.instance_type)
-        if any(kind == "nccl-drift" for _, kind in faults):
-            prepare_drift(nodes[name], NCCL_VERSION)
+    prepare_workers(plan, nodes)
+    if any(kind == "nccl-drift" for _, kind in faults):
+        for spec in plan.worker_nodes:
+            prepare_drift(nodes[spec.name], NCCL_VERSION)
     for name, kind in faults:
         inject(nodes[name], kind)
         say(who, f"fault injected on {name}: {kind} ({KINDS[kind].what})")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from hpq.errors import OperationFailed
 from hpq.rehearsal.plan import NodeSpec
+from hpq.scripts import efa_metrics
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -47,7 +48,8 @@ mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
 if [ "$efa" -gt 0 ]; then
     # /sys/class as the kernel shows it (each class bound back in), plus infiniband/rdmap<N>s0 whose
-    # device/driver is "efa": what the EFA driver shows on an instance with EFA interfaces.
+    # device/driver is "efa" and whose ports/1/hw_counters hold the EFA driver's counters, all 0: what the EFA
+    # driver shows on an instance with EFA interfaces, before any traffic.
     mkdir -p "$d/sysclass"
     mount --bind "$r/sys/class" "$d/sysclass"
     mount -t tmpfs -o mode=755,nosuid,nodev,noexec hpq-sysclass "$r/sys/class"
@@ -60,6 +62,10 @@ if [ "$efa" -gt 0 ]; then
     while [ "$i" -lt "$efa" ]; do
         mkdir -p "$r/sys/class/infiniband/rdmap${i}s0/device"
         ln -s /sys/class/.hpq-rehearse/bus/pci/drivers/efa "$r/sys/class/infiniband/rdmap${i}s0/device/driver"
+        mkdir -p "$r/sys/class/infiniband/rdmap${i}s0/ports/1/hw_counters"
+        for c in @EFA_COUNTERS@; do
+            echo 0 > "$r/sys/class/infiniband/rdmap${i}s0/ports/1/hw_counters/$c"
+        done
         i=$((i + 1))
     done
     mount -o remount,ro "$r/sys/class"
@@ -90,7 +96,7 @@ umount -l .
 cd /
 echo ready
 exec sleep infinity
-"""
+""".replace("@EFA_COUNTERS@", " ".join(sorted(efa_metrics.COUNTERS)))
 
 
 class NodeError(OperationFailed):

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from hpq import atomic
 from hpq.errors import EXIT_FAILED, EXIT_OK, HpqError, OperationFailed
-from hpq.rehearsal import aws, backend, plan, procs, state
+from hpq.rehearsal import aws, backend, faults, plan, procs, state
 from hpq.rehearsal.node import Node
 from hpq.rehearsal.stages import (
     deploy,
@@ -187,6 +187,8 @@ class Rehearsal:
         node_env = dict(self.opts.node_env)
         if self.observability is not None:  # the mirror and its pins for every node (a user's own settings win)
             node_env[""] = {**self.observability.node_env, **node_env.get("", {})}
+            # the device tools a GPU node boots with, which hpq's GPU writer reads (stand-ins: rehearsal/faults.py)
+            faults.prepare_workers(self.plan, self.nodes)
         self.lifecycles = lifecycles.start_lifecycles(lifecycles.LifecycleInput(
             self.plan, self.nodes, self.groups, self.state.logdir, self.moto.node_url, node_env),
             self.stack, self.say, self.lifecycles)

@@ -39,16 +39,12 @@ what answered), 2 bad input.
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
-import subprocess
 import sys
-import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from hpq.lifecycle import files
-from hpq.scripts.result_metrics import TEXTFILE_DIR, escape_label_value, format_value
+from hpq.scripts import metric_writer
+from hpq.scripts.metric_writer import Families, Runner
 
 OUTPUT_NAME = "hpq_slurm.prom"
 COMMAND_TIMEOUT_S = 20.0
@@ -73,34 +69,6 @@ COMMANDS = {
 
 def nodes_command(partition: str) -> List[str]:
     return ["sinfo", "-h", "-o", "%D|%T|%b", "-p", partition]
-
-
-Labels = Tuple[Tuple[str, str], ...]
-
-
-class Families:
-    """Series by family; HELP/TYPE once per family; every family is a gauge, as the exporter's are."""
-
-    def __init__(self) -> None:
-        self.help: Dict[str, str] = {}
-        self.series: Dict[str, Dict[Labels, float]] = {}
-
-    def add(self, name: str, help_text: str, labels: Dict[str, str], value: float, accumulate: bool = False
-            ) -> None:
-        self.help.setdefault(name, help_text)
-        rows = self.series.setdefault(name, {})
-        key = tuple(sorted(labels.items()))
-        rows[key] = rows.get(key, 0.0) + value if accumulate else value
-
-    def render(self) -> str:
-        out = []
-        for name in sorted(self.series):
-            out.append("# HELP %s %s" % (name, self.help[name]))
-            out.append("# TYPE %s gauge" % name)
-            for labels, value in sorted(self.series[name].items()):
-                body = ",".join('%s="%s"' % (k, escape_label_value(v)) for k, v in labels)
-                out.append("%s%s %s" % (name, "{%s}" % body if body else "", format_value(value)))
-        return "\n".join(out) + "\n" if out else ""
 
 
 def node_state_family(state: str) -> str:
@@ -248,22 +216,9 @@ def add_scheduler(fam: Families, text: str) -> int:
     return found
 
 
-Runner = Callable[[List[str]], Optional[str]]
-
-
 def run_command(argv: List[str]) -> Optional[str]:
     """The command's stdout, or None (and one line on stderr) when it cannot run or fails."""
-    try:
-        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=COMMAND_TIMEOUT_S,
-                             universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print("slurm_metrics: %s: %s" % (" ".join(argv), exc), file=sys.stderr)
-        return None
-    if res.returncode != 0:
-        print("slurm_metrics: %s exited %d: %s" % (" ".join(argv), res.returncode,
-                                                   (res.stderr.strip().splitlines() or [""])[-1]), file=sys.stderr)
-        return None
-    return res.stdout
+    return metric_writer.run_command(argv, "slurm_metrics", COMMAND_TIMEOUT_S)
 
 
 def collect(run: Runner = run_command) -> Tuple[str, bool]:
@@ -299,32 +254,13 @@ def collect(run: Runner = run_command) -> Tuple[str, bool]:
 
 def write_once(textfile_dir: str, run: Runner = run_command) -> bool:
     text, ok = collect(run)
-    files.write_file(os.path.join(textfile_dir, OUTPUT_NAME), text, mode=0o644)
+    metric_writer.write_text(textfile_dir, OUTPUT_NAME, text)
     return ok
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts.slurm_metrics",
-                                 description="Write Slurm's node and queue state as Prometheus metrics.")
-    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR, help="node_exporter's textfile directory")
-    ap.add_argument("--every", type=float, default=0.0, help="seconds between writes (0: write once)")
-    ap.add_argument("--stdout", action="store_true", help="print instead of writing the file")
-    args = ap.parse_args(argv)
-    if args.every < 0 or (args.every and args.every < 5):
-        ap.error("--every must be 0 (once) or at least 5 seconds")
-    if args.stdout:
-        text, ok = collect()
-        sys.stdout.write(text)
-        return 0 if ok else 1
-    while True:
-        try:
-            ok = write_once(args.textfile_dir)
-        except files.WriteRefused as exc:  # files.write_file turns every OSError into this, path included
-            print("slurm_metrics: %s" % exc, file=sys.stderr)
-            return 2
-        if not args.every:
-            return 0 if ok else 1
-        time.sleep(args.every)
+    return metric_writer.main_loop("slurm_metrics", "Write Slurm's node and queue state as Prometheus metrics.",
+                                   OUTPUT_NAME, collect, argv)
 
 
 if __name__ == "__main__":

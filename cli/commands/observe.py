@@ -9,7 +9,6 @@ from hpq.aws.session import client, make_session
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import OperationFailed, UsageError
-from hpq.lifecycle import catalog
 from hpq.observability import endpoints, series_check
 
 
@@ -64,12 +63,9 @@ def _check(session, info, view) -> dict:
     sm = client(session, "sagemaker")
     nodes = []
     for n in hyperpod.list_nodes(sm, hyperpod.describe_cluster(sm, cluster)):
-        entry = catalog.CATALOG.get(str(n.get("InstanceType", "")))
-        nodes.append(series_check.Node(
-            instance=series_check.instance_label(str(n.get("PrivateDnsHostname", ""))),
-            instance_id=str(n.get("InstanceId", "")), instance_type=str(n.get("InstanceType", "")),
-            group=str(n.get("InstanceGroupName", "")), gpu=bool(entry and entry.accelerator == catalog.GPU),
-            efa=bool(entry and entry.has_efa)))
+        nodes.append(series_check.node_for(
+            series_check.instance_label(str(n.get("PrivateDnsHostname", ""))), str(n.get("InstanceId", "")),
+            str(n.get("InstanceType", "")), str(n.get("InstanceGroupName", ""))))
 
     def query(promql: str) -> list:
         try:

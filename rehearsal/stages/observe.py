@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpq.aws import amp
-from hpq.lifecycle import catalog
 from hpq.lifecycle.observability import ARTIFACTS, GITHUB, machine_arch
 from hpq.observability import dashboards, series_check
 from hpq.rehearsal import aws
@@ -221,10 +220,7 @@ def query_function(obs: Observability) -> Any:
 def expected_nodes(plan: Plan) -> list[series_check.Node]:
     out = []
     for n in plan.nodes:
-        entry = catalog.lookup(n.instance_type) if n.instance_type.startswith("ml.") else None
-        out.append(series_check.Node(n.hostname, n.instance_id, n.instance_type, n.group,
-                                     gpu=bool(entry and entry.accelerator == catalog.GPU),
-                                     efa=bool(entry and entry.has_efa)))
+        out.append(series_check.node_for(n.hostname, n.instance_id, n.instance_type, n.group))
     return out
 
 

@@ -109,13 +109,12 @@ def worker_node(tmp_path: Path, url: str | None = URL):
     return root, entry
 
 
-def boot(entry: Path, root: Path, srv, **env) -> subprocess.CompletedProcess:
+def boot(entry: Path, root: Path, srv, steps: str = "identify,observability", **env) -> subprocess.CompletedProcess:
     base = dict(
-        HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root)
+        HPQ_ROOT=str(root), HPQ_IMDS_URL=srv.url, HPQ_SYSTEMCTL_CMD=node_samples.systemctl_standin_for(root),
+        HPQ_BIN_DIR="/usr/local/bin",
     )
-    return node_samples.run_on_create(
-        entry, dict(base, **env), "--steps", "identify,observability", timeout=180
-    )
+    return node_samples.run_on_create(entry, dict(base, **env), "--steps", steps, timeout=180)
 
 
 def stop_services(root: Path) -> None:
@@ -138,16 +137,20 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         for a in (observability.NODE_EXPORTER, observability.PROMETHEUS)
     )
     try:
-        res = boot(entry, root, srv, HPQ_OBSERVABILITY_MIRROR=mirror.url, HPQ_OBSERVABILITY_SHA256=pins)
+        # the install step lays out the bundle the writers run from, as on a node
+        res = boot(entry, root, srv, "identify,install,observability", HPQ_OBSERVABILITY_MIRROR=mirror.url,
+                   HPQ_OBSERVABILITY_SHA256=pins)
         out = res.stdout + res.stderr
         assert res.returncode == 0, out
         assert (
             "observability: node_exporter started" in out and "observability: prometheus-agent started" in out
         )
-        # p5 is a GPU type with EFA: both images are TODO pins, refused with one line each, the step Degraded
-        assert re.search(r"dcgm-exporter refused: no pinned digest for \S+hyperpod/dcgm_exporter", out)
-        assert re.search(r"efa-exporter refused: no pinned digest for \S+hyperpod/efa_exporter", out)
-        assert "step observability: done" in out and "with a warning" in out
+        # p5 is a GPU type with EFA: hpq's GPU and EFA writers run from the bundle, into the textfile directory
+        for writer, module in (("gpu-metrics", "gpu_metrics"), ("efa-metrics", "efa_metrics")):
+            assert f"observability: {writer} started" in out, out
+            unit = (root / f"etc/systemd/system/hpq-{writer}.service").read_text()
+            assert f"-m hpq.scripts.{module} --every 30 --textfile-dir" in unit
+        assert "step observability: done" in out and "with a warning" not in out
         ne = root / "opt/hpq/observability/node_exporter-1.9.1"
         argv = (ne / "argv").read_text()
         assert f"--collector.textfile.directory={root / result_metrics.TEXTFILE_DIR.lstrip('/')}" in argv
@@ -230,7 +233,7 @@ def test_todo_pin_refuses_before_any_download(tmp_path):
         "prometheus",
         "9.9.9",
         observability.PROMETHEUS.url,
-        {"amd64": observability.TODO},
+        {"amd64": None},  # a pin not read from any reference
         "prometheus",
         "none",
     )

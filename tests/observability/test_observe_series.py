@@ -61,9 +61,20 @@ def test_names_what_is_missing_and_why():
     }
     up = {("ip-a", "node_exporter"): 1}
     nodes = [series_check.Node("ip-a", gpu=True, efa=True)]
+    # a GPU and EFA worker owes hpq's GPU and EFA writers' series too: without them, each is named with its writer
+    res = series_check.check("c1", nodes, fake_workspace(everything, up))
+    missing = res["nodes"][0]["missing"]
+    assert res["verdict"] == "FAIL" and set(missing) == set(series_check.GPU_SERIES) | set(series_check.EFA_SERIES)
+    assert "hpq-gpu-metrics.service wrote no DCGM_FI_DEV_XID_ERRORS" in missing["DCGM_FI_DEV_XID_ERRORS"]
+    assert "hpq-efa-metrics.service" in missing["node_amazonefa_retrans_timeout_events"]
+    everything |= {m: ["ip-a"] for m in [*series_check.GPU_SERIES, *series_check.EFA_SERIES]}
     res = series_check.check("c1", nodes, fake_workspace(everything, up))
     assert res["verdict"] == "PASS" and res["nodes"][0]["missing"] == {}
-    assert len(res["nodes"][0]["not_collected"]) == 2  # DCGM and EFA: said, never counted
+    assert len(res["nodes"][0]["expected"]) == 17 and res["nodes"][0]["not_collected"] == []
+    trn = series_check.node_for("ip-t", "i-1", "ml.trn1.32xlarge", "g")  # neuron-monitor: said, never counted
+    assert trn.neuron and trn.efa and not trn.gpu
+    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, {("ip-t", "node_exporter"): 1}))
+    assert res["verdict"] == "PASS" and "neuron-monitor" in res["nodes"][0]["not_collected"][0]
     # Broken twins: a silent node; an exporter that is down; one metric missing while the exporter answers.
     res = series_check.check("c1", nodes + [series_check.Node("ip-b")], fake_workspace(everything, up))
     assert res["verdict"] == "FAIL"
