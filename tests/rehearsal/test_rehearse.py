@@ -540,8 +540,10 @@ def test_two_rehearsals_at_once_on_one_host(env):
 def test_p5_rehearsal_checks_the_jobs_environment_on_the_workers(env):
     """--instance-type ml.p5.48xlarge: the workers show p5's 32 EFA devices, the job's ranks print their own
     transport environment inside the job, and the rehearsal's `environment` object says it is p5's (EFA RDMA,
-    no NCCL_NET_PLUGIN=none from the controller). Its broken twin is the next test."""
-    res = rehearse(env, "--instance-type", "ml.p5.48xlarge", "--output", "json")
+    no NCCL_NET_PLUGIN=none from the controller). Its broken twin is the next test. With --observability: each
+    worker's 8 GPUs (with NVLink) and 32 EFA devices reach the AMP stand-in through hpq's GPU and EFA writers, and
+    the GPU and EFA dashboards' panels draw them."""
+    res = rehearse(env, "--instance-type", "ml.p5.48xlarge", "--observability", "--output", "json")
     assert res.returncode == 0, res.stderr[-4000:]
     r = json.loads(res.stdout)
     e = r["environment"]
@@ -552,6 +554,15 @@ def test_p5_rehearsal_checks_the_jobs_environment_on_the_workers(env):
         assert seen["FI_PROVIDER"] == "efa" and seen["FI_EFA_USE_DEVICE_RDMA"] == "1"
         assert seen["HPQ_TRANSPORT"] == "efa-rdma" and "NCCL_NET_PLUGIN" not in seen
     assert e["expected"]["HPQ_TRANSPORT"] == "efa-rdma" and r["nccl"]["verdict"]["ok"] is True
+    o = r["observe"]
+    assert o["verdict"] == "PASS", o.get("reason")
+    roles = {n["name"]: n["role"] for n in r["nodes"]}
+    for n in (n for n in o["nodes"] if roles[n["node"]] == "worker"):
+        assert n["missing"] == {} and {"DCGM_FI_DEV_XID_ERRORS", "node_amazonefa_retrans_timeout_events",
+                                       "node_amazonefa_impaired_remote_conn_events"} <= set(n["present"]), n
+    assert {"efa: Bytes received per device", "efa: Retransmit timeouts (path changes)", "efa: EFA devices per node",
+            "gpu: NVLink errors", "gpu: GPU utilization"} <= set(o["dashboards"]["drew"]), o["dashboards"]
+    assert o["dashboards"]["without_data"] == []
     assert leftovers(r["run_id"], res) == []
 
 
