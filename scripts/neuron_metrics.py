@@ -420,7 +420,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     once = args.stdout or not args.every
     period = args.every or 5.0
     writer = Writer(args.textfile_dir, args.stdout)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # systemd's stop: the finally clauses stop the child
     folder = tempfile.mkdtemp(prefix="hpq-neuron-monitor-")
     config_path = os.path.join(folder, "monitor.conf")
     try:
@@ -441,4 +440,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # systemd's stop: the finally clauses stop the child
     sys.exit(main())

@@ -406,3 +406,13 @@ def test_an_unwritable_file_or_a_bad_interval_is_one_line_and_exit_2(tmp_path, c
         res = subprocess.run([sys.executable, "-m", "hpq.scripts.neuron_metrics", "--every", every], capture_output=True,
                              text=True, cwd=CHECKOUT)
         assert res.returncode == 2 and "Traceback" not in res.stderr, every
+
+
+def test_system_vcpu_ratio_folds_nice_into_user_and_waits_and_irqs_into_system_capped_at_1():
+    """process_vcpu_usage's aggregation, on values the guide's sample leaves at 0."""
+    twin = copy.deepcopy(REPORT)
+    twin["system_data"]["vcpu_usage"]["average_usage"].update(
+        {"user": 90.0, "nice": 20.0, "system": 10.0, "io_wait": 3.0, "irq": 1.5, "soft_irq": 0.5})
+    got = samples(neuron_metrics.render(twin)[0])
+    assert got[key("system_vcpu_usage_ratio", usage_type="user", **INSTANCE)] == 1.0
+    assert got[key("system_vcpu_usage_ratio", usage_type="system", **INSTANCE)] == pytest.approx(0.15)
