@@ -18,7 +18,10 @@ stack's output there; cfn/observability.py). What it installs, after AWS's refer
   install_efa_exporter.sh ``hyperpod/efa_exporter:1.0.0``), whose digests no public source records (searched
   2026-11-26), so hpq runs no image: its own writers (scripts/gpu_metrics.py from ``nvidia-smi`` and the kernel
   log, scripts/efa_metrics.py from the EFA driver's ``hw_counters``) write the same names into node_exporter's
-  textfile directory every 30 s, from the bundle (no download), as the controller's Slurm writer does.
+  textfile directory every 30 s, from the bundle (no download), as the controller's Slurm writer does;
+- Trainium workers: hpq's Neuron writer (scripts/neuron_metrics.py) runs AWS's neuron-monitor (aws-neuronx-tools,
+  on the Neuron DLAMI) and writes the names of its companion neuron-monitor-prometheus.py, which needs the
+  prometheus_client package the node's python3 lacks.
 
 Every artifact is pinned by version and SHA-256, downloaded from its upstream release URL (or a mirror of it,
 HPQ_OBSERVABILITY_MIRROR, as AWS's script takes NODE_EXPORTER_DOWNLOAD_URL), hashed while it downloads and
@@ -272,6 +275,9 @@ WRITERS = {
     "gpu_metrics": ("hpq-gpu-metrics.service", "GPU metrics (DCGM fields from nvidia-smi)",
                     "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"),
     "efa_metrics": ("hpq-efa-metrics.service", "EFA device counters", "/usr/bin:/bin"),
+    # neuron-monitor from aws-neuronx-tools, where the Neuron DLAMI installs it
+    "neuron_metrics": ("hpq-neuron-metrics.service", "Trainium metrics (neuron-monitor)",
+                       "/opt/aws/neuron/bin:/usr/local/bin:/usr/bin:/bin"),
 }
 
 
@@ -343,6 +349,8 @@ def run(ctx) -> str:
             attempt("slurm-metrics", install_writer, ctx, "slurm_metrics")
         if worker and itype is not None and itype.accelerator == catalog.GPU:
             attempt("gpu-metrics", install_writer, ctx, "gpu_metrics")
+        if worker and itype is not None and itype.accelerator == catalog.TRAINIUM:
+            attempt("neuron-metrics", install_writer, ctx, "neuron_metrics")
         if worker and itype is not None and itype.has_efa:
             attempt("efa-metrics", install_writer, ctx, "efa_metrics")
     if targets:

@@ -12,8 +12,9 @@ once per cluster, the controller's Slurm writer (scripts/slurm_metrics.py). The 
 Slurm node name, ``ip-a-b-c-d`` (the agent's relabelling), the first label of HyperPod's PrivateDnsHostname.
 GPU workers also send the DCGM fields hpq's GPU writer reads (scripts/gpu_metrics.py: the seed's six and
 uncorrectable ECC), and EFA workers the EFA driver's error and traffic counters (scripts/efa_metrics.py), both
-through node_exporter's textfile collector. Trainium's neuron-monitor series are listed as not collected (hpq does
-not start neuron-monitor yet), never counted as present or as missing.
+through node_exporter's textfile collector; Trainium workers the device series hpq's Neuron writer writes from
+neuron-monitor at all times (scripts/neuron_metrics.py). The runtime series (NeuronCore utilization, runtime
+memory, executions) exist only while a Neuron application runs: listed as not expected, never counted.
 
 Verdict: PASS only when every expected series of every node is there; FAIL when any is missing; INCONCLUSIVE when
 the workspace could not be asked or the cluster has no nodes.
@@ -45,11 +46,15 @@ GPU_SERIES = {metric: "node_exporter" for metric in (  # GPU workers: hpq-gpu-me
 EFA_SERIES = {metric: "node_exporter" for metric in (  # EFA workers: hpq-efa-metrics.service's file
     "node_amazonefa_retrans_timeout_events", "node_amazonefa_unresponsive_remote_events",
     "node_amazonefa_impaired_remote_conn_events", "node_amazonefa_rx_bytes", "node_amazonefa_tx_bytes")}
-# the service that writes each metric through the textfile collector (its absence is named as the cause)
-WRITER_OF = dict({m: "hpq-gpu-metrics.service" for m in GPU_SERIES},
-                 **{m: "hpq-efa-metrics.service" for m in EFA_SERIES})
+NEURON_SERIES = {metric: "node_exporter" for metric in (  # Trainium workers: hpq-neuron-metrics.service's file
+    "neuron_hardware_info", "hardware_ecc_events_total", "system_vcpu_usage_ratio")}
+# the service that writes each metric through the textfile collector, and its up series (named as the cause)
+WRITER_OF = dict({m: ("hpq-gpu-metrics.service", "hpq_gpu_metrics_up") for m in GPU_SERIES},
+                 **{m: ("hpq-efa-metrics.service", "hpq_efa_metrics_up") for m in EFA_SERIES},
+                 **{m: ("hpq-neuron-metrics.service", "hpq_neuron_metrics_up") for m in NEURON_SERIES})
 NOT_COLLECTED = {
-    "neuron": "neuroncore_utilization_ratio (hpq does not start neuron-monitor on Trainium nodes yet)",
+    "neuron": "neuroncore_utilization_ratio, neuron_runtime_memory_used_bytes, execution_*: only while a Neuron "
+              "application runs (not expected)",
 }
 
 Query = Callable[[str], list[dict[str, Any]]]
@@ -76,6 +81,8 @@ class Node:
             out.update(GPU_SERIES)
         if self.efa:
             out.update(EFA_SERIES)
+        if self.neuron:
+            out.update(NEURON_SERIES)
         return out
 
 
@@ -137,8 +144,9 @@ def _cause(metric: str, job: str, up: dict[str, float] | None, any_series: bool)
     if up[job] == 0:
         return f"{job} is down: the agent's scrape of it fails (up == 0)"
     if metric in WRITER_OF:
-        return (f"{job} answers but {WRITER_OF[metric]} wrote no {metric} (not running, or its tool failed: "
-                f"see its journal and hpq_{'gpu' if 'DCGM' in metric else 'efa'}_metrics_up)")
+        unit, up_series = WRITER_OF[metric]
+        return (f"{job} answers but {unit} wrote no {metric} (not running, or its tool failed: see its journal "
+                f"and {up_series})")
     return f"{job} answers but does not emit {metric} (collector off or the hardware absent)"
 
 

@@ -98,9 +98,14 @@ def mirror():
     m.close()
 
 
-def worker_node(tmp_path: Path, url: str | None = URL):
+def worker_node(tmp_path: Path, url: str | None = URL, worker_type: str = ""):
+    """A worker's root and bundle; ``worker_type`` (e.g. ml.trn1.32xlarge) replaces the workers' group type."""
     root = tmp_path / "node"
-    node_samples.write_json(root / "opt/ml/config/resource_config.json", node_samples.slurm_resource_config())
+    config = node_samples.slurm_resource_config()
+    for group in config["InstanceGroups"]:
+        if worker_type and group["Name"] == node_samples.WORKER_GROUP:
+            group["InstanceType"] = worker_type
+    node_samples.write_json(root / "opt/ml/config/resource_config.json", config)
     entry = node_samples.build_bundle(tmp_path / "bucket/lifecycle")
     config = node_samples.hpq_cluster_config()
     if url is not None:
@@ -178,6 +183,33 @@ def test_good_checksum_installs_and_starts_the_exporter_and_agent(tmp_path, imds
         assert "node_exporter already running" in again.stdout
     finally:
         stop_services(root)
+
+
+@pytest.mark.parametrize("itype, writers, not_here", [
+    ("trn1.32xlarge", ("neuron-metrics", "efa-metrics"), ("gpu-metrics",)),
+    ("g5.xlarge", ("gpu-metrics",), ("efa-metrics", "neuron-metrics")),
+    ("m5.xlarge", (), ("gpu-metrics", "efa-metrics", "neuron-metrics")),
+])
+def test_each_worker_gets_the_writers_of_its_hardware(tmp_path, imds_factory, mirror, itype, writers, not_here):
+    """The catalog decides: a Trainium worker with EFA runs the Neuron and EFA writers, a g5.xlarge (one A10G, no
+    EFA) only the GPU writer, a CPU worker none; each unit runs its module from the bundle."""
+    root, entry = worker_node(tmp_path, worker_type="ml." + itype)
+    srv = imds_factory({"": node_samples.imds_answers(WORKER_ID, itype)})
+    pins = ",".join(f"{a.name}={sha(mirror.blobs[release_path(a)])}"
+                    for a in (observability.NODE_EXPORTER, observability.PROMETHEUS))
+    try:
+        res = boot(entry, root, srv, "identify,install,observability", HPQ_OBSERVABILITY_MIRROR=mirror.url,
+                   HPQ_OBSERVABILITY_SHA256=pins)
+    finally:
+        stop_services(root)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "with a warning" not in out, out
+    for writer in writers:
+        assert f"observability: {writer} started" in out, out
+        module = writer.replace("-", "_")
+        assert f"-m hpq.scripts.{module} --every 30" in (root / f"etc/systemd/system/hpq-{writer}.service").read_text()
+    for writer in not_here:
+        assert writer not in out and not (root / f"etc/systemd/system/hpq-{writer}.service").exists()
 
 
 def test_real_pins_refuse_the_fake_tarballs_and_boot_goes_on(tmp_path, imds_factory, mirror):

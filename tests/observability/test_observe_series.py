@@ -73,8 +73,13 @@ def test_names_what_is_missing_and_why():
     assert len(res["nodes"][0]["expected"]) == 17 and res["nodes"][0]["not_collected"] == []
     trn = series_check.node_for("ip-t", "i-1", "ml.trn1.32xlarge", "g")  # neuron-monitor: said, never counted
     assert trn.neuron and trn.efa and not trn.gpu
-    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, {("ip-t", "node_exporter"): 1}))
-    assert res["verdict"] == "PASS" and "neuron-monitor" in res["nodes"][0]["not_collected"][0]
+    trn_up = {("ip-t", "node_exporter"): 1}
+    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up))
+    assert res["verdict"] == "FAIL" and set(res["nodes"][0]["missing"]) == set(series_check.NEURON_SERIES)
+    assert "hpq-neuron-metrics.service" in res["nodes"][0]["missing"]["neuron_hardware_info"]
+    everything |= {m: ["ip-t"] for m in series_check.NEURON_SERIES}
+    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up))
+    assert res["verdict"] == "PASS" and "only while a Neuron application runs" in res["nodes"][0]["not_collected"][0]
     # Broken twins: a silent node; an exporter that is down; one metric missing while the exporter answers.
     res = series_check.check("c1", nodes + [series_check.Node("ip-b")], fake_workspace(everything, up))
     assert res["verdict"] == "FAIL"
