@@ -20,11 +20,12 @@ timeout 60 nvidia-smi nvlink -e >"$out/nvlink-e.txt" 2>&1; echo $? >"$out/nvlink
 python3 - <<'PY' &
 import time
 import torch
-a = torch.randn(8192, 8192, device="cuda")
+mats = [torch.randn(8192, 8192, device=f"cuda:{i}") for i in range(torch.cuda.device_count())]
 end = time.time() + 45
-while time.time() < end:
-    b = a @ a
-    torch.cuda.synchronize()
+while time.time() < end:  # every GPU busy: each queues its matmul, then all are waited for
+    outs = [m @ m for m in mats]
+    for i in range(len(mats)):
+        torch.cuda.synchronize(i)
 PY
 load=$!
 sleep 20

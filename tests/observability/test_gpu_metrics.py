@@ -1,9 +1,10 @@
 """scripts/gpu_metrics.py: the DCGM exporter's series, read from the NVIDIA driver's own tools on the node.
 
 Ground truth is what real GPUs printed, not our output:
-- data/gpu_metrics_h200/ (``bash dev/capture_gpu_metrics.sh``, a lent H200 host, driver 580.159.04, 2026-11-27):
-  the writer run on the real host, idle and under a matmul load, with ``nvidia-smi -q -x`` and NVML's own reading
-  of each DCGM field (bench/nvml_dcgm_fields.py, pynvml) taken at the same moments;
+- data/gpu_metrics_h200x2/ (``bash dev/capture_gpu_metrics.sh``, a lent host with two H200 joined by 18 NVLinks,
+  driver 580.159.04, 2026-11-27): the writer run on the real host, idle and with both GPUs under a matmul load,
+  with ``nvidia-smi -q -x`` and NVML's own reading of each DCGM field (bench/nvml_dcgm_fields.py, pynvml) taken at
+  the same moments;
 - tests/data/node_tools/{h100-x1,h200-x2}/ (dev/capture_node_tools.sh): ``nvidia-smi -q -x``, ``nvidia-smi nvlink
   -e`` (18 NVLinks per H200) and the kernel log.
 The names must be the fields AWS's HyperPod reference gives dcgm-exporter (data/exporters/dcgm_exporter.txt), which
@@ -28,7 +29,8 @@ from hpq.scripts import gpu_metrics
 from tests.support import CHECKOUT
 
 DATA = Path(CHECKOUT) / "tests/observability/data"
-CAPTURE = DATA / "gpu_metrics_h200"
+CAPTURE = DATA / "gpu_metrics_h200x2"
+GPUS = ("0", "1")
 TOOLS = Path(CHECKOUT) / "tests/data/node_tools"
 DCGM_NAMES = {
     line.strip()
@@ -58,38 +60,46 @@ def replay(folder: Path, smi: str = "nvidia-smi-q-x.out", nvlink: str | None = "
     return gpu_metrics.collect(lambda argv: answers.get(tuple(argv)), lambda: log, hostname)
 
 
-def nvml(name: str) -> dict:
-    return json.loads((CAPTURE / f"{name}.nvml.json").read_text())["gpus"][0]["fields"]
+def nvml(name: str, gpu: str) -> dict:
+    return json.loads((CAPTURE / f"{name}.nvml.json").read_text())["gpus"][int(gpu)]["fields"]
 
 
-def test_the_writer_ran_on_a_real_h200_and_wrote_the_seed_six_and_ecc_under_dcgm_names():
+def test_the_writer_ran_on_real_h200s_and_wrote_the_seed_six_ecc_and_nvlink_under_dcgm_names():
     """The file the writer printed on the real host (not a replay): every family is a field AWS selects for
-    dcgm-exporter, with dcgm-exporter's labels, and under load the GPU is busy as NVML saw it."""
+    dcgm-exporter, with dcgm-exporter's labels, one set per GPU, NVLink error sums from the real ``nvlink -e``,
+    and under load both GPUs are busy as NVML saw them."""
     for moment in ("idle", "load"):
         assert (CAPTURE / f"{moment}.rc").read_text().strip() == "0"
         got = parse((CAPTURE / f"{moment}.prom").read_text())
         assert got[("hpq_gpu_metrics_up", None)][0] == 1
         dcgm = {name for name, _ in got if name.startswith("DCGM_")}
         assert dcgm <= DCGM_NAMES, dcgm - DCGM_NAMES
-        assert set(SEED_SIX) | {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"} <= dcgm
-        value, labels = got[("DCGM_FI_DEV_GPU_UTIL", "0")]
-        assert set(labels) == LABELS and labels["modelName"] == "NVIDIA H200"
-        assert labels["UUID"].startswith("GPU-") and labels["device"] == "nvidia0"
+        assert set(SEED_SIX) | {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"} <= dcgm
+        uuids = set()
+        for gpu in GPUS:
+            value, labels = got[("DCGM_FI_DEV_GPU_UTIL", gpu)]
+            assert set(labels) == LABELS and labels["modelName"] == "NVIDIA H200"
+            assert labels["UUID"].startswith("GPU-") and labels["device"] == f"nvidia{gpu}"
+            uuids.add(labels["UUID"])
+        assert len(uuids) == 2
     busy, idle = parse((CAPTURE / "load.prom").read_text()), parse((CAPTURE / "idle.prom").read_text())
-    assert busy[("DCGM_FI_DEV_GPU_UTIL", "0")][0] >= 90 and idle[("DCGM_FI_DEV_GPU_UTIL", "0")][0] == 0
-    assert busy[("DCGM_FI_DEV_SM_CLOCK", "0")][0] > 2 * idle[("DCGM_FI_DEV_SM_CLOCK", "0")][0]
-    assert busy[("DCGM_FI_DEV_POWER_USAGE", "0")][0] > 3 * idle[("DCGM_FI_DEV_POWER_USAGE", "0")][0]
+    for gpu in GPUS:
+        assert busy[("DCGM_FI_DEV_GPU_UTIL", gpu)][0] >= 90 and idle[("DCGM_FI_DEV_GPU_UTIL", gpu)][0] == 0
+        assert busy[("DCGM_FI_DEV_SM_CLOCK", gpu)][0] > 2 * idle[("DCGM_FI_DEV_SM_CLOCK", gpu)][0]
+        assert busy[("DCGM_FI_DEV_POWER_USAGE", gpu)][0] > 3 * idle[("DCGM_FI_DEV_POWER_USAGE", gpu)][0]
 
 
+@pytest.mark.parametrize("gpu", GPUS)
 @pytest.mark.parametrize("moment", ["idle", "load"])
-def test_each_value_agrees_with_what_nvml_read_at_the_same_moment(moment):
+def test_each_value_agrees_with_what_nvml_read_at_the_same_moment(moment, gpu):
     """nvidia-smi and NVML (the library DCGM reads) on the same GPU seconds apart: equal where the value cannot
     move (ECC, remapped rows, PCIe replays, memory clock), close where it can (utilization, clocks, power, heat)."""
     got = parse((CAPTURE / f"{moment}.prom").read_text())
-    ref = nvml(moment)
+    ref = nvml(moment, gpu)
 
     def ours(name):
-        return got[(name, "0")][0]
+        return got[(name, gpu)][0]
 
     for exact in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
                   "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
@@ -102,19 +112,25 @@ def test_each_value_agrees_with_what_nvml_read_at_the_same_moment(moment):
     assert abs(ours("DCGM_FI_DEV_POWER_USAGE") - watts) <= 0.05 * watts
     # nvidia-smi's "used" leaves out the driver's reservation that NVML's v1 memory info counts as used
     assert 0 <= ref["DCGM_FI_DEV_FB_USED"]["value"] / 2**20 - ours("DCGM_FI_DEV_FB_USED") <= 1024
+    # NVML's NVLink error fields answer "Not Supported" on this driver, where nvidia-smi nvlink -e prints the
+    # per-link counters hpq sums: the writer's series exist where DCGM's field source has none
+    assert ref["DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"]["status"] == "error"
+    assert ours("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL") == 0
 
 
 def test_a_replay_of_the_real_xml_gives_what_the_host_wrote():
     """The same XML through the writer here reads as the writer read it there (the nvidia-smi answer was taken
     seconds after the writer's own run, so only the moving values may differ)."""
-    text, ok = replay(CAPTURE, smi="idle.nvidia-smi-q-x.xml", nvlink=None, kernel=None)
+    text, ok = replay(CAPTURE, smi="idle.nvidia-smi-q-x.xml", nvlink="nvlink-e.txt", kernel=None)
     assert not ok  # no kernel log in this replay: the Xid family is left out and up says so
     here, there = parse(text), parse((CAPTURE / "idle.prom").read_text())
     assert {k for k in here if k[0] != "DCGM_FI_DEV_XID_ERRORS"} == {k for k in there if k[0] !=
                                                                        "DCGM_FI_DEV_XID_ERRORS"}
     assert ("DCGM_FI_DEV_XID_ERRORS", "0") not in here and here[("hpq_gpu_metrics_up", None)][0] == 0
-    for key in (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0"), ("DCGM_FI_DEV_MEM_CLOCK", "0"), ("DCGM_FI_DEV_FB_FREE", "0")):
-        assert here[key][0] == there[key][0]
+    for gpu in GPUS:
+        for name in ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_FB_FREE",
+                     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"):
+            assert here[(name, gpu)][0] == there[(name, gpu)][0]
 
 
 def test_two_h200s_with_18_nvlinks_each_get_their_own_series_and_link_error_sums():
