@@ -24,15 +24,17 @@ class QueryError(Exception):
     """The workspace could not answer; the message names the likely cause (endpoint, credentials, IAM)."""
 
 
-def signed_headers(session: Any, url: str, region: str) -> dict[str, str]:
-    """The SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token if any) for ``GET url``."""
+def signed_headers(session: Any, url: str, region: str, method: str = "GET", body: bytes = b"",
+                   extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token if any) for ``method url`` with
+    ``body``, ``extra`` headers included and signed."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
 
     creds = session.get_credentials()
     if creds is None:
-        raise QueryError("no AWS credentials to sign the query with (aws configure, AWS_PROFILE, or a role)")
-    request = AWSRequest(method="GET", url=url)
+        raise QueryError("no AWS credentials to sign the request with (aws configure, AWS_PROFILE, or a role)")
+    request = AWSRequest(method=method, url=url, data=body, headers=dict(extra or {}))
     SigV4Auth(creds.get_frozen_credentials(), "aps", region).add_auth(request)
     return dict(request.headers.items())
 

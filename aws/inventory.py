@@ -105,7 +105,7 @@ def hpq_stacks(cfn: Any) -> dict[str, dict[str, Any]]:
                 cluster = outputs.get(names.OUT_CLUSTER_NAME) or params.get("ClusterName") or st["StackName"]
                 out[cluster] = {"stack": st["StackName"], "status": st.get("StackStatus", ""),
                                 "variant": tags.get(VARIANT_TAG_KEY, ""), "created": st.get("CreationTime"),
-                                "parameters": params}
+                                "parameters": params, "outputs": outputs}
     return out
 
 

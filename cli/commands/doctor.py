@@ -19,7 +19,7 @@ from hpq.cli.printing import echo_json, table
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
 from hpq.scripts import outcome
-from hpq.validation import doctor_fix, pick
+from hpq.validation import doctor_fix, pick, publish
 from hpq.validation.backend import run_test
 from hpq.validation.request import DOCTOR, TestRequest
 
@@ -98,6 +98,10 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     except KeyboardInterrupt:
         click.echo("hpq: interrupted; node checks may still be running on the cluster", err=True)
         sys.exit(outcome.EXIT_INTERRUPTED)
+    if backend.name == "eks":  # no node publishes its report there: sent to the stack's workspace, if it has one
+        note = publish.publish(result, region, profile)
+        if note:
+            click.echo(note, err=True)
     view = None
     view_error = ""
     if sm is not None:

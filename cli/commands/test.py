@@ -20,7 +20,7 @@ from hpq.cli.printing import echo_json
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.rehearsal.backend import find
 from hpq.scripts import outcome
-from hpq.validation import pick
+from hpq.validation import pick, publish
 from hpq.validation.backend import Backend, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TestResult
@@ -96,7 +96,12 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
     # A kept rehearsal on this machine answers to its cluster's name first (local state, no AWS call).
     backend = find(cluster) or pick.backend_for(cluster, where)
     refuse_other_orchestrator(click.get_current_context(), backend, cluster)
-    finish(run(backend, request, echo_for(output)), output)
+    result = run(backend, request, echo_for(output))
+    if backend.name == "eks":  # no node publishes it there: sent to the stack's workspace, if it has one
+        note = publish.publish(result, region, profile)
+        if note:
+            click.echo(note, err=True)
+    finish(result, output)
 
 
 def echo_for(output: str) -> Callable[[str], None]:

@@ -156,6 +156,38 @@ def test_hpq_test_nccl_on_an_eks_described_cluster_runs_as_kubernetes_jobs(
         stub.assert_no_pending_responses()
 
 
+def test_an_eks_test_sends_its_result_to_the_stacks_workspace(moto_aws, fake_kube, monkeypatch, capsys, tmp_path):
+    """The same run on a cluster whose hpq stack has observability on (its PrometheusRemoteWriteUrl output, in
+    moto's CloudFormation): `hpq test` sends the verdict's series, signed, to that workspace (the SigV4-checking
+    stand-in in front of a real Prometheus), says so on stderr, and the JSON verdict and exit code are unchanged.
+    Its twin above has no such stack: nothing sent, nothing said."""
+    from hpq.aws.session import make_session
+    from hpq.standins import amp as amp_standin
+    from tests.observability.test_remote_write import query, stack
+
+    prom = amp_standin.PrometheusServer(str(tmp_path)).start()
+    creds = make_session(REGION).get_credentials().get_frozen_credentials()
+    ws = amp_standin.Workspace(prom.url, {creds.access_key: creds.secret_key}, region=REGION)
+    try:
+        eks = create_eks_cluster("hp-eks-for-metrics")
+        stubs = stub_describe(monkeypatch, described("my-obs", {"Eks": {"ClusterArn": eks["arn"]}}))
+        api_to(monkeypatch, fake_kube)
+        fake_kube.add_nodes(G5, 2)
+        fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.02)})
+        stack("my-obs-stack", "my-obs", ws.url + "/api/v1/remote_write", region=REGION)
+        code, out, err = run_cli(capsys, "test", "nccl", "my-obs", "2", "--region", REGION, "--output", "json")
+        doc = json.loads(out)
+        assert code == 0 and doc["outcome"] == "PASS", err
+        assert "hpq: result metrics: " in err and "my-obs-stack's workspace" in err
+        rows = query(prom, 'hpq_result_verdict{cluster="my-obs", test="nccl", verdict="PASS"}')
+        assert rows and all(float(r["value"][1]) == 1 for r in rows) and ws.accepted and not ws.refused
+        for stub in stubs:
+            stub.assert_no_pending_responses()
+    finally:
+        ws.close()
+        prom.stop()
+
+
 SLURM = "hpq-slurm-for-eks-tests"
 
 
