@@ -211,9 +211,10 @@ def file_name(kind: str, node: str) -> str:
     return "hpq_%s.%s.prom" % (kind, re.sub(r"[^A-Za-z0-9_.-]", "_", node).lstrip(".") or "_")
 
 
-def add_result(samples: Samples, doc: Dict, cluster: str, local: str, mtime: float) -> str:
-    """Add one result's series; its test kind."""
-    kind = kind_of(doc)
+def add_result(samples: Samples, doc: Dict, cluster: str, local: str, mtime: float, kind: Optional[str] = None
+               ) -> str:
+    """Add one result's series; its test kind (``kind`` when the caller knows it, else read from the shape)."""
+    kind = kind or kind_of(doc)
     verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
     itype = str(doc.get("instance_type") or verdict.get("instance_type") or "unknown")
 
