@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 from decimal import Decimal
+from importlib import resources
 
 import boto3
 import pytest
@@ -173,8 +174,58 @@ def test_the_shipped_file_is_the_price_list_shape_and_every_figure_says_where_it
     for offer in book.offers.values():
         assert {"formatVersion", "offerCode", "publicationDate", "products", "terms"} <= set(offer)
         assert set(offer["terms"]["OnDemand"]) == set(offer["products"])
-    nat = book.rate(pricing.NAT_GATEWAY, "us-east-1")
-    assert nat is not None and not nat.confirmed  # nothing was confirmed against the API when it was built
+    for sku in skus:  # a record is either AWS's (its SKU, a repo@commit source) or a seed that says why it is not
+        prov = book.provenance[sku]
+        if prov["confirmed"]:
+            assert not sku.startswith("HPQSEED-") and "@" in prov["source"] and prov["published"], sku
+        else:
+            assert sku.startswith("HPQSEED-") and prov["why_unconfirmed"], sku
+    eks = book.rate(pricing.EKS_STANDARD, "us-east-1")
+    assert eks is not None and not eks.confirmed
+
+
+# The shipped NAT gateway records against their source: AWS's AmazonEC2 offer 20260904231117 as trimmed into
+# mooncitizen/togen@36c1abbf17c7cd190fb02627aefb401567190523 internal/cost/prices/aws.json (read 2026-09-06).
+REAL_NAT = {"us-east-1": ("M2YSHUBETB3JX4M4", "NatGateway-Hours", "0.045"),
+            "eu-west-2": ("D8BXG95NJW6MV3B3", "EUW2-NatGateway-Hours", "0.05"),
+            "sa-east-1": ("N3JNXFX89DVACZ9Q", "SAE1-NatGateway-Hours", "0.093"),
+            "ap-northeast-1": ("CA23TN2NAN47KGCF", "APN1-NatGateway-Hours", "0.062"),
+            "us-west-2": ("44T683R45QPT8RYQ", "USW2-NatGateway-Hours", "0.045")}
+
+
+@pytest.mark.parametrize(("variant", "size", "region"),
+                         [("slurm-gpu", "small", "us-east-1"), ("eks-gpu", "medium", "eu-west-2"),
+                          ("slurm-trn", "large", "sa-east-1"), ("eks-trn", "small", "ap-northeast-1"),
+                          ("slurm-gpu", "medium", "us-west-2")])
+def test_the_shipped_estimate_prices_nat_from_aws_records(monkeypatch, variant, size, region):
+    """The deploy's NAT line in the shipped file's regions is AWS's record: its SKU, its price, confirmed."""
+    monkeypatch.delenv(pricing.PRICE_FILE_ENV, raising=False)
+    values, templates = values_of(variant, size)
+    est = estimate.estimate(variant, region, values, templates, pricing.prices(None, "file"))
+    sku, usagetype, usd = REAL_NAT[region]
+    raw = json.loads(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE).read_text())  # the file, not the reader
+    assert raw["offers"]["AmazonEC2"]["products"][sku]["attributes"]["usagetype"] == usagetype
+    (nat,) = [ln for ln in est.lines if ln.item == pricing.NAT_GATEWAY.key]
+    assert nat.rate.sku == sku and nat.rate.usd == Decimal(usd) and nat.rate.confirmed
+    assert nat.hourly == Decimal(usd) and nat.rate.effective == "2026-09-04"
+    assert pricing.NAT_GATEWAY.key not in est.as_dict()["unconfirmed"]
+    text = "\n".join(estimate.format_lines(est))
+    nat_line = next(line for line in text.splitlines() if line.strip().startswith("NAT gateway"))
+    assert nat_line.endswith("/Hrs)") and "*" not in nat_line  # a confirmed record is not starred
+    assert f"${(Decimal(usd) * HOURS).quantize(Decimal('0.01'))}/month" in nat_line
+    other = [ln for ln in est.lines if ln.rate is not None and not ln.rate.confirmed]
+    assert all(f"{ln.what}" in text and "*" in next(t for t in text.splitlines() if ln.what in t) for ln in other)
+
+
+def test_eks_records_in_unit_hours_price_the_control_plane_and_other_units_do_not():
+    """AmazonEKS bills cluster hours in unit "Hours" (us-east-1 SKU ZYWMR684YSMFHWEU); a GB-priced twin is refused."""
+    def rec(unit: str) -> dict:
+        attrs = {"servicecode": "AmazonEKS", "regionCode": "us-east-1", "usagetype": "USE1-AmazonEKS-Hours:perCluster"}
+        return _record("ZYWMR684YSMFHWEU", attrs, unit, Decimal("0.10"))
+    found = pricing.on_demand_rate(rec("Hours"), pricing.EKS_STANDARD, "us-east-1", "test")
+    assert found is not None and found.usd == Decimal("0.10") and found.unit == "Hrs"
+    assert pricing.on_demand_rate(rec("GB"), pricing.EKS_STANDARD, "us-east-1", "test") is None
+    assert pricing.on_demand_rate(rec("Hours"), pricing.NAT_GATEWAY, "us-east-1", "test") is None
 
 
 def _api_answer(records: list[dict]) -> dict:
