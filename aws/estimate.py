@@ -207,7 +207,10 @@ def format_lines(est: Estimate) -> list[str]:
     if est.unpriced:
         out.append(f"  not priced: {', '.join(ln.item for ln in est.unpriced)} (no price for {est.region})")
     if est.unconfirmed:
-        out.append("  * figure from the shipped price file, not confirmed against the AWS Price List")
+        out.append("  * figure from the shipped price file, not confirmed against the AWS Price List:")
+        for ln in est.unconfirmed:
+            assert ln.rate is not None
+            out.append(f"    {ln.item}: {ln.rate.why_unconfirmed or 'no reason recorded'}")
     out.append(f"  not estimated (usage-based): {'; '.join(est.not_estimated)}")
     out.append(f"  prices: {est.sources}")
     dates = sorted({ln.rate.effective for ln in est.lines if ln.rate and ln.rate.effective})

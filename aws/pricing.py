@@ -108,11 +108,12 @@ class Rate:
     effective: str  # the term's effectiveDate (or the file's publication date)
     source: str
     confirmed: bool  # False: the figure was not checked against the Price List (the file says why)
+    why_unconfirmed: str = ""  # the price file's reason, for an unconfirmed figure
 
     def as_dict(self) -> dict[str, Any]:
         return {"item": self.item, "region": self.region, "usd": str(self.usd), "unit": self.unit, "sku": self.sku,
                 "description": self.description, "effective": self.effective, "source": self.source,
-                "confirmed": self.confirmed}
+                "confirmed": self.confirmed, "why_unconfirmed": self.why_unconfirmed}
 
 
 def on_demand_rate(record: dict[str, Any], item: Item, region: str, source: str, confirmed: bool = True,
@@ -177,6 +178,9 @@ class PriceFile:
             found = on_demand_rate(record, item, region, source, bool(prov.get("confirmed", False)),
                                    str(prov.get("retrieved") or offer.get("publicationDate", "")))
             if found is not None:
+                if not found.confirmed:
+                    why = str(prov.get("why_unconfirmed") or "no reason recorded")
+                    found = Rate(**{**found.__dict__, "why_unconfirmed": why})
                 return found
         return None
 
