@@ -102,7 +102,8 @@ def show(path: str | None, output: str) -> None:
                                  "usd": (dim.get("pricePerUnit") or {}).get("USD"), "unit": dim.get("unit"),
                                  "description": dim.get("description"), "date": prov.get("retrieved")
                                  or offer.get("publicationDate"), "confirmed": bool(prov.get("confirmed")),
-                                 "source": prov.get("source", "")})
+                                 "source": prov.get("source", ""),
+                                 "why_unconfirmed": prov.get("why_unconfirmed", "")})
     if output == "json":
         printing.echo_json({"file": book.path, "built": (book.data.get("hpq") or {}), "prices": rows})
         return

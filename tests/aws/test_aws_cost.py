@@ -422,6 +422,9 @@ def test_prices_refresh_writes_aws_records_from_the_price_list_and_show_lists_th
     assert code == 0, err
     rows = {r["sku"]: r for r in json.loads(stdout)["prices"]}
     assert rows["D8BXG95NJW6MV3B3"]["usd"] == "0.0500000000" and rows["D8BXG95NJW6MV3B3"]["confirmed"]
+    code, stdout, _ = run_cli(["prices", "show", "--output", "json"], capsys)  # the shipped file: seeds say why
+    shipped = json.loads(stdout)["prices"]
+    assert code == 0 and all(bool(r["why_unconfirmed"]) != r["confirmed"] for r in shipped)
     monkeypatch.setenv(pricing.PRICE_FILE_ENV, str(out))
     values, templates = values_of("eks-gpu", "small")
     est = estimate.estimate("eks-gpu", "eu-west-2", values, templates, pricing.prices(None, "file"))
