@@ -165,9 +165,9 @@ def estimate(variant: str, region: str, values: dict[str, str], templates: dict[
         note = ""
         if str(values.get("EksSupportType", "")).upper() == "EXTENDED":
             extended = prices.rate(pricing.EKS_EXTENDED, region)
-            note = ("EksSupportType EXTENDED: the extended-support rate"
-                    + (f" (${extended.usd}/h)" if extended else "")
-                    + f" applies once Kubernetes {values.get('KubernetesVersion', '')} leaves standard support")
+            note = ("EksSupportType EXTENDED: the extended-support surcharge"
+                    + (f" (+${extended.usd}/h{'' if extended.confirmed else ' *'})" if extended else "")
+                    + f" is added once Kubernetes {values.get('KubernetesVersion', '')} leaves standard support")
         est.lines.append(Line(f"EKS control plane: {counts['eks']}", Decimal(counts["eks"]), "cluster",
                               pricing.EKS_STANDARD.key, prices.rate(pricing.EKS_STANDARD, region), note))
     est.not_estimated = ["data processed by the NAT gateway and the endpoints (per GB)", "S3 storage and requests",
@@ -207,7 +207,10 @@ def format_lines(est: Estimate) -> list[str]:
     if est.unpriced:
         out.append(f"  not priced: {', '.join(ln.item for ln in est.unpriced)} (no price for {est.region})")
     if est.unconfirmed:
-        out.append("  * figure from the shipped price file, not confirmed against the AWS Price List")
+        out.append("  * figure from the shipped price file, not confirmed against the AWS Price List:")
+        for ln in est.unconfirmed:
+            assert ln.rate is not None
+            out.append(f"    {ln.item}: {ln.rate.why_unconfirmed or 'no reason recorded'}")
     out.append(f"  not estimated (usage-based): {'; '.join(est.not_estimated)}")
     out.append(f"  prices: {est.sources}")
     dates = sorted({ln.rate.effective for ln in est.lines if ln.rate and ln.rate.effective})

@@ -51,6 +51,10 @@ class Item:
     usagetype: str | None = None  # without the region prefix
     attributes: tuple[tuple[str, str], ...] = ()  # further product attributes that must match (any case)
     label: str = ""
+    aliases: tuple[str, ...] = ()  # other spellings of the unit the Price List uses for it (AmazonEKS: "Hours")
+
+    def takes_unit(self, unit: object) -> bool:
+        return unit == self.unit or unit in self.aliases
 
     def matches(self, product: dict[str, Any], region: str) -> bool:
         attrs = product.get("attributes") or {}
@@ -74,9 +78,13 @@ NAT_GATEWAY = Item("nat-gateway", "AmazonEC2", "Hrs", "NatGateway-Hours", label=
 PUBLIC_IPV4 = Item("public-ipv4", "AmazonVPC", "Hrs", "PublicIPv4:InUseAddress", label="public IPv4 address")
 INTERFACE_ENDPOINT = Item("interface-endpoint", "AmazonVPC", "Hrs", "VpcEndpoint-Hours",
                           label="interface VPC endpoint (per AZ)")
-EKS_STANDARD = Item("eks-standard", "AmazonEKS", "Hrs", "AmazonEKS-Hours:perCluster", label="EKS control plane")
+# AmazonEKS prices its cluster hours in unit "Hours", not "Hrs" (us-east-1 SKU ZYWMR684YSMFHWEU, as public notes
+# citing AmazonEKS offer 20260831092157 show it); extendedSupport is the surcharge billed on top of perCluster
+# ($0.50 of the $0.60 total, https://aws.amazon.com/blogs/containers/amazon-eks-extended-support-for-kubernetes-versions-pricing/).
+EKS_STANDARD = Item("eks-standard", "AmazonEKS", "Hrs", "AmazonEKS-Hours:perCluster", label="EKS control plane",
+                    aliases=("Hours",))
 EKS_EXTENDED = Item("eks-extended", "AmazonEKS", "Hrs", "AmazonEKS-Hours:extendedSupport",
-                    label="EKS control plane, extended support")
+                    label="EKS extended support surcharge", aliases=("Hours",))
 
 
 def fsx_lustre(throughput_per_tib: int | str) -> Item:
@@ -100,11 +108,12 @@ class Rate:
     effective: str  # the term's effectiveDate (or the file's publication date)
     source: str
     confirmed: bool  # False: the figure was not checked against the Price List (the file says why)
+    why_unconfirmed: str = ""  # the price file's reason, for an unconfirmed figure
 
     def as_dict(self) -> dict[str, Any]:
         return {"item": self.item, "region": self.region, "usd": str(self.usd), "unit": self.unit, "sku": self.sku,
                 "description": self.description, "effective": self.effective, "source": self.source,
-                "confirmed": self.confirmed}
+                "confirmed": self.confirmed, "why_unconfirmed": self.why_unconfirmed}
 
 
 def on_demand_rate(record: dict[str, Any], item: Item, region: str, source: str, confirmed: bool = True,
@@ -116,7 +125,7 @@ def on_demand_rate(record: dict[str, Any], item: Item, region: str, source: str,
     terms = ((record.get("terms") or {}).get("OnDemand")) or {}
     for term in terms.values():
         for dim in (term.get("priceDimensions") or {}).values():
-            if dim.get("unit") != item.unit or str(dim.get("beginRange", "0")) not in ("0", "0.0"):
+            if not item.takes_unit(dim.get("unit")) or str(dim.get("beginRange", "0")) not in ("0", "0.0"):
                 continue
             try:
                 usd = Decimal(str((dim.get("pricePerUnit") or {})["USD"]))
@@ -169,6 +178,9 @@ class PriceFile:
             found = on_demand_rate(record, item, region, source, bool(prov.get("confirmed", False)),
                                    str(prov.get("retrieved") or offer.get("publicationDate", "")))
             if found is not None:
+                if not found.confirmed:
+                    why = str(prov.get("why_unconfirmed") or "no reason recorded")
+                    found = Rate(**{**found.__dict__, "why_unconfirmed": why})
                 return found
         return None
 

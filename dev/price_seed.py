@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Write aws/prices.json, the price file hpq ships, from the figures below, WHEN THE PRICE LIST API IS OUT OF REACH.
+"""Write aws/prices.json, the price file hpq ships, WHEN THE PRICE LIST API IS OUT OF REACH (docs/cost.md).
 
 The real way to build the file is `hpq prices refresh` (the AWS Price List API, pricing:GetProducts): every record
-then is AWS's own, marked confirmed. This machine could not reach the API (pricing.us-east-1.amazonaws.com does not
-resolve here, 2026-11-26), so the shipped file holds the few figures below, each one quoted from a public page or
-note that names its usage type and date, in the Price List's record shape, and EVERY ONE is marked
-``confirmed: false`` with its source. The SKUs are hpq's own (``HPQSEED-...``), not AWS SKUs. docs/cost.md lists
-them. Items without a figure here (most HyperPod instance types, the FSx tiers other than 125 MB/s/TiB, HyperPod
-EBS) are absent: the estimate says "no price" for them instead of guessing.
+then is AWS's own, marked confirmed. The machine this file was built on could not reach the API, so it holds two
+kinds of record, each with its own provenance entry:
+
+- REAL: AWS Price List records as published in AWS's bulk offer files, taken from a public extract that keeps
+  AWS's SKU, usage type, unit, price and offer version (source named per record, repo@commit and path). They are
+  marked ``confirmed: true``. The extract does not keep the price dimension's description or rate code: the
+  rate code is written by AWS's on-demand convention (``<SKU>.JRTCKXETXF.6YS6EN2CT7``: JRTCKXETXF is the
+  on-demand offer term, 6YS6EN2CT7 the single price dimension) and the description is hpq's; provenance says so.
+- SEED: figures no stored public source holds as an AWS record; quoted from AWS's pricing pages or from notes
+  that cite the Price List. SKUs are hpq's own (``HPQSEED-...``) and each is marked ``confirmed: false`` with the
+  reason in ``why_unconfirmed``. The estimate marks every line priced from one with ``*``.
+
+Items without any figure (most HyperPod instance types, the FSx tiers other than 125 MB/s/TiB, HyperPod EBS) are
+absent: the estimate says "no price" for them instead of guessing.
 
 Usage: python dev/price_seed.py            (writes aws/prices.json)
 """
@@ -22,13 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BUILT = "2026-11-26"
+BUILT = "2026-11-27"
 US = ("us-east-1", "us-east-2", "us-west-2")
 PREFIX = {"us-east-1": "USE1", "us-east-2": "USE2", "us-west-2": "USW2"}
 
 # (service, productFamily, region, usagetype suffix, extra attributes, unit, USD, description, source, date quoted)
-NOTE_NAT = ("public cost notes quoting AWS's VPC pricing page (https://aws.amazon.com/vpc/pricing/): "
-            "'$0.045 per NAT Gateway Hour', usage type NatGateway-Hours")
 NOTE_IPV4 = ("public cost notes quoting AWS's VPC pricing page: $0.005 per in-use public IPv4 address-hour, "
              "usage type USE1-PublicIPv4:InUseAddress (quoted for us-east-1, 2026-07-24)")
 NOTE_VPCE = ("AWS PrivateLink pricing page (https://aws.amazon.com/privatelink/pricing/) bills per endpoint per AZ "
@@ -38,20 +44,68 @@ NOTE_EKS = ("AWS EKS pricing page (https://aws.amazon.com/eks/pricing/): $0.10 p
 NOTE_FSX = ("c3x.dev's FSx for Lustre page: ~$0.145/GB-month for SSD at 125 MB/s/TiB (us-east-1 list price); "
             "the Price List attribute names used to match it are hpq's assumption")
 NOTE_HP = "a public note quoting the AWS Price List API, usage type {usage}, checked {date}"
+NOTE_EKS_EXT = ("AWS containers blog 'Amazon EKS extended support for Kubernetes versions pricing' "
+                "(https://aws.amazon.com/blogs/containers/amazon-eks-extended-support-for-kubernetes-versions-pricing/): "
+                "$0.60 per cluster-hour in total in extended support, $0.10 in standard; the Price List bills the "
+                "difference, $0.50, as its own usage type (us-east-1 SKU M7977BSVFGDUJZ67 in AmazonEKS offer "
+                "20260831092157, as public cost notes cite it)")
+
+# Why each seed is not a real record (none of these was found as an AWS record in any stored public source).
+WHY = {
+    "PublicIPv4:InUseAddress": ("no AWS record in a stored public source; public notes cite us-east-1 SKU "
+                                "4GQUNXTFWVSGPUZK (AmazonVPC offer 20260831092232) at 0.005, but not the record"),
+    "VpcEndpoint-Hours": "no AWS record in a stored public source; figure from AWS's PrivateLink page as quoted",
+    "AmazonEKS-Hours:perCluster": ("no AWS record in a stored public source; public notes cite us-east-1 SKU "
+                                   "ZYWMR684YSMFHWEU (unit Hours, AmazonEKS offer 20260831092157) at 0.10"),
+    "AmazonEKS-Hours:extendedSupport": "no AWS record in a stored public source; see the source note",
+    "fsx": ("no AmazonFSx record in a stored public source; the figure is a third-party estimate and the attribute "
+            "names it is matched by are hpq's assumption"),
+    "Cluster:": "no AmazonSageMaker record in a stored public source; a third-party note quoting the API",
+}
+
+# REAL records: AWS Price List NAT gateway hours (AmazonEC2, productFamily "NAT Gateway", on demand), from the
+# AmazonEC2 bulk offer version 20260904231117 (published 2026-09-04T23:11:17Z), as trimmed into
+# mooncitizen/togen@36c1abbf17c7cd190fb02627aefb401567190523 internal/cost/prices/aws.json (snapshot dated
+# 2026-09-06, "AWS Price List bulk offer files trimmed to the skus the matchers name"). The us-east-1 row is also
+# in that repository's internal/cost/cmd/offer_test.go as a verbatim line of AWS's CSV offer file
+# ("M2YSHUBETB3JX4M4","OnDemand","Hrs","0.0450000000",...), and public cost notes cite the same SKU and price.
+# (region, SKU, usagetype, USD) -- only HyperPod regions (hpq.cfn.regions) the extract covers.
+REAL_SOURCE = ("mooncitizen/togen@36c1abbf17c7cd190fb02627aefb401567190523 internal/cost/prices/aws.json: AWS Price "
+               "List bulk offer AmazonEC2 version 20260904231117 (/offers/v1.0/aws/AmazonEC2/20260904231117/"
+               "<region>/index.json), trimmed; SKU, usagetype, unit and price as AWS published them")
+REAL_NAT = [
+    ("us-east-1", "M2YSHUBETB3JX4M4", "NatGateway-Hours", "0.0450000000"),
+    ("us-east-2", "SRB9S9CM9RDPW97X", "USE2-NatGateway-Hours", "0.0450000000"),
+    ("us-west-1", "C8JU5MW5DN6ZHDX4", "USW1-NatGateway-Hours", "0.0480000000"),
+    ("us-west-2", "44T683R45QPT8RYQ", "USW2-NatGateway-Hours", "0.0450000000"),
+    ("ca-central-1", "N8T4EWFNU7QDZYSA", "CAN1-NatGateway-Hours", "0.0500000000"),
+    ("sa-east-1", "N3JNXFX89DVACZ9Q", "SAE1-NatGateway-Hours", "0.0930000000"),
+    ("eu-west-1", "KFNSSCHWD43WZK2R", "EU-NatGateway-Hours", "0.0480000000"),
+    ("eu-west-2", "D8BXG95NJW6MV3B3", "EUW2-NatGateway-Hours", "0.0500000000"),
+    ("eu-central-1", "FY5BA3Q38RMNEMJS", "EUC1-NatGateway-Hours", "0.0520000000"),
+    ("eu-north-1", "BYQ4CZQVRHZ225T7", "EUN1-NatGateway-Hours", "0.0460000000"),
+    ("eu-south-2", "J68CACDFX6JYYNVN", "EUS2-NatGateway-Hours", "0.0480000000"),
+    ("ap-northeast-1", "CA23TN2NAN47KGCF", "APN1-NatGateway-Hours", "0.0620000000"),
+    ("ap-northeast-2", "P63FHTYZXQBC6HX5", "APN2-NatGateway-Hours", "0.0590000000"),
+    ("ap-south-1", "DJ4GYZ29AWV3WFQX", "APS3-NatGateway-Hours", "0.0560000000"),
+    ("ap-southeast-1", "98TA3WPUP3A4AH4Y", "APS1-NatGateway-Hours", "0.0590000000"),
+    ("ap-southeast-2", "NUKV5QPTHVFBW7DE", "APS2-NatGateway-Hours", "0.0590000000"),
+]
+REAL_PUBLISHED = "2026-09-04"  # the offer version's publication date
+REAL_READ = "2026-09-06"  # the extract's snapshot date
 
 FIGURES = []
 for region in US:
     FIGURES += [
-        ("AmazonEC2", "NAT Gateway", region, "NatGateway-Hours", {}, "Hrs", "0.045", "NAT gateway hour", NOTE_NAT,
-         BUILT),
         ("AmazonVPC", "VPCPublicIPv4Address", region, "PublicIPv4:InUseAddress", {}, "Hrs", "0.005",
          "in-use public IPv4 address hour", NOTE_IPV4, BUILT),
         ("AmazonVPC", "VpcEndpoint", region, "VpcEndpoint-Hours", {}, "Hrs", "0.01", "VPC endpoint hour per AZ",
          NOTE_VPCE, BUILT),
-        ("AmazonEKS", "Compute", region, "AmazonEKS-Hours:perCluster", {}, "Hrs", "0.10", "EKS cluster hour",
+        # The Price List's EKS unit is "Hours" (public notes citing SKU ZYWMR684YSMFHWEU), not "Hrs".
+        ("AmazonEKS", "Compute", region, "AmazonEKS-Hours:perCluster", {}, "Hours", "0.10", "EKS cluster hour",
          NOTE_EKS, BUILT),
-        ("AmazonEKS", "Compute", region, "AmazonEKS-Hours:extendedSupport", {}, "Hrs", "0.60",
-         "EKS cluster hour in extended support", NOTE_EKS, BUILT),
+        ("AmazonEKS", "Compute", region, "AmazonEKS-Hours:extendedSupport", {}, "Hours", "0.50",
+         "EKS extended support, per cluster-hour on top of the standard rate", NOTE_EKS_EXT, BUILT),
     ]
 FIGURES += [
     ("AmazonFSx", "Storage", "us-east-1", None,
@@ -84,17 +138,49 @@ def record(service, family, region, usage, attrs, unit, usd, description, date):
     }
 
 
+def why_unconfirmed(usage: str | None) -> str:
+    for key, why in WHY.items():
+        if usage and (usage == key or usage.startswith(key)):
+            return why
+    return WHY["fsx"]
+
+
+def real_nat(region: str, sku: str, usagetype: str, usd: str) -> dict:
+    """AWS's NAT gateway hour record as the offer file has it (attributes the extract keeps, AWS's SKU and price)."""
+    term = f"{sku}.JRTCKXETXF"
+    return {
+        "product": {"sku": sku, "productFamily": "NAT Gateway",
+                    "attributes": {"servicecode": "AmazonEC2", "regionCode": region, "usagetype": usagetype,
+                                   "operation": "NatGateway"}},
+        "serviceCode": "AmazonEC2",
+        "terms": {"OnDemand": {term: {"sku": sku, "offerTermCode": "JRTCKXETXF",
+                                      "effectiveDate": REAL_PUBLISHED, "termAttributes": {},
+                                      "priceDimensions": {f"{term}.6YS6EN2CT7": {
+                                          "rateCode": f"{term}.6YS6EN2CT7",
+                                          "description": "NAT gateway hour (hpq's wording)",
+                                          "beginRange": "0", "endRange": "Inf", "unit": "Hrs",
+                                          "pricePerUnit": {"USD": usd}, "appliesTo": []}}}}},
+    }
+
+
 def main() -> None:
     from hpq.aws.pricing import offer_files
 
     records, provenance = [], {}
+    for region, sku, usagetype, usd in REAL_NAT:
+        records.append(real_nat(region, sku, usagetype, usd))
+        provenance[sku] = {"source": REAL_SOURCE, "retrieved": REAL_READ, "published": REAL_PUBLISHED,
+                           "confirmed": True, "record": "AWS Price List offer-file record",
+                           "composed_by_hpq": ["description", "rateCode (AWS's on-demand convention)"]}
     for service, family, region, usage, attrs, unit, usd, description, source, date in FIGURES:
         rec = record(service, family, region, usage, attrs, unit, usd, description, date)
         records.append(rec)
-        provenance[rec["product"]["sku"]] = {"source": source, "retrieved": date, "confirmed": False}
+        provenance[rec["product"]["sku"]] = {"source": source, "retrieved": date, "confirmed": False,
+                                             "why_unconfirmed": why_unconfirmed(usage)}
     data = offer_files(records, provenance, BUILT,
-                       "dev/price_seed.py: quoted public figures, NOT confirmed against the Price List API "
-                       "(unreachable when built); run `hpq prices refresh` for AWS's own records")
+                       "dev/price_seed.py: AWS Price List records from a public offer-file extract (confirmed) "
+                       "and quoted public figures (confirmed: false, each with why_unconfirmed); "
+                       "run `hpq prices refresh` for AWS's own records of everything")
     out = ROOT / "aws" / "prices.json"
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out} ({len(records)} records)")

@@ -18,6 +18,7 @@ from hpq.cli import printing
 from hpq.cli.common_options import output_option
 from hpq.errors import OperationFailed, UsageError
 from hpq.lifecycle import catalog
+from hpq.standins import rendition
 
 
 @click.group("prices")
@@ -56,6 +57,10 @@ def refresh(profile: str | None, regions: tuple[str, ...], out: str | None) -> N
     if unknown:
         raise UsageError(f"unknown region(s): {', '.join(unknown)}")
     target = Path(out) if out else Path(str(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE)))
+    if rendition.endpoint_is_moto():
+        # moto has no Price List API: its answer would be an HTML 500, and nothing could be written from it.
+        raise UsageError("AWS_ENDPOINT_URL is an emulator, which has no Price List API: nothing to refresh "
+                         f"from; {target} is unchanged")
     session = make_session(None, profile)
     client = pricing.pricing_client(session)
     items = pricing.price_items(catalog.names(), FSX_THROUGHPUTS)
@@ -97,7 +102,8 @@ def show(path: str | None, output: str) -> None:
                                  "usd": (dim.get("pricePerUnit") or {}).get("USD"), "unit": dim.get("unit"),
                                  "description": dim.get("description"), "date": prov.get("retrieved")
                                  or offer.get("publicationDate"), "confirmed": bool(prov.get("confirmed")),
-                                 "source": prov.get("source", "")})
+                                 "source": prov.get("source", ""),
+                                 "why_unconfirmed": prov.get("why_unconfirmed", "")})
     if output == "json":
         printing.echo_json({"file": book.path, "built": (book.data.get("hpq") or {}), "prices": rows})
         return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 from decimal import Decimal
+from importlib import resources
 
 import boto3
 import pytest
@@ -173,8 +174,62 @@ def test_the_shipped_file_is_the_price_list_shape_and_every_figure_says_where_it
     for offer in book.offers.values():
         assert {"formatVersion", "offerCode", "publicationDate", "products", "terms"} <= set(offer)
         assert set(offer["terms"]["OnDemand"]) == set(offer["products"])
-    nat = book.rate(pricing.NAT_GATEWAY, "us-east-1")
-    assert nat is not None and not nat.confirmed  # nothing was confirmed against the API when it was built
+    for sku in skus:  # a record is either AWS's (its SKU, a repo@commit source) or a seed that says why it is not
+        prov = book.provenance[sku]
+        if prov["confirmed"]:
+            assert not sku.startswith("HPQSEED-") and "@" in prov["source"] and prov["published"], sku
+        else:
+            assert sku.startswith("HPQSEED-") and prov["why_unconfirmed"], sku
+    eks = book.rate(pricing.EKS_STANDARD, "us-east-1")
+    assert eks is not None and not eks.confirmed
+
+
+# The shipped NAT gateway records against their source: AWS's AmazonEC2 offer 20260904231117 as trimmed into
+# mooncitizen/togen@36c1abbf17c7cd190fb02627aefb401567190523 internal/cost/prices/aws.json (read 2026-09-06).
+REAL_NAT = {"us-east-1": ("M2YSHUBETB3JX4M4", "NatGateway-Hours", "0.045"),
+            "eu-west-2": ("D8BXG95NJW6MV3B3", "EUW2-NatGateway-Hours", "0.05"),
+            "sa-east-1": ("N3JNXFX89DVACZ9Q", "SAE1-NatGateway-Hours", "0.093"),
+            "ap-northeast-1": ("CA23TN2NAN47KGCF", "APN1-NatGateway-Hours", "0.062"),
+            "us-west-2": ("44T683R45QPT8RYQ", "USW2-NatGateway-Hours", "0.045")}
+
+
+@pytest.mark.parametrize(("variant", "size", "region"),
+                         [("slurm-gpu", "small", "us-east-1"), ("eks-gpu", "medium", "eu-west-2"),
+                          ("slurm-trn", "large", "sa-east-1"), ("eks-trn", "small", "ap-northeast-1"),
+                          ("slurm-gpu", "medium", "us-west-2")])
+def test_the_shipped_estimate_prices_nat_from_aws_records(monkeypatch, variant, size, region):
+    """The deploy's NAT line in the shipped file's regions is AWS's record: its SKU, its price, confirmed."""
+    monkeypatch.delenv(pricing.PRICE_FILE_ENV, raising=False)
+    values, templates = values_of(variant, size)
+    est = estimate.estimate(variant, region, values, templates, pricing.prices(None, "file"))
+    sku, usagetype, usd = REAL_NAT[region]
+    raw = json.loads(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE).read_text())  # the file, not the reader
+    assert raw["offers"]["AmazonEC2"]["products"][sku]["attributes"]["usagetype"] == usagetype
+    (nat,) = [ln for ln in est.lines if ln.item == pricing.NAT_GATEWAY.key]
+    assert nat.rate.sku == sku and nat.rate.usd == Decimal(usd) and nat.rate.confirmed
+    assert nat.hourly == Decimal(usd) and nat.rate.effective == "2026-09-04"
+    assert pricing.NAT_GATEWAY.key not in est.as_dict()["unconfirmed"]
+    text = "\n".join(estimate.format_lines(est))
+    nat_line = next(line for line in text.splitlines() if line.strip().startswith("NAT gateway"))
+    assert nat_line.endswith("/Hrs)") and "*" not in nat_line  # a confirmed record is not starred
+    assert f"${(Decimal(usd) * HOURS).quantize(Decimal('0.01'))}/month" in nat_line
+    other = [ln for ln in est.lines if ln.rate is not None and not ln.rate.confirmed]
+    # The seeds (US regions only: interface endpoints at least) are there, and each says it is one and why.
+    assert bool(other) == region.startswith("us-")
+    for ln in other:
+        assert next(t for t in text.splitlines() if ln.what in t).endswith(" *)")
+        assert f"    {ln.item}: {ln.rate.why_unconfirmed}" in text and ln.rate.why_unconfirmed
+
+
+def test_eks_records_in_unit_hours_price_the_control_plane_and_other_units_do_not():
+    """AmazonEKS bills cluster hours in unit "Hours" (us-east-1 SKU ZYWMR684YSMFHWEU); a GB-priced twin is refused."""
+    def rec(unit: str) -> dict:
+        attrs = {"servicecode": "AmazonEKS", "regionCode": "us-east-1", "usagetype": "USE1-AmazonEKS-Hours:perCluster"}
+        return _record("ZYWMR684YSMFHWEU", attrs, unit, Decimal("0.10"))
+    found = pricing.on_demand_rate(rec("Hours"), pricing.EKS_STANDARD, "us-east-1", "test")
+    assert found is not None and found.usd == Decimal("0.10") and found.unit == "Hrs"
+    assert pricing.on_demand_rate(rec("GB"), pricing.EKS_STANDARD, "us-east-1", "test") is None
+    assert pricing.on_demand_rate(rec("Hours"), pricing.NAT_GATEWAY, "us-east-1", "test") is None
 
 
 def _api_answer(records: list[dict]) -> dict:
@@ -294,3 +349,108 @@ def test_dry_run_and_yes_do_not_ask(bucket, price_file, capsys, monkeypatch):
     code, out, err = run_cli([*args, "--yes", "--no-wait"], capsys)
     assert code == 0, err
     assert json.loads(out)["action"] == "create" and "hpq-cost-yes" in _stacks()
+
+
+# --- hpq prices refresh|show -----------------------------------------------------------------------------
+
+
+def _price_list_standin(records: list[dict]):  # type: ignore[no-untyped-def]
+    """A real boto3 pricing client whose GetProducts is answered from ``records`` the way the API filters them.
+
+    botocore validates and serializes the request exactly as for AWS (a malformed filter is refused before it
+    reaches the answer); TERM_MATCH is an attribute equal to the value, CONTAINS one that contains it
+    (https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_Filter.html); PriceList items
+    are JSON strings, paged by MaxResults with a NextToken
+    (https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html)."""
+    from botocore.awsrequest import AWSResponse
+
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+
+    def answer(params, **_):  # type: ignore[no-untyped-def]
+        body = json.loads(params["body"])
+
+        def keep(record: dict) -> bool:
+            attrs = record["product"]["attributes"]
+            if record["serviceCode"] != body["ServiceCode"]:
+                return False
+            for f in body.get("Filters", []):
+                value = str(attrs.get(f["Field"], ""))
+                if (f["Type"] == "TERM_MATCH" and value != f["Value"]) or \
+                        (f["Type"] == "CONTAINS" and f["Value"] not in value):
+                    return False
+            return True
+
+        found = [json.dumps(r) for r in records if keep(r)]
+        start = int(body.get("NextToken") or 0)
+        page = found[start:start + body.get("MaxResults", 100)]
+        parsed = {"FormatVersion": "aws_v1", "PriceList": page}
+        if start + len(page) < len(found):
+            parsed["NextToken"] = str(start + len(page))
+        return AWSResponse("https://api.pricing.us-east-1.amazonaws.com/", 200, {}, None), parsed
+
+    client.meta.events.register("before-call.pricing.GetProducts", answer)
+    return client
+
+
+def _shipped_records() -> list[dict]:
+    """The shipped file's AWS records (the confirmed ones; seeds are not AWS's and are not served)."""
+    book = pricing.PriceFile(str(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE)))
+    out = []
+    for service in book.offers:
+        for record, _ in book.records(service):
+            if book.provenance[record["product"]["sku"]]["confirmed"]:
+                out.append({**record, "serviceCode": service})
+    assert out
+    return out
+
+
+def test_prices_refresh_writes_aws_records_from_the_price_list_and_show_lists_them(tmp_path, monkeypatch, capsys):
+    """`hpq prices refresh` against a GetProducts stand-in serving AWS's NAT records: the file it writes holds
+    them (AWS's SKU and price, confirmed, from the API) and is what `prices show` and the estimate then read."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setattr(pricing, "pricing_client", lambda session: _price_list_standin(_shipped_records()))
+    out = tmp_path / "refreshed.json"
+    code, stdout, err = run_cli(["prices", "refresh", "--region", "us-east-1", "--region", "eu-west-2",
+                                 "--out", str(out)], capsys)
+    assert code == 0, err
+    assert f"wrote {out}" in stdout and "no product for" in err and "hyperpod:ml.g5.16xlarge in us-east-1" in err
+    data = json.loads(out.read_text())
+    ec2 = data["offers"]["AmazonEC2"]["products"]
+    assert set(ec2) == {"M2YSHUBETB3JX4M4", "D8BXG95NJW6MV3B3"}
+    assert data["provenance"]["D8BXG95NJW6MV3B3"]["source"] == pricing.API_SOURCE
+    code, stdout, err = run_cli(["prices", "show", "--file", str(out), "--output", "json"], capsys)
+    assert code == 0, err
+    rows = {r["sku"]: r for r in json.loads(stdout)["prices"]}
+    assert rows["D8BXG95NJW6MV3B3"]["usd"] == "0.0500000000" and rows["D8BXG95NJW6MV3B3"]["confirmed"]
+    code, stdout, _ = run_cli(["prices", "show", "--output", "json"], capsys)  # the shipped file: seeds say why
+    shipped = json.loads(stdout)["prices"]
+    assert code == 0 and all(bool(r["why_unconfirmed"]) != r["confirmed"] for r in shipped)
+    monkeypatch.setenv(pricing.PRICE_FILE_ENV, str(out))
+    values, templates = values_of("eks-gpu", "small")
+    est = estimate.estimate("eks-gpu", "eu-west-2", values, templates, pricing.prices(None, "file"))
+    (nat,) = [ln for ln in est.lines if ln.item == pricing.NAT_GATEWAY.key]
+    assert nat.rate.sku == "D8BXG95NJW6MV3B3" and nat.hourly == Decimal("0.05")
+
+
+def test_prices_refresh_refused_by_the_api_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Broken twin: the API refuses (AccessDenied): one line, exit 1, the existing file is left as it was."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_client_error("get_products", "AccessDeniedException", "not allowed")
+    stub.activate()
+    monkeypatch.setattr(pricing, "pricing_client", lambda session: client)
+    out = tmp_path / "mine.json"
+    out.write_text("keep")
+    code, _, err = run_cli(["prices", "refresh", "--region", "us-east-1", "--out", str(out)], capsys)
+    assert code == 1 and err.strip().splitlines()[-1].startswith("hpq: error: ") and "Traceback" not in err, err
+    assert out.read_text() == "keep"
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_prices_refresh_against_the_emulator_says_it_has_no_price_list(tmp_path, capsys):
+    """moto has no Price List API (its answer is an HTML 500): refresh says so in one line, exit 2, writes nothing."""
+    out = tmp_path / "mine.json"
+    out.write_text("keep")
+    code, _, err = run_cli(["prices", "refresh", "--region", "us-east-1", "--out", str(out)], capsys)
+    assert code == 2 and "emulator, which has no Price List API" in err and out.read_text() == "keep", err
