@@ -85,6 +85,17 @@ def _signs_for(tree: ast.AST, service: str) -> bool:
     return False
 
 
+def _posts_signed(tree: ast.AST) -> bool:
+    """True where the module POSTs through aws/amp.py's signer (``signed_headers(..., method="POST")``): a
+    Prometheus remote write to AMP (aws/remote_write.py), which needs aps:RemoteWrite."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "signed_headers":
+            if any(k.arg == "method" and isinstance(k.value, ast.Constant) and k.value.value == "POST"
+                   for k in node.keywords):
+                return True
+    return False
+
+
 def client_names(trees: Iterable[ast.AST]) -> set[str]:
     """The names hpq gives its clients: assigned from, or passed as a keyword, a client(...) call."""
     out = set()
@@ -137,6 +148,8 @@ def actions_in(sources: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
             found.setdefault("ssm:StartSession", set()).add(path)
         if _signs_for(tree, "aps"):  # aws/amp.py: PromQL over HTTP, SigV4 for aps (AMP query API: aps:QueryMetrics)
             found.setdefault("aps:QueryMetrics", set()).add(path)
+        if _posts_signed(tree):  # aws/remote_write.py: EKS results to the workspace (AMP remote write API)
+            found.setdefault("aps:RemoteWrite", set()).add(path)
         for svc in sorted(services - CLI_SERVICES):
             if svc not in ops:
                 model = session.get_service_model(svc)

@@ -64,10 +64,10 @@ def test_a_new_call_missing_from_the_policy_fails_on_a_twin(source: str, expecte
     assert missing(POLICY, sources) == expected
 
 
-# Actions with no botocore operation behind them: AMP's query API is Prometheus's HTTP API, authorized as
-# aps:QueryMetrics (https://docs.aws.amazon.com/service-authorization/latest/reference/
-# list_amazonmanagedserviceforprometheus.html).
-HTTP_ONLY_ACTIONS = {"aps:QueryMetrics"}
+# Actions with no botocore operation behind them: AMP's query and remote-write APIs are Prometheus's HTTP API,
+# authorized as aps:QueryMetrics and aps:RemoteWrite (https://docs.aws.amazon.com/service-authorization/latest/
+# reference/list_amazonmanagedserviceforprometheus.html).
+HTTP_ONLY_ACTIONS = {"aps:QueryMetrics", "aps:RemoteWrite"}
 
 
 def test_every_action_is_a_real_operation():
