@@ -353,14 +353,20 @@ def wait_for(predicate, timeout_s: float = 20.0) -> bool:
     return False
 
 
-def test_the_loop_writes_up_0_when_neuron_monitor_exits(tmp_path):
+def start_loop(tmp_path, monitor_body: str, every: int) -> tuple[subprocess.Popen, Path]:
+    """The writer as its unit runs it, from the node bundle, with a fake neuron-monitor running ``monitor_body``."""
     node = node_bundle(tmp_path)
-    bindir = fake_monitor(tmp_path, "exit 1")
+    bindir = fake_monitor(tmp_path, monitor_body)
     out = tmp_path / "textfile"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-S", "-m", "hpq.scripts.neuron_metrics", "--every", "5",
+    proc = subprocess.Popen([sys.executable, "-S", "-m", "hpq.scripts.neuron_metrics", "--every", str(every),
                              "--textfile-dir", str(out)], cwd=node, env={"PATH": f"{bindir}:/usr/bin:/bin"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def test_the_loop_writes_up_0_when_neuron_monitor_exits(tmp_path):
+    proc, out = start_loop(tmp_path, "exit 1", every=5)
     try:
         path = out / neuron_metrics.OUTPUT_NAME
 
@@ -377,13 +383,7 @@ def test_the_loop_writes_up_0_when_neuron_monitor_exits(tmp_path):
 
 def test_sigterm_stops_the_loop_and_its_neuron_monitor(tmp_path):
     """systemd stops the unit with SIGTERM: the child neuron-monitor must not be left running."""
-    node = node_bundle(tmp_path)
-    bindir = fake_monitor(tmp_path, "exec sleep 300")
-    out = tmp_path / "textfile"
-    out.mkdir()
-    proc = subprocess.Popen([sys.executable, "-S", "-m", "hpq.scripts.neuron_metrics", "--every", "30",
-                             "--textfile-dir", str(out)], cwd=node, env={"PATH": f"{bindir}:/usr/bin:/bin"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out = start_loop(tmp_path, "exec sleep 300", every=30)
     path = out / neuron_metrics.OUTPUT_NAME
     try:
         assert wait_for(lambda: path.exists() and "neuroncore_utilization_ratio" in path.read_text())
