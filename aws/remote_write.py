@@ -87,7 +87,12 @@ def snappy_literal(data: bytes) -> bytes:
 
 def write(session: Any, url: str, region: str, series: list[Series]) -> int:
     """POST the series to ``url`` signed with ``session``'s credentials; the number sent. WriteError otherwise."""
-    body = snappy_literal(encode_write_request(series))
+    post(session, url, region, snappy_literal(encode_write_request(series)))
+    return len(series)
+
+
+def post(session: Any, url: str, region: str, body: bytes) -> None:
+    """One signed remote-write request with ``body`` (compressed already); WriteError when it is not taken."""
     try:
         headers = amp.signed_headers(session, url, region, method="POST", body=body, extra=HEADERS)
     except amp.QueryError as exc:
@@ -105,4 +110,3 @@ def write(session: Any, url: str, region: str, series: list[Series]) -> int:
         raise WriteError(f"{url}: HTTP {exc.code}: {why}{more}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise WriteError(f"{url}: cannot reach the workspace endpoint: {getattr(exc, 'reason', None) or exc}") from None
-    return len(series)

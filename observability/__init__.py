@@ -3,7 +3,9 @@
 Grafana dashboard JSON under ``dashboards/`` (importable into Amazon Managed Grafana or any open-source
 Grafana with a Prometheus data source), Prometheus alert rules under ``alerts/`` (the rule-file format that
 both Prometheus and Amazon Managed Service for Prometheus rule groups take), and ``dcgm-metrics.csv``, the
-DCGM fields hpq's dcgm-exporter is given. docs/observability.md says what creates what, and where.
+DCGM fields AWS's HyperPod reference selects for dcgm-exporter, which the dashboards draw from (hpq's own GPU
+writer, scripts/gpu_metrics.py, writes those it can read through nvidia-smi; bench/nvml_dcgm_fields.py reads
+them all through NVML). docs/observability.md says what creates what, and where.
 """
 
 from __future__ import annotations

@@ -44,14 +44,26 @@ GPU_SERIES = {metric: "node_exporter" for metric in (  # GPU workers: hpq-gpu-me
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")}
 EFA_SERIES = {metric: "node_exporter" for metric in (  # EFA workers: hpq-efa-metrics.service's file
-    "node_amazonefa_retrans_timeout_events", "node_amazonefa_unresponsive_remote_events",
-    "node_amazonefa_impaired_remote_conn_events", "node_amazonefa_rx_bytes", "node_amazonefa_tx_bytes")}
+    "node_amazonefa_info", "node_amazonefa_rx_bytes", "node_amazonefa_tx_bytes")}
+# The sick-link counters: asked for and shown, never required. Older EFA drivers do not expose them (AWS's own
+# real scrape, tests/observability/data/exporters/efa_exporter_sample.txt, has none), so their absence says
+# nothing about the node.
+EFA_SICK_LINK = ("node_amazonefa_retrans_timeout_events", "node_amazonefa_unresponsive_remote_events",
+                 "node_amazonefa_impaired_remote_conn_events")
 NEURON_SERIES = {metric: "node_exporter" for metric in (  # Trainium workers: hpq-neuron-metrics.service's file
     "neuron_hardware_info", "hardware_ecc_events_total", "system_vcpu_usage_ratio")}
-# the service that writes each metric through the textfile collector, and its up series (named as the cause)
-WRITER_OF = dict({m: ("hpq-gpu-metrics.service", "hpq_gpu_metrics_up") for m in GPU_SERIES},
-                 **{m: ("hpq-efa-metrics.service", "hpq_efa_metrics_up") for m in EFA_SERIES},
-                 **{m: ("hpq-neuron-metrics.service", "hpq_neuron_metrics_up") for m in NEURON_SERIES})
+# hpq's writers on workers: hardware -> (unit, its up series, its textfile, the series it owes)
+WRITERS = {
+    "gpu": ("hpq-gpu-metrics.service", "hpq_gpu_metrics_up", "hpq_gpu.prom", GPU_SERIES),
+    "efa": ("hpq-efa-metrics.service", "hpq_efa_metrics_up", "hpq_efa.prom", EFA_SERIES),
+    "neuron": ("hpq-neuron-metrics.service", "hpq_neuron_metrics_up", "hpq_neuron.prom", NEURON_SERIES),
+}
+WRITER_OF = {m: (unit, up) for unit, up, _, series in WRITERS.values() for m in series}
+# A writer rewrites its file every 30 s; node_exporter serves the last one forever, so a file older than this
+# means the writer stopped and its values are stale (node_exporter's node_textfile_mtime_seconds).
+STALE_S = 150.0
+# metric -> what its count per node must reach: one series per GPU, one info per EFA device
+COUNTED = {"DCGM_FI_DEV_GPU_UTIL": "gpu_count", "node_amazonefa_info": "efa_count"}
 NOT_COLLECTED = {
     "neuron": "neuroncore_utilization_ratio, neuron_runtime_memory_used_bytes, execution_*: only while a Neuron "
               "application runs (not expected)",
@@ -73,6 +85,11 @@ class Node:
     gpu: bool = False
     efa: bool = False
     neuron: bool = False
+    gpu_count: int = 0  # what the type has (0: not known, not checked)
+    efa_count: int = 0
+
+    def kinds(self) -> list[str]:
+        return [k for k, on in (("gpu", self.gpu), ("efa", self.efa), ("neuron", self.neuron)) if on]
 
     def expected(self) -> dict[str, str]:
         """metric -> job, for this node's hardware."""
@@ -89,8 +106,11 @@ class Node:
 def node_for(instance: str, instance_id: str, instance_type: str, group: str) -> Node:
     """A node whose hardware (GPU, EFA, Trainium) is what hpq's catalog says of its type (ml. or not)."""
     entry = catalog.CATALOG.get(instance_type)
-    return Node(instance, instance_id, instance_type, group, gpu=bool(entry and entry.accelerator == catalog.GPU),
-                efa=bool(entry and entry.has_efa), neuron=bool(entry and entry.accelerator == catalog.TRAINIUM))
+    gpu = bool(entry and entry.accelerator == catalog.GPU)
+    return Node(instance, instance_id, instance_type, group, gpu=gpu, efa=bool(entry and entry.has_efa),
+                neuron=bool(entry and entry.accelerator == catalog.TRAINIUM),
+                gpu_count=entry.accelerator_count if entry and gpu else 0,
+                efa_count=entry.efa_interfaces if entry else 0)
 
 
 @dataclass
@@ -100,12 +120,13 @@ class NodeReport:
     present: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)  # metric -> likely cause
     not_collected: list[str] = field(default_factory=list)
+    optional: dict[str, bool] = field(default_factory=dict)  # shown, never counted (EFA_SICK_LINK)
 
     def as_dict(self) -> dict[str, Any]:
         return {"instance": self.node.instance, "instance_id": self.node.instance_id,
                 "instance_type": self.node.instance_type, "group": self.node.group,
                 "expected": self.expected, "present": self.present, "missing": self.missing,
-                "not_collected": self.not_collected}
+                "not_collected": self.not_collected, "optional": self.optional}
 
 
 def instance_label(private_dns_hostname: str) -> str:
@@ -150,14 +171,53 @@ def _cause(metric: str, job: str, up: dict[str, float] | None, any_series: bool)
     return f"{job} answers but does not emit {metric} (collector off or the hardware absent)"
 
 
+def _ages(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(instance, writer kind) -> seconds since its textfile was written, from node_textfile_mtime_seconds."""
+    names = {textfile: kind for kind, (_, _, textfile, _) in WRITERS.items()}
+    out: dict[tuple[str, str], float] = {}
+    for row in result:
+        labels = row.get("metric") or {}
+        kind = names.get(str(labels.get("file", "")).rsplit("/", 1)[-1])
+        try:
+            age = float((row.get("value") or [0, "nan"])[1])
+        except (TypeError, ValueError):
+            continue
+        if kind:
+            out[(str(labels.get("instance", "")), kind)] = age
+    return out
+
+
+def _judge_writer(rep: NodeReport, kind: str, up: dict[str, float], age: float | None) -> None:
+    """A writer that says it failed, or whose file stopped changing, owes its series anew: present becomes missing."""
+    unit, up_series, textfile, series = WRITERS[kind]
+    if any(v == 0 for v in up.values()):
+        why = (f"{unit} reports {up_series} 0: its tool failed or found no device (the unit's journal says which); "
+               "what it wrote is not evidence")
+    elif age is not None and age > STALE_S:
+        why = (f"{unit}'s {textfile} was last written {age:.0f}s ago (over {STALE_S:.0f}s): the writer stopped, "
+               "its values are stale")
+    else:
+        return
+    for metric in sorted(series):
+        if metric in rep.present:
+            rep.present.remove(metric)
+            rep.missing[metric] = why
+
+
 def check(cluster: str, nodes: list[Node], query: Query) -> dict[str, Any]:
     """The verdict and, per node, the expected, present and missing series (QueryFailed -> INCONCLUSIVE)."""
     metrics = dict(NODE_SERIES, **CLUSTER_SERIES)
     for node in nodes:
         metrics.update(node.expected())
+    kinds = sorted({k for node in nodes for k in node.kinds()})
+    if any(node.efa for node in nodes):
+        metrics.update({m: "node_exporter" for m in EFA_SICK_LINK})
+    c = escape(cluster)
     try:
-        up = _by_instance(query(f'up{{cluster="{escape(cluster)}"}}'))
+        up = _by_instance(query(f'up{{cluster="{c}"}}'))
         found = {m: _by_instance(query(promql(m, cluster))) for m in metrics}
+        writer_up = {k: _by_instance(query(f'{WRITERS[k][1]}{{cluster="{c}"}}')) for k in kinds}
+        ages = _ages(query(f'time() - node_textfile_mtime_seconds{{cluster="{c}"}}')) if kinds else {}
     except QueryFailed as exc:
         return {"cluster": cluster, "verdict": "INCONCLUSIVE", "reason": str(exc), "nodes": [], "cluster_series": {}}
     reports = []
@@ -166,11 +226,26 @@ def check(cluster: str, nodes: list[Node], query: Query) -> dict[str, Any]:
         expected_here = node.expected()
         rep = NodeReport(node, expected=sorted(expected_here))
         for metric, job in sorted(expected_here.items()):
-            if job in found[metric].get(node.instance, {}):
-                rep.present.append(metric)
-            else:
+            count = found[metric].get(node.instance, {}).get(job)
+            want = getattr(node, COUNTED[metric]) if metric in COUNTED else 0
+            if count is None:
                 rep.missing[metric] = _cause(metric, job, up.get(node.instance), any_series)
-        rep.not_collected = [NOT_COLLECTED["neuron"]] if node.neuron else []
+            elif want and count < want:
+                rep.missing[metric] = (f"{count:.0f} of the {want} {'GPUs' if metric in GPU_SERIES else 'EFA devices'}"
+                                       f" of {node.instance_type} report it: the tool sees fewer than the type has "
+                                       "(hpq doctor on this node says which)")
+            else:
+                rep.present.append(metric)
+        for kind in node.kinds():
+            _judge_writer(rep, kind, writer_up[kind].get(node.instance, {}), ages.get((node.instance, kind)))
+        if node.efa:
+            rep.optional = {m: "node_exporter" in found[m].get(node.instance, {}) for m in EFA_SICK_LINK}
+            if not all(rep.optional.values()):
+                rep.not_collected.append("the EFA sick-link counters (retransmit timeouts, unresponsive remote, "
+                                         "impaired connections): not shown by this node's EFA driver (older drivers "
+                                         "lack them; not expected)")
+        if node.neuron:
+            rep.not_collected.append(NOT_COLLECTED["neuron"])
         reports.append(rep)
     cluster_series = {}
     for metric in sorted(CLUSTER_SERIES):

@@ -40,6 +40,17 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # devices (see EFA_DEVICES), then host directories under
 # /tmp that stay visible (see host_tmp_dirs), each through an overlay of its own. Runs in fresh mount+UTS namespaces inside the
 # node's network namespace; prints "ready" once the node's root is in place.
+# What ports/1/hw_counters holds on an EFA device: the 18 port counters of AWS's real scrape of its EFA exporter
+# (tests/observability/data/exporters/efa_exporter_sample.txt, from awsome-distributed-ai's EFA exporter README),
+# plus the five network counters newer EFA drivers add there (retransmits and the sick-link events hpq's doctor
+# and alerts read). The device-level counters (alloc_pd_err, cmds_err...) are not port counters.
+EFA_PORT_COUNTERS = ("lifespan", "rdma_read_bytes", "rdma_read_resp_bytes", "rdma_read_wr_err", "rdma_read_wrs",
+                     "rdma_write_bytes", "rdma_write_recv_bytes", "rdma_write_wr_err", "rdma_write_wrs", "recv_bytes",
+                     "recv_wrs", "rx_bytes", "rx_drops", "rx_pkts", "send_bytes", "send_wrs", "tx_bytes", "tx_pkts",
+                     "retrans_bytes", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
+                     "impaired_remote_conn_events")
+assert set(EFA_PORT_COUNTERS) <= set(efa_metrics.COUNTERS)
+
 NODE_INIT = r"""set -eu
 d=$1; host=$2; fsx=$3; ebs=$4; efa=$5; r=$d/root
 shift 5
@@ -48,8 +59,8 @@ mount -t proc proc "$r/proc"
 mount -t sysfs sysfs "$r/sys"
 if [ "$efa" -gt 0 ]; then
     # /sys/class as the kernel shows it (each class bound back in), plus infiniband/rdmap<N>s0 whose
-    # device/driver is "efa" and whose ports/1/hw_counters hold the EFA driver's counters, all 0: what the EFA
-    # driver shows on an instance with EFA interfaces, before any traffic.
+    # device/driver is "efa" and whose ports/1/hw_counters hold the EFA driver's port counters, all 0: what the
+    # EFA driver shows on an instance with EFA interfaces, before any traffic.
     mkdir -p "$d/sysclass"
     mount --bind "$r/sys/class" "$d/sysclass"
     mount -t tmpfs -o mode=755,nosuid,nodev,noexec hpq-sysclass "$r/sys/class"
@@ -96,7 +107,7 @@ umount -l .
 cd /
 echo ready
 exec sleep infinity
-""".replace("@EFA_COUNTERS@", " ".join(sorted(efa_metrics.COUNTERS)))
+""".replace("@EFA_COUNTERS@", " ".join(sorted(EFA_PORT_COUNTERS)))
 
 
 class NodeError(OperationFailed):

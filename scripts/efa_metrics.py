@@ -79,7 +79,7 @@ def _read_counter(path: str) -> Optional[int]:
             text = fh.read(MAX_COUNTER_BYTES).strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None  # "²".isdigit() is True, int() refuses it
 
 
 def collect(sys_root: str = SYS_ROOT) -> Tuple[str, bool]:
@@ -90,7 +90,7 @@ def collect(sys_root: str = SYS_ROOT) -> Tuple[str, bool]:
         fam.add("node_amazonefa_info", INFO_HELP, {"device": device}, 1.0)
         ports_dir = os.path.join(sys_root, device, "ports")
         try:
-            ports = sorted((p for p in os.listdir(ports_dir) if p.isdigit()), key=int)
+            ports = sorted((p for p in os.listdir(ports_dir) if p.isascii() and p.isdigit()), key=int)
         except OSError:
             ports = []
         for port in ports:

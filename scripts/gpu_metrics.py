@@ -50,8 +50,8 @@ XML_FIELDS = (
     ("DCGM_FI_DEV_MEM_CLOCK", ("clocks/mem_clock",), "Memory clock frequency (in MHz)."),
     ("DCGM_FI_DEV_GPU_TEMP", ("temperature/gpu_temp",), "GPU temperature (in C)."),
     ("DCGM_FI_DEV_MEMORY_TEMP", ("temperature/memory_temp",), "Memory temperature (in C)."),
-    # nvmlDeviceGetPowerUsage, DCGM's source, is what R535+ prints as average_power_draw (the H200 capture: NVML
-    # 82046 mW, average 82.05 W, instant 81.81 W) and older drivers as power_draw; the instant reading is not it.
+    # nvmlDeviceGetPowerUsage, DCGM's source, is what R535+ prints as average_power_draw (the 2x H200 capture, GPU 0
+    # idle: NVML 78383 mW, average 78.39 W, instant 77.89 W) and older drivers as power_draw; the instant is not it.
     ("DCGM_FI_DEV_POWER_USAGE", ("gpu_power_readings/average_power_draw", "gpu_power_readings/power_draw",
                                  "power_readings/power_draw"), "Power draw (in W)."),
     ("DCGM_FI_DEV_FB_USED", ("fb_memory_usage/used",), "Framebuffer memory used (in MiB)."),

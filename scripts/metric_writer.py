@@ -11,6 +11,7 @@ Standard library only (the node's python3, 3.7+).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def main_loop(prog: str, description: str, output_name: str, collect: Callable[[
     ap.add_argument("--every", type=float, default=0.0, help="seconds between writes (0: write once)")
     ap.add_argument("--stdout", action="store_true", help="print instead of writing the file")
     args = ap.parse_args(argv)
-    if args.every < 0 or (args.every and args.every < 5):
+    if not math.isfinite(args.every) or args.every < 0 or (args.every and args.every < 5):
         ap.error("--every must be 0 (once) or at least 5 seconds")
     if args.stdout:
         text, ok = collect()

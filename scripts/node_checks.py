@@ -123,7 +123,7 @@ def _cap(text: str) -> str:
 
 def _int_or_none(text: Optional[str]) -> Optional[int]:
     text = (text or "").strip().rstrip("x")
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _yes_no(text: Optional[str]) -> Optional[bool]:
@@ -374,7 +374,7 @@ def read_efa_counters(sys_root: str = "/sys/class/infiniband") -> Dict[str, Dict
                     text = fh.read(64).strip()
             except OSError:
                 continue
-            if text.isdigit():
+            if text.isascii() and text.isdigit():
                 values[name] = int(text)
         counters[device] = values
     return counters

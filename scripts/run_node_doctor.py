@@ -39,7 +39,7 @@ UNREACHABLE_STATES = ("down", "drain", "drained", "draining", "fail", "failing",
 
 
 def natural(name: str) -> Tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", name))
 
 
 def parse_sinfo(text: str) -> Dict[str, str]:

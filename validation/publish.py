@@ -5,7 +5,8 @@ sends it (scripts/result_metrics.py). On EKS the tests are Kubernetes jobs and n
 afterwards, so ``hpq test`` sends the same series itself, once, with a remote write signed by the user's own
 credentials (hpq/aws/remote_write.py), to the ``PrometheusRemoteWriteUrl`` output of the hpq stack that created
 the cluster. The series are result_metrics' (names, labels, values), plus ``job="hpq-results"`` and ``instance``
-= the node, the labels the agent adds on Slurm. Nothing here changes the test's verdict or exit code: a failed
+= the node, the labels the agent adds on Slurm (on EKS an nccl result's nodes are the host names its ranks print:
+the MPI worker pods'; the sweep's and the doctor's are Kubernetes nodes). Nothing here changes the test's verdict or exit code: a failed
 write is one line on stderr.
 """
 
@@ -37,7 +38,9 @@ def series_of(result: TestResult, now: float) -> list[remote_write.Series]:
             if isinstance(node, dict) and node.get("node"):
                 result_metrics.add_result(samples, node, result.cluster, str(node["node"]), now, result_metrics.DOCTOR)
     else:
-        result_metrics.add_result(samples, result.to_dict(), result.cluster, UNNAMED_NODE, now, KINDS[result.test])
+        # the evidence over the summary: to_dict() keeps its own ``nodes`` (a count) where the sweep's is its table
+        doc = dict(result.to_dict(), **result.data)
+        result_metrics.add_result(samples, doc, result.cluster, UNNAMED_NODE, now, KINDS[result.test])
     out = []
     for (name, labels), value in sorted(samples.series.items()):
         lab = dict(labels)
@@ -66,6 +69,8 @@ def publish(result: TestResult, region: str | None, profile: str | None, session
         sent = remote_write.write(session, url, _region(url, session), series_of(result, time.time()))
     except (UsageError, OperationFailed, remote_write.WriteError, result_metrics.ResultError) as exc:
         return f"hpq: note: the result's metrics were not sent to the workspace: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the test ran and was judged: its verdict is printed whatever this is
+        return f"hpq: note: the result's metrics were not sent to the workspace: {type(exc).__name__}: {exc}"
     return f"hpq: result metrics: {sent} series sent to {stack}'s workspace"
 
 

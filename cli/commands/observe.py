@@ -85,6 +85,8 @@ def _print_check(result: dict) -> None:
             click.echo(f"    missing {metric}: {cause}")
         for note in n["not_collected"]:
             click.echo(f"    not collected: {note}")
+        if n.get("optional") and all(n["optional"].values()):
+            click.echo("    also shown: " + ", ".join(sorted(n["optional"])))
     for metric, state in sorted(result["cluster_series"].items()):
         click.echo(f"  cluster: {metric}: " + ("present" if state["present"] else f"missing: {state['cause']}"))
 

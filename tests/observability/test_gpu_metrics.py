@@ -118,6 +118,20 @@ def test_each_value_agrees_with_what_nvml_read_at_the_same_moment(moment, gpu):
     assert ours("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL") == 0
 
 
+@pytest.mark.parametrize("moment", ["idle", "load"])
+def test_power_is_nvmls_power_usage_the_average_reading_not_the_instant_one(moment):
+    """nvmlDeviceGetPowerUsage (DCGM's source) is what nvidia-smi prints as average_power_draw: on every GPU of
+    the capture it is nearer the average than the instant reading (NVML read seconds before the XML)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring((CAPTURE / f"{moment}.nvidia-smi-q-x.xml").read_text())
+    for gpu, element in zip(GPUS, root.findall("gpu"), strict=True):
+        nvml_w = nvml(moment, gpu)["DCGM_FI_DEV_POWER_USAGE"]["value"] / 1000.0
+        average = float(element.findtext("gpu_power_readings/average_power_draw").split()[0])
+        instant = float(element.findtext("gpu_power_readings/instant_power_draw").split()[0])
+        assert abs(average - nvml_w) <= abs(instant - nvml_w), (moment, gpu, nvml_w, average, instant)
+
+
 def test_a_replay_of_the_real_xml_gives_what_the_host_wrote():
     """The same XML through the writer here reads as the writer read it there (the nvidia-smi answer was taken
     seconds after the writer's own run, so only the moving values may differ)."""
@@ -267,6 +281,10 @@ def test_an_unwritable_file_or_a_bad_interval_is_one_line_and_exit_2(tmp_path, c
     (tmp_path / gpu_metrics.OUTPUT_NAME).mkdir()  # its place taken: the rename fails, even for root
     assert gpu_metrics.main(["--textfile-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("gpu_metrics: cannot write ")
-    res = subprocess.run(["python3", "-m", "hpq.scripts.gpu_metrics", "--every", "1"], capture_output=True,
-                         text=True, cwd=CHECKOUT)
-    assert res.returncode == 2 and "--every must be 0 (once) or at least 5 seconds" in res.stderr
+    for every in ("1", "nan", "inf", "-3"):  # the shared loop's guard (scripts/metric_writer.py), every writer's
+        for module in ("gpu_metrics", "efa_metrics", "slurm_metrics"):
+            res = subprocess.run(["python3", "-m", f"hpq.scripts.{module}", "--every", every], capture_output=True,
+                                 text=True, cwd=CHECKOUT, timeout=30)
+            assert res.returncode == 2 and "--every must be 0 (once) or at least 5 seconds" in res.stderr, (module,
+                                                                                                            every)
+            assert "Traceback" not in res.stderr

@@ -10,8 +10,8 @@ stay up, started through the systemctl stand-in (standins/systemctl.py) from the
 
 Cases: a good checksum installs and starts (and the agent's configuration passes Debian's promtool); the real
 pins refuse the fake tarballs (sha256 mismatch: nothing unpacked, boot exit 0); a dead mirror leaves the boot going;
-no URL in hpq-cluster.json means nothing is installed. The TODO pins (the two ECR images, and any artifact
-without a pin) refuse with one line each.
+no URL in hpq-cluster.json means nothing is installed; an artifact without a pin refuses with one line. Each
+worker gets hpq's writers for its hardware (GPU, EFA, Trainium) from the installed bundle.
 """
 
 from __future__ import annotations

@@ -41,16 +41,33 @@ def vector(rows: list[dict]) -> list[dict]:
     return [{"metric": labels, "value": [1700000000.0, str(v)]} for labels, v in rows]
 
 
-def fake_workspace(instances_by_metric: dict[str, list[str]], up: dict[tuple[str, str], float]):
-    """Answers as Prometheus would for the check's queries (documented vector shape), from a table."""
+def fake_workspace(instances_by_metric: dict[str, list[str]], up: dict[tuple[str, str], float],
+                   counts: dict[tuple[str, str], float] | None = None,
+                   writer_up: dict[tuple[str, str], float] | None = None,
+                   ages: dict[tuple[str, str], float] | None = None):
+    """Answers as Prometheus would for the check's queries (documented vector shape), from tables: which
+    instances have each metric (``counts`` (metric, instance): how many series, else 1), the writers' up series
+    ((metric, instance): value, default 1 wherever a writer's series are) and the textfiles' ages ((instance,
+    file): seconds, default 30)."""
+    counts, writer_up, ages = counts or {}, writer_up or {}, ages or {}
 
     def query(promql: str) -> list[dict]:
         if promql.startswith("up{"):
             return vector([({"instance": i, "job": j, "cluster": "c1"}, v) for (i, j), v in up.items()])
+        if promql.startswith("time() - node_textfile_mtime_seconds"):
+            files = {(i, w[2]) for w in series_check.WRITERS.values() for m in w[3] for i in
+                     instances_by_metric.get(m, [])}
+            rows = {**{f: 30.0 for f in files}, **ages}
+            return vector([({"instance": i, "file": f"/var/lib/node_exporter/hpq/{f}"}, a) for (i, f), a in rows.items()])
+        if promql.startswith("hpq_") and promql.split("{")[0].endswith("_metrics_up"):
+            metric = promql.split("{")[0]
+            kind = next(k for k, w in series_check.WRITERS.items() if w[1] == metric)
+            where = {i for m in series_check.WRITERS[kind][3] for i in instances_by_metric.get(m, [])}
+            rows = {**{(metric, i): 1.0 for i in where}, **{k: v for k, v in writer_up.items() if k[0] == metric}}
+            return vector([({"instance": i, "job": "node_exporter"}, v) for (_, i), v in rows.items()])
         metric = promql.split("(")[2].split("{")[0]
-        return vector(
-            [({"instance": i, "job": "node_exporter"}, 1) for i in instances_by_metric.get(metric, [])]
-        )
+        return vector([({"instance": i, "job": "node_exporter"}, counts.get((metric, i), 1))
+                       for i in instances_by_metric.get(metric, [])])
 
     return query
 
@@ -66,20 +83,32 @@ def test_names_what_is_missing_and_why():
     missing = res["nodes"][0]["missing"]
     assert res["verdict"] == "FAIL" and set(missing) == set(series_check.GPU_SERIES) | set(series_check.EFA_SERIES)
     assert "hpq-gpu-metrics.service wrote no DCGM_FI_DEV_XID_ERRORS" in missing["DCGM_FI_DEV_XID_ERRORS"]
-    assert "hpq-efa-metrics.service" in missing["node_amazonefa_retrans_timeout_events"]
+    assert "hpq-efa-metrics.service" in missing["node_amazonefa_info"]
     everything |= {m: ["ip-a"] for m in [*series_check.GPU_SERIES, *series_check.EFA_SERIES]}
     res = series_check.check("c1", nodes, fake_workspace(everything, up))
     assert res["verdict"] == "PASS" and res["nodes"][0]["missing"] == {}
-    assert len(res["nodes"][0]["expected"]) == 17 and res["nodes"][0]["not_collected"] == []
+    assert len(res["nodes"][0]["expected"]) == 15
+    # the sick-link counters are shown, never required: a driver without them (AWS's own sample) still passes
+    assert res["nodes"][0]["optional"] == {m: False for m in series_check.EFA_SICK_LINK}
+    assert "not shown by this node's EFA driver" in res["nodes"][0]["not_collected"][0]
+    with_counters = everything | {m: ["ip-a"] for m in series_check.EFA_SICK_LINK}
+    res = series_check.check("c1", nodes, fake_workspace(with_counters, up))
+    assert res["verdict"] == "PASS" and all(res["nodes"][0]["optional"].values())
+    assert res["nodes"][0]["not_collected"] == []
     trn = series_check.node_for("ip-t", "i-1", "ml.trn1.32xlarge", "g")  # neuron-monitor: said, never counted
     assert trn.neuron and trn.efa and not trn.gpu
     trn_up = {("ip-t", "node_exporter"): 1}
-    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up))
+    devices = {("node_amazonefa_info", "ip-t"): trn.efa_count}  # one info series per EFA device of the type
+    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up, devices))
     assert res["verdict"] == "FAIL" and set(res["nodes"][0]["missing"]) == set(series_check.NEURON_SERIES)
     assert "hpq-neuron-metrics.service" in res["nodes"][0]["missing"]["neuron_hardware_info"]
     everything |= {m: ["ip-t"] for m in series_check.NEURON_SERIES}
+    res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up, devices))
+    assert res["verdict"] == "PASS" and "only while a Neuron application runs" in res["nodes"][0]["not_collected"][-1]
+    # broken twin: 1 of its 8 EFA devices reports: the info series exists, the node is still not whole
     res = series_check.check("c1", [trn], fake_workspace({m: ["ip-t"] for m in everything}, trn_up))
-    assert res["verdict"] == "PASS" and "only while a Neuron application runs" in res["nodes"][0]["not_collected"][0]
+    assert res["verdict"] == "FAIL" and list(res["nodes"][0]["missing"]) == ["node_amazonefa_info"]
+    assert res["nodes"][0]["missing"]["node_amazonefa_info"].startswith("1 of the 8 EFA devices of ml.trn1.32xlarge")
     # Broken twins: a silent node; an exporter that is down; one metric missing while the exporter answers.
     res = series_check.check("c1", nodes + [series_check.Node("ip-b")], fake_workspace(everything, up))
     assert res["verdict"] == "FAIL"
@@ -90,6 +119,31 @@ def test_names_what_is_missing_and_why():
     res = series_check.check("c1", nodes, fake_workspace(partial, up))
     assert list(res["nodes"][0]["missing"]) == ["node_filesystem_avail_bytes"]
     assert "answers but does not emit" in res["nodes"][0]["missing"]["node_filesystem_avail_bytes"]
+
+
+def test_a_writer_that_failed_or_stopped_is_not_evidence():
+    """A p5's GPU series are all there, but: fewer GPUs than the type has; the writer's up series says 0 (its
+    tool failed: the file holds what it could write); its file is 10 minutes old (node_exporter serves a dead
+    writer's last file forever). Each makes its series missing with the reason; fresh and up, they pass."""
+    p5 = series_check.node_for("ip-p", "i-2", "ml.p5.48xlarge", "g")
+    assert (p5.gpu_count, p5.efa_count) == (8, 32)
+    have = {m: ["ip-p"] for m in [*series_check.NODE_SERIES, *series_check.GPU_SERIES, *series_check.EFA_SERIES]}
+    have |= {m: ["ip-ctl"] for m in series_check.CLUSTER_SERIES}
+    up = {("ip-p", "node_exporter"): 1}
+    whole = {("DCGM_FI_DEV_GPU_UTIL", "ip-p"): 8, ("node_amazonefa_info", "ip-p"): 32}
+    res = series_check.check("c1", [p5], fake_workspace(have, up, whole))
+    assert res["verdict"] == "PASS", res["nodes"][0]["missing"]
+    res = series_check.check("c1", [p5], fake_workspace(have, up, {**whole, ("DCGM_FI_DEV_GPU_UTIL", "ip-p"): 7}))
+    assert res["verdict"] == "FAIL" and res["nodes"][0]["missing"]["DCGM_FI_DEV_GPU_UTIL"].startswith(
+        "7 of the 8 GPUs of ml.p5.48xlarge")
+    res = series_check.check("c1", [p5], fake_workspace(have, up, whole, writer_up={("hpq_gpu_metrics_up", "ip-p"): 0}))
+    missing = res["nodes"][0]["missing"]
+    assert res["verdict"] == "FAIL" and set(missing) == set(series_check.GPU_SERIES)
+    assert "reports hpq_gpu_metrics_up 0" in missing["DCGM_FI_DEV_POWER_USAGE"]
+    res = series_check.check("c1", [p5], fake_workspace(have, up, whole, ages={("ip-p", "hpq_efa.prom"): 600.0}))
+    missing = res["nodes"][0]["missing"]
+    assert res["verdict"] == "FAIL" and set(missing) == set(series_check.EFA_SERIES)
+    assert "hpq_efa.prom was last written 600s ago" in missing["node_amazonefa_rx_bytes"]
 
 
 def test_no_answer_or_no_nodes_is_inconclusive_never_pass():

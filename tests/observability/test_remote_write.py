@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import time
 import urllib.parse
 import urllib.request
@@ -136,6 +137,28 @@ def test_a_write_past_one_snappy_literal_chunk_arrives_whole(workspace):
     assert query_at(prom, "sum(hpq_remote_write_probe)", now) == sum(range(2000))
 
 
+def test_a_broken_encoding_is_refused_by_the_real_decoder(workspace):
+    """The twins the docs name: the same request with the Sample's value under the wrong wire type (protobuf:
+    32-bit where a double is 64-bit) or the Snappy block's length prefix off by one: Prometheus's receiver
+    refuses both (400), and nothing is stored."""
+    prom, ws = workspace
+    series = [({"__name__": "hpq_remote_write_twin", "i": "0"}, 1.0, int(time.time()) * 1000)]
+    good = remote_write.encode_write_request(series)
+    value = bytes([1 << 3 | 1]) + struct.pack("<d", 1.0)  # Sample.value = 1, 64-bit, then the double
+    assert good.count(value) == 1
+    wrong_field = good.replace(value, bytes([1 << 3 | 5]) + struct.pack("<d", 1.0))  # the same field as 32-bit
+    block = remote_write.snappy_literal(good)
+    short_length = bytes([block[0] - 1]) + block[1:]  # the block's own varint length, one short
+    session = make_session(REGION)
+    url = ws.url + "/api/v1/remote_write"
+    for body in (remote_write.snappy_literal(wrong_field), short_length):
+        with pytest.raises(remote_write.WriteError, match="HTTP 400"):
+            remote_write.post(session, url, REGION, body)
+    assert query(prom, "hpq_remote_write_twin") == []
+    remote_write.post(session, url, REGION, block)  # and the untouched request is taken
+    assert len(query(prom, "hpq_remote_write_twin")) == 1
+
+
 def query_at(prom: amp_standin.PrometheusServer, promql: str, at: int) -> float:
     url = prom.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": str(at)})
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -164,3 +187,21 @@ def test_an_eks_doctor_sends_each_nodes_findings(workspace):
     verdicts = query(prom, 'hpq_result_verdict{cluster="doc", test="doctor"} == 1')
     assert sorted((r["metric"]["node"], r["metric"]["verdict"]) for r in verdicts) == [
         ("hyperpod-i-0a1", "FAIL"), ("hyperpod-i-0a2", "PASS")]
+
+
+def test_an_eks_sweep_sends_each_nodes_score_and_names_the_slow_one(workspace, tmp_path):
+    """The sweep's node table is its evidence (TestResult.to_dict() keeps only a count under ``nodes``): the
+    report of 6 nodes where every pair with n6 runs at 30 GB/s, judged by hpq's sweep judge from the log that
+    carries it, reaches the workspace with n6 slow and the others not."""
+    from tests.observability.test_result_metrics import sweep_result
+
+    prom, ws = workspace
+    stack("sweep-stack", "sw", ws.url + "/api/v1/remote_write")
+    raw = RawOutcome(1, "pairs ran\n" + sweep_result(tmp_path).read_text() + "\n", command="hpq-sweep-1")
+    result = judges.judge_sweep(TestRequest("sweep", 6), raw, "ml.p5.48xlarge", "eks", "sw")
+    assert isinstance(result.to_dict()["nodes"], int)  # the trap: the summary's count over the table
+    note = publish.publish(result, REGION, None)
+    assert note is not None and note.startswith("hpq: result metrics: "), note
+    rows = query(prom, 'hpq_sweep_node_slow{cluster="sw"}')
+    assert {r["metric"]["node"]: r["value"][1] for r in rows} == {"n1": "0", "n2": "0", "n3": "0", "n4": "0",
+                                                                   "n5": "0", "n6": "1"}
