@@ -11,10 +11,13 @@ node_exporter on every node (its CPU, memory, filesystem and network families an
 once per cluster, the controller's Slurm writer (scripts/slurm_metrics.py). The node's ``instance`` label is its
 Slurm node name, ``ip-a-b-c-d`` (the agent's relabelling), the first label of HyperPod's PrivateDnsHostname.
 GPU workers also send the DCGM fields hpq's GPU writer reads (scripts/gpu_metrics.py: the seed's six and
-uncorrectable ECC), and EFA workers the EFA driver's error and traffic counters (scripts/efa_metrics.py), both
-through node_exporter's textfile collector; Trainium workers the device series hpq's Neuron writer writes from
-neuron-monitor at all times (scripts/neuron_metrics.py). The runtime series (NeuronCore utilization, runtime
-memory, executions) exist only while a Neuron application runs: listed as not expected, never counted.
+uncorrectable ECC, one series per GPU of the type), and EFA workers the EFA devices and their traffic counters
+(scripts/efa_metrics.py, one info series per EFA device), both through node_exporter's textfile collector;
+Trainium workers the device series hpq's Neuron writer writes from neuron-monitor at all times
+(scripts/neuron_metrics.py). A writer's series are evidence only while its up series is 1 and its file is fresh
+(node_textfile_mtime_seconds): node_exporter serves a stopped writer's last file forever. Shown, never counted:
+the EFA sick-link counters (older drivers lack them) and the Neuron runtime series (only while an application
+runs).
 
 Verdict: PASS only when every expected series of every node is there; FAIL when any is missing; INCONCLUSIVE when
 the workspace could not be asked or the cluster has no nodes.

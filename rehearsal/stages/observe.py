@@ -296,31 +296,35 @@ def unsigned_refused(obs: Observability) -> bool:
         return False
 
 
-def two_scrapes(query: Any, plan: Plan, say: Say, limit_s: float = 80.0) -> None:
-    """Wait (bounded) until every node's agent has scraped twice within the rate window: a rate() panel draws
-    from two samples, so on any cluster it is empty for its first scrape interval (30 s); judged after that."""
-    promql = (f'min(count_over_time(up{{cluster="{series_check.escape(plan.cluster_name)}", '
-              f'job="node_exporter"}}[{dashboards.RATE_INTERVAL}]))')
+def two_scrapes(query: Any, plan: Plan, say: Say, since: float, limit_s: float = 80.0) -> None:
+    """Wait (bounded) until every node's agent has scraped twice within the rate window (a rate() panel draws
+    from two samples, so on any cluster it is empty for its first scrape interval, 30 s) and once after ``since``
+    (the validation results were written to the nodes' textfile directory before then, so that scrape carried
+    them to the workspace); judged after that."""
+    sel = f'up{{cluster="{series_check.escape(plan.cluster_name)}", job="node_exporter"}}'
+    twice, after = f"min(count_over_time({sel}[{dashboards.RATE_INTERVAL}]))", f"min(timestamp({sel}))"
     deadline = time.time() + limit_s
     while time.time() < deadline:
         try:
-            got = query(promql)
-            if got and float(got[0]["value"][1]) >= 2:
+            got, last = query(twice), query(after)
+            if got and float(got[0]["value"][1]) >= 2 and last and float(last[0]["value"][1]) > since:
                 return
         except (series_check.QueryFailed, LookupError, TypeError, ValueError):
             pass
         time.sleep(POLL_S)
-    say("observe", f"some node's agent has not scraped twice in {limit_s:.0f}s: rate() panels may be empty")
+    say("observe", f"some node's agent has not scraped twice, or not since the results were written, in "
+                   f"{limit_s:.0f}s: panels may be empty")
 
 
 def judge(plan: Plan, obs: Observability, say: Say, wait_s: float = WITHIN_S) -> dict[str, Any]:
     """The ``observe`` object; raises Failure unless PASS (positive evidence for each part)."""
+    since = time.time()  # every result the rehearsal published is on the nodes by now
     poller = obs.poller
     if poller is not None:  # validation may have been skipped: wait out the 60 s from Slurm idle, no longer
         poller.stop(wait_until=poller.t0 + wait_s)
     query = query_function(obs)
     if poller is None or poller.reached_after_s is not None:  # a silent cluster has nothing to wait for
-        two_scrapes(query, plan, say)
+        two_scrapes(query, plan, say, since)
     out: dict[str, Any] = {"workspace": {"id": obs.amp.workspace_id, "arn": obs.amp.arn,
                                          "remote_write_url": obs.amp.endpoint + "api/v1/remote_write"}}
     try:
