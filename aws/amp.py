@@ -39,24 +39,32 @@ def signed_headers(session: Any, url: str, region: str, method: str = "GET", bod
     return dict(request.headers.items())
 
 
+def send(session: Any, url: str, region: str, name: str, why_by_code: dict[int, str], refused: str,
+         method: str = "GET", body: bytes = b"", extra: dict[str, str] | None = None) -> bytes:
+    """One SigV4-signed request to the workspace; its answer (at most MAX_BYTES + 1 bytes). QueryError, one line
+    starting with ``name`` (the endpoint, without a query string), on an HTTP error (``why_by_code`` says what
+    its status likely means, ``refused`` any other) or an endpoint that cannot be reached."""
+    req = urllib.request.Request(url, data=body if method != "GET" else None, method=method,
+                                 headers=signed_headers(session, url, region, method=method, body=body, extra=extra))
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            return resp.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(2000).decode("utf-8", "replace").strip().splitlines()
+        more = ("; " + detail[0][:200]) if detail else ""
+        raise QueryError(f"{name}: HTTP {exc.code}: {why_by_code.get(exc.code, refused)}{more}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise QueryError(f"{name}: cannot reach the workspace endpoint: {getattr(exc, 'reason', None) or exc}") from None
+
+
 def instant_query(session: Any, query_url: str, region: str, promql: str) -> list[dict[str, Any]]:
     """``data.result`` of one instant query; QueryError (one line) otherwise."""
     # Percent-encoded as SigV4's canonical query string is (RFC 3986, space as %20, not '+'): botocore signs the
     # query as written, AWS re-encodes what it decoded, so a '+' would not verify.
     url = query_url + "?" + urllib.parse.urlencode({"query": promql}, quote_via=urllib.parse.quote, safe="-_.~")
-    req = urllib.request.Request(url, headers=signed_headers(session, url, region), method="GET")
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-            body = resp.read(MAX_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(2000).decode("utf-8", "replace").strip().splitlines()
-        why = {403: "these credentials may not aps:QueryMetrics on the workspace (or the signature was refused)",
-               404: "no such workspace or path (check PrometheusQueryUrl)"}.get(exc.code, "the query was refused")
-        more = ("; " + detail[0][:200]) if detail else ""
-        raise QueryError(f"{query_url}: HTTP {exc.code}: {why}{more}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise QueryError(f"{query_url}: cannot reach the workspace endpoint: "
-                         f"{getattr(exc, 'reason', None) or exc}") from None
+    body = send(session, url, region, query_url, {
+        403: "these credentials may not aps:QueryMetrics on the workspace (or the signature was refused)",
+        404: "no such workspace or path (check PrometheusQueryUrl)"}, "the query was refused")
     try:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

@@ -19,8 +19,6 @@ message has four fields, and Snappy allows a block of literals only, which any d
 from __future__ import annotations
 
 import struct
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
@@ -94,19 +92,9 @@ def write(session: Any, url: str, region: str, series: list[Series]) -> int:
 def post(session: Any, url: str, region: str, body: bytes) -> None:
     """One signed remote-write request with ``body`` (compressed already); WriteError when it is not taken."""
     try:
-        headers = amp.signed_headers(session, url, region, method="POST", body=body, extra=HEADERS)
-    except amp.QueryError as exc:
+        amp.send(session, url, region, url, {
+            403: "these credentials may not aps:RemoteWrite on the workspace (or the signature was refused)",
+            404: "no such workspace or path (check PrometheusRemoteWriteUrl)",
+            400: "the workspace refused the samples"}, "the write was refused", method="POST", body=body, extra=HEADERS)
+    except amp.QueryError as exc:  # the same one line, as this module's error
         raise WriteError(str(exc)) from None
-    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-            resp.read(4096)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(2000).decode("utf-8", "replace").strip().splitlines()
-        why = {403: "these credentials may not aps:RemoteWrite on the workspace (or the signature was refused)",
-               404: "no such workspace or path (check PrometheusRemoteWriteUrl)",
-               400: "the workspace refused the samples"}.get(exc.code, "the write was refused")
-        more = ("; " + detail[0][:200]) if detail else ""
-        raise WriteError(f"{url}: HTTP {exc.code}: {why}{more}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise WriteError(f"{url}: cannot reach the workspace endpoint: {getattr(exc, 'reason', None) or exc}") from None

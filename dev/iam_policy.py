@@ -86,10 +86,12 @@ def _signs_for(tree: ast.AST, service: str) -> bool:
 
 
 def _posts_signed(tree: ast.AST) -> bool:
-    """True where the module POSTs through aws/amp.py's signer (``signed_headers(..., method="POST")``): a
-    Prometheus remote write to AMP (aws/remote_write.py), which needs aps:RemoteWrite."""
+    """True where the module POSTs through aws/amp.py's signed requests (``amp.send(..., method="POST")`` or
+    ``signed_headers(..., method="POST")``): a Prometheus remote write to AMP (aws/remote_write.py), which needs
+    aps:RemoteWrite."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "signed_headers":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "signed_headers", "send"):
             if any(k.arg == "method" and isinstance(k.value, ast.Constant) and k.value.value == "POST"
                    for k in node.keywords):
                 return True
