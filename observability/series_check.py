@@ -146,15 +146,20 @@ def promql(metric: str, cluster: str) -> str:
     return f'count by (instance, job) ({metric}{{cluster="{escape(cluster)}"}})'
 
 
-def _by_instance(result: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """instance -> {job: value} from a vector result."""
-    out: dict[str, dict[str, float]] = {}
+def _samples(result: Iterable[dict[str, Any]]) -> Iterable[tuple[dict[str, Any], float]]:
+    """(labels, value) of each row of a vector result; a row whose value is not a number is skipped."""
     for row in result:
-        labels = row.get("metric") or {}
         try:
             value = float((row.get("value") or [0, "nan"])[1])
         except (TypeError, ValueError):
             continue
+        yield row.get("metric") or {}, value
+
+
+def _by_instance(result: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """instance -> {job: value} from a vector result."""
+    out: dict[str, dict[str, float]] = {}
+    for labels, value in _samples(result):
         out.setdefault(str(labels.get("instance", "")), {})[str(labels.get("job", ""))] = value
     return out
 
@@ -178,13 +183,8 @@ def _ages(result: Iterable[dict[str, Any]]) -> dict[tuple[str, str], float]:
     """(instance, writer kind) -> seconds since its textfile was written, from node_textfile_mtime_seconds."""
     names = {textfile: kind for kind, (_, _, textfile, _) in WRITERS.items()}
     out: dict[tuple[str, str], float] = {}
-    for row in result:
-        labels = row.get("metric") or {}
+    for labels, age in _samples(result):
         kind = names.get(str(labels.get("file", "")).rsplit("/", 1)[-1])
-        try:
-            age = float((row.get("value") or [0, "nan"])[1])
-        except (TypeError, ValueError):
-            continue
         if kind:
             out[(str(labels.get("instance", "")), kind)] = age
     return out
