@@ -75,17 +75,26 @@ def write_text(textfile_dir: str, output_name: str, text: str) -> None:
     files.write_file(os.path.join(textfile_dir, output_name), text, mode=0o644)
 
 
+def arguments(prog: str, description: str, argv: Optional[Sequence[str]],
+              every_help: str = "seconds between writes (0: write once)",
+              stdout_help: str = "print instead of writing the file") -> argparse.Namespace:
+    """Every writer's options: ``--textfile-dir``, ``--every`` (0, or a finite 5 s or more) and ``--stdout``; a bad
+    one is argparse's one line and exit 2."""
+    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts." + prog, description=description)
+    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR, help="node_exporter's textfile directory")
+    ap.add_argument("--every", type=float, default=0.0, help=every_help)
+    ap.add_argument("--stdout", action="store_true", help=stdout_help)
+    args = ap.parse_args(argv)
+    if not math.isfinite(args.every) or args.every < 0 or (args.every and args.every < 5):
+        ap.error("--every must be 0 (once) or at least 5 seconds")
+    return args
+
+
 def main_loop(prog: str, description: str, output_name: str, collect: Callable[[], Tuple[str, bool]],
               argv: Optional[Sequence[str]] = None) -> int:
     """``--textfile-dir``, ``--every`` and ``--stdout``; exit 0 written, 1 a source failed (the file still holds
     what answered), 2 bad input or an unwritable file (one line, never a traceback)."""
-    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts." + prog, description=description)
-    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR, help="node_exporter's textfile directory")
-    ap.add_argument("--every", type=float, default=0.0, help="seconds between writes (0: write once)")
-    ap.add_argument("--stdout", action="store_true", help="print instead of writing the file")
-    args = ap.parse_args(argv)
-    if not math.isfinite(args.every) or args.every < 0 or (args.every and args.every < 5):
-        ap.error("--every must be 0 (once) or at least 5 seconds")
+    args = arguments(prog, description, argv)
     if args.stdout:
         text, ok = collect()
         sys.stdout.write(text)

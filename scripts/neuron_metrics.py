@@ -36,7 +36,6 @@ Standard library only (the node's python3, 3.7+).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -52,7 +51,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from hpq.lifecycle import files
 from hpq.scripts import metric_writer
 from hpq.scripts.metric_writer import Families
-from hpq.scripts.result_metrics import TEXTFILE_DIR
 
 PROG = "neuron_metrics"
 OUTPUT_NAME = "hpq_neuron.prom"
@@ -408,15 +406,10 @@ def run_monitor(period_s: float, config_path: str, writer: Writer, once: bool) -
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit 0 a report written whole, 1 neuron-monitor absent/failed or a group left out (once only), 2 bad input
     or an unwritable file (one line, never a traceback)."""
-    ap = argparse.ArgumentParser(prog="python3 -m hpq.scripts." + PROG, description="Write neuron-monitor's "
-                                 "reports as neuron-monitor-prometheus.py's Prometheus metrics.")
-    ap.add_argument("--textfile-dir", default=TEXTFILE_DIR, help="node_exporter's textfile directory")
-    ap.add_argument("--every", type=float, default=0.0,
-                    help="neuron-monitor's period in seconds (0: write one report and exit)")
-    ap.add_argument("--stdout", action="store_true", help="print one report's rendering instead of writing the file")
-    args = ap.parse_args(argv)
-    if args.every < 0 or (args.every and args.every < 5) or math.isnan(args.every) or math.isinf(args.every):
-        ap.error("--every must be 0 (once) or at least 5 seconds")
+    args = metric_writer.arguments(
+        PROG, "Write neuron-monitor's reports as neuron-monitor-prometheus.py's Prometheus metrics.", argv,
+        every_help="neuron-monitor's period in seconds (0: write one report and exit)",
+        stdout_help="print one report's rendering instead of writing the file")
     once = args.stdout or not args.every
     period = args.every or 5.0
     writer = Writer(args.textfile_dir, args.stdout)
