@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpq.lifecycle import catalog
+from hpq.lifecycle import catalog, observability
+from hpq.scripts import efa_metrics, gpu_metrics, neuron_metrics
 
 # metric -> the job (scrape target) that emits it, as the agent names jobs (lifecycle/observability.py PORTS).
 NODE_SERIES = {
@@ -56,10 +57,12 @@ EFA_SICK_LINK = ("node_amazonefa_retrans_timeout_events", "node_amazonefa_unresp
 NEURON_SERIES = {metric: "node_exporter" for metric in (  # Trainium workers: hpq-neuron-metrics.service's file
     "neuron_hardware_info", "hardware_ecc_events_total", "system_vcpu_usage_ratio")}
 # hpq's writers on workers: hardware -> (unit, its up series, its textfile, the series it owes)
+# (the unit as the lifecycle names it, the file as the writer names it)
 WRITERS = {
-    "gpu": ("hpq-gpu-metrics.service", "hpq_gpu_metrics_up", "hpq_gpu.prom", GPU_SERIES),
-    "efa": ("hpq-efa-metrics.service", "hpq_efa_metrics_up", "hpq_efa.prom", EFA_SERIES),
-    "neuron": ("hpq-neuron-metrics.service", "hpq_neuron_metrics_up", "hpq_neuron.prom", NEURON_SERIES),
+    "gpu": (observability.WRITERS["gpu_metrics"][0], "hpq_gpu_metrics_up", gpu_metrics.OUTPUT_NAME, GPU_SERIES),
+    "efa": (observability.WRITERS["efa_metrics"][0], "hpq_efa_metrics_up", efa_metrics.OUTPUT_NAME, EFA_SERIES),
+    "neuron": (observability.WRITERS["neuron_metrics"][0], "hpq_neuron_metrics_up", neuron_metrics.OUTPUT_NAME,
+               NEURON_SERIES),
 }
 WRITER_OF = {m: (unit, up) for unit, up, _, series in WRITERS.values() for m in series}
 # A writer rewrites its file every 30 s; node_exporter serves the last one forever, so a file older than this
