@@ -70,16 +70,6 @@ COUNTERS = {
 }
 INFO_HELP = "Non-numeric data from /sys/class/infiniband/<device>, value is always 1."
 UP_HELP = "1 when hpq's EFA writer read at least one EFA device's counters, else 0."
-MAX_COUNTER_BYTES = 64
-
-
-def _read_counter(path: str) -> Optional[int]:
-    try:
-        with open(path) as fh:
-            text = fh.read(MAX_COUNTER_BYTES).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isascii() and text.isdigit() else None  # "²".isdigit() is True, int() refuses it
 
 
 def collect(sys_root: str = SYS_ROOT) -> Tuple[str, bool]:
@@ -96,7 +86,7 @@ def collect(sys_root: str = SYS_ROOT) -> Tuple[str, bool]:
         for port in ports:
             folder = os.path.join(ports_dir, port, "hw_counters")
             for counter, help_text in sorted(COUNTERS.items()):
-                value = _read_counter(os.path.join(folder, counter))
+                value = node_checks.read_counter(os.path.join(folder, counter))
                 if value is not None:
                     fam.add("node_amazonefa_" + counter, help_text, {"device": device, "port": port},
                             float(value), kind="counter")

@@ -369,15 +369,22 @@ def read_efa_counters(sys_root: str = "/sys/class/infiniband") -> Dict[str, Dict
         folder = os.path.join(sys_root, device, "ports", "1", "hw_counters")
         values = {}
         for name in EFA_ERROR_COUNTERS:
-            try:
-                with open(os.path.join(folder, name)) as fh:
-                    text = fh.read(64).strip()
-            except OSError:
-                continue
-            if text.isascii() and text.isdigit():
-                values[name] = int(text)
+            value = read_counter(os.path.join(folder, name))
+            if value is not None:
+                values[name] = value
         counters[device] = values
     return counters
+
+
+def read_counter(path: str) -> Optional[int]:
+    """A sysfs counter file's number; None when it cannot be read or is not a plain decimal number (a binary
+    file, or "²": ``isdigit()`` says yes and ``int()`` refuses it)."""
+    try:
+        with open(path) as fh:
+            text = fh.read(64).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def efa_devices(sys_root: str = "/sys/class/infiniband") -> List[str]:
