@@ -56,9 +56,9 @@ def remote_write_url(session: Any, cluster: str) -> tuple[str, str] | None:
 
 
 def publish(result: TestResult, region: str | None, profile: str | None, session: Any = None) -> str | None:
-    """Send ``result``'s series to its stack's workspace; the line to show (None: observability is off, or the
-    result is not one hpq keeps as metrics)."""
-    if result.test not in KINDS:
+    """Send ``result``'s series to its stack's workspace; the line to show (None: observability is off, a node
+    published it already (every backend but EKS), or the result is not one hpq keeps as metrics)."""
+    if result.backend != "eks" or result.test not in KINDS:
         return None
     try:
         session = session or make_session(region, profile)

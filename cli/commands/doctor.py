@@ -98,10 +98,9 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     except KeyboardInterrupt:
         click.echo("hpq: interrupted; node checks may still be running on the cluster", err=True)
         sys.exit(outcome.EXIT_INTERRUPTED)
-    if backend.name == "eks":  # no node publishes its report there: sent to the stack's workspace, if it has one
-        note = publish.publish(result, region, profile)
-        if note:
-            click.echo(note, err=True)
+    note = publish.publish(result, region, profile)  # EKS: no node publishes it; to the stack's workspace
+    if note:
+        click.echo(note, err=True)
     view = None
     view_error = ""
     if sm is not None:

@@ -97,10 +97,9 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
     backend = find(cluster) or pick.backend_for(cluster, where)
     refuse_other_orchestrator(click.get_current_context(), backend, cluster)
     result = run(backend, request, echo_for(output))
-    if backend.name == "eks":  # no node publishes it there: sent to the stack's workspace, if it has one
-        note = publish.publish(result, region, profile)
-        if note:
-            click.echo(note, err=True)
+    note = publish.publish(result, region, profile)  # EKS: no node publishes it; to the stack's workspace
+    if note:
+        click.echo(note, err=True)
     finish(result, output)
 
 

@@ -107,6 +107,12 @@ def test_refusals_are_one_line_and_never_change_the_result(workspace, tmp_path):
     # a stack without observability: nothing sent, nothing said
     stack("quiet-stack", "quiet", None)
     assert publish.publish(eks_nccl_result("quiet"), REGION, None) is None and not ws.accepted
+    # a Slurm result with observability on: its nodes published it already (result_metrics), not sent twice
+    stack("slurm-stack", "on-slurm", ws.url + "/api/v1/remote_write")
+    raw = RawOutcome(0, NCCL_LOG.read_text(), command="run-nccl-test 2 8")
+    slurm = judges.judge_bandwidth(TestRequest(NCCL, 2, 8, "ml.p5.48xlarge"), raw, "ml.p5.48xlarge", "slurm",
+                                   "on-slurm")
+    assert publish.publish(slurm, REGION, None) is None and not ws.accepted
     # a workspace that does not know these credentials: 403, named
     other = amp_standin.Workspace(prom.url, {"AKIDOTHER": "secret"}, region=REGION)
     try:
