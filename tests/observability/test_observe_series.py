@@ -298,12 +298,21 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
             except amp.QueryError as exc:
                 raise series_check.QueryFailed(str(exc)) from None
 
+        def unsigned_write_refused() -> bool:
+            return any(
+                p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused
+            )
+
         nodes = [series_check.Node("ip-a"), series_check.Node("ip-b")]
         res: dict = {}
         deadline = started + 60
+        # Wait for both: ip-a's series and ip-b's first (refused) write, which a loaded host can delay past A's.
         while time.time() < deadline:
             res = series_check.check("c1", nodes, query)
-            if not res["nodes"][0]["missing"] and all(v["present"] for v in res["cluster_series"].values()):
+            a_complete = not res["nodes"][0]["missing"] and all(
+                v["present"] for v in res["cluster_series"].values()
+            )
+            if a_complete and unsigned_write_refused():
                 break
             time.sleep(1)
         elapsed = time.time() - started
@@ -319,9 +328,7 @@ def test_series_reach_the_workspace_and_the_check_names_the_silent_node(tmp_path
         # The unsigned agent's writes were refused by the SigV4 check, so ip-b is named silent.
         assert res["verdict"] == "FAIL"
         assert b["present"] == [] and all("nothing from this node" in c for c in b["missing"].values())
-        assert any(
-            p.endswith("/remote_write") and "Missing Authentication Token" in r for _, p, r in ws.refused
-        )
+        assert unsigned_write_refused(), ws.refused[:3]
         # Only the healthy node: PASS. A query with a wrong secret: refused, INCONCLUSIVE.
         assert series_check.check("c1", nodes[:1], query)["verdict"] == "PASS"
         bad = boto3.Session(aws_access_key_id=next(iter(KEYS)), aws_secret_access_key="nope")
