@@ -78,6 +78,10 @@ class Outcome:
     message: str
     log: str
     pods: list[str] = field(default_factory=list)
+    # pod -> the Kubernetes node it ran on (spec.nodeName, set when the scheduler binds it). A pod's host name
+    # is its own name (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go: Spec.Hostname = pod name),
+    # so this is how a host a rank line prints becomes a node a user can cordon.
+    pod_nodes: dict[str, str] = field(default_factory=dict)
 
 
 def job_state(obj: dict[str, Any] | None) -> tuple[str | None, str]:
@@ -138,6 +142,7 @@ class Runner:
         self._last_line = ""
         self._last_print = 0.0
         self._problem_since: dict[str, float] = {}
+        self.pod_nodes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ apply / cleanup
 
@@ -189,6 +194,10 @@ class Runner:
     def _progress(self, pods: list[dict[str, Any]]) -> None:
         """One line when the pod states change (or every 30 s); fail on a problem that does not go away."""
         now = self.clock()
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                self.pod_nodes[_name(pod)] = str(node)
         counts = Counter(pod_summary(p)[0] for p in pods)
         line = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no pods yet"
         if line != self._last_line or now - self._last_print >= 30:
@@ -305,8 +314,9 @@ class Runner:
                         self.echo(line)
                         lines.append(line)
         except RunTimeout:
-            return Outcome("TimedOut", f"no result after {int(self.timeout_s)}s", "\n".join(lines), pods_seen)
-        return Outcome(state, message, "\n".join(lines), pods_seen)
+            return Outcome("TimedOut", f"no result after {int(self.timeout_s)}s", "\n".join(lines), pods_seen,
+                           dict(self.pod_nodes))
+        return Outcome(state, message, "\n".join(lines), pods_seen, dict(self.pod_nodes))
 
     def _safe_log(self, pod: str) -> str:
         try:

@@ -160,8 +160,12 @@ def _number(value) -> Optional[float]:
 
 
 def _hosts(doc: Dict, local: str) -> List[str]:
+    """The nodes a result ran on: the hosts it names, each as its node where the result maps it (EKS:
+    ``host_nodes``, pod -> Kubernetes node); a result naming no host but mapping pods: their nodes."""
+    nodes = doc.get("host_nodes") if isinstance(doc.get("host_nodes"), dict) else {}
     hosts = [str(h) for h in (doc.get("hosts") or doc.get("rank_hosts") or []) if h]
-    return sorted(set(hosts)) or [local]
+    named = [str(nodes.get(h) or h) for h in hosts] or [str(n) for n in nodes.values() if n]
+    return sorted(set(named)) or [local]
 
 
 class Samples:

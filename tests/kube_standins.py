@@ -216,6 +216,7 @@ class FakeKube:
                     st["containerStatuses"] = [{"name": "c", "state": {"waiting": {"reason": reason,
                                                                                     "message": msg}}}]
                 elif self.ticks >= self.scenario.get("pending_ticks", 1) and st["phase"] == "Pending":
+                    pod["spec"] = {"nodeName": self._bind(pod)}
                     st["phase"] = "Running"
             end_at = self.scenario.get("end_at_tick")
             if end_at is not None and self.ticks >= end_at:  # the job ends before anyone follows a log
@@ -227,6 +228,25 @@ class FakeKube:
                 for (plural, _ns, _name), obj in self.objects.items():
                     if plural in ("jobs",) and self._pinned(obj) not in self.scenario.get("hang", ()):
                         self.finish(obj)
+
+    def _bind(self, pod: dict[str, Any]) -> str:
+        """The node the scheduler binds a pod to, which the API then shows as its ``spec.nodeName``
+        (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#scheduling): the node a
+        template names, a worker's own of the nodes its affinity pins (worker-i to the i-th), else the nodes
+        in turn, skipping those a sibling pod already has (hpq's manifests spread a job's pods, one per node,
+        with pod anti-affinity on kubernetes.io/hostname)."""
+        if pod.get("_node"):
+            return str(pod["_node"])
+        name = pod["metadata"]["name"]
+        hosts = pod.get("_hosts")
+        if pod["_role"] == "worker" and hosts:
+            index = int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[-1].isdigit() else 0
+            return hosts[index % len(hosts)]
+        names = [n["metadata"]["name"] for n in self.nodes] or ["node-0"]
+        taken = [(p.get("spec") or {}).get("nodeName") for p in self.pods.values()
+                 if p is not pod and p["_owner"] == pod["_owner"]]
+        free = [n for n in names if n not in taken]
+        return free[0] if free else names[len(taken) % len(names)]
 
     @staticmethod
     def pinned_hosts(obj: dict[str, Any]) -> tuple[str, ...] | None:

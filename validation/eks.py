@@ -185,7 +185,7 @@ class EksBackend:
         facts = jobs.node_facts(client, itype).to_dict() if request.test == VALIDATE else {}
         # The job as kubectl names it (mpijob/hpq-nccl-test): what the judges' messages say ran.
         return RawOutcome(code, outcome.log, command=f"{plan.job_kind.lower()}/{plan.name}", state=outcome.state,
-                          detail=outcome.message, facts=facts)
+                          detail=outcome.message, facts=facts, host_nodes=outcome.pod_nodes)
 
     def _run_doctor(self, request: TestRequest, echo: Echo) -> RawOutcome:
         """node_doctor on every node (or the first NODES) as one Job per node (validation/eks_doctor.py)."""
@@ -246,6 +246,14 @@ class EksBackend:
         return ""
 
     def judge(self, request: TestRequest, raw: RawOutcome, instance_type: str | None) -> TestResult:
+        result = self._judge(request, raw, instance_type)
+        if raw.host_nodes:
+            # The hosts a job's programs print are its pods; which node each ran on is what a user acts on
+            # (kubectl cordon NODE) and what the result's metrics are labelled with (scripts/result_metrics.py).
+            result.data["host_nodes"] = dict(sorted(raw.host_nodes.items()))
+        return result
+
+    def _judge(self, request: TestRequest, raw: RawOutcome, instance_type: str | None) -> TestResult:
         cluster = self._facts.name if self._facts else self.cluster
         if request.test == DOCTOR:
             return doctor.judge(request, raw, instance_type, self.name, cluster)

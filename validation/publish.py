@@ -5,9 +5,9 @@ sends it (scripts/result_metrics.py). On EKS the tests are Kubernetes jobs and n
 afterwards, so ``hpq test`` sends the same series itself, once, with a remote write signed by the user's own
 credentials (hpq/aws/remote_write.py), to the ``PrometheusRemoteWriteUrl`` output of the hpq stack that created
 the cluster. The series are result_metrics' (names, labels, values), plus ``job="hpq-results"`` and ``instance``
-= the node, the labels the agent adds on Slurm (on EKS an nccl result's nodes are the host names its ranks print:
-the MPI worker pods'; the sweep's and the doctor's are Kubernetes nodes). Nothing here changes the test's verdict or exit code: a failed
-write is one line on stderr.
+= the node, the labels the agent adds on Slurm (on EKS the Kubernetes nodes: the ranks' pods mapped to the nodes
+they ran on by the result's ``host_nodes``, the sweep's and the doctor's pinned ones). Nothing here changes the
+test's verdict or exit code: a failed write is one line on stderr.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ class RawOutcome:
     detail: str = ""  # the backend's reason (EKS job condition message)
     files: dict[str, str] = field(default_factory=dict)  # result files read back (run-nanogpt's JSON)
     facts: dict[str, Any] = field(default_factory=dict)  # what the backend saw of the nodes (EKS NodeFacts)
+    host_nodes: dict[str, str] = field(default_factory=dict)  # host name a program printed -> node (EKS: pod's)
 
     @property
     def timed_out(self) -> bool:

@@ -198,7 +198,7 @@ def _bandwidth(n: int, doc: dict[str, Any]) -> str:
              ("Average bus bandwidth", _gbps(doc.get("avg_busbw_gbps"))),
              ("Network", text(doc.get("network") or "not named in the log", 200)),
              ("Ranks / hosts", f"{whole(doc.get('ranks'))} on "
-                               f"{', '.join(text(h, 100) for h in items_of(doc.get('rank_hosts'), 64))}"
+                               f"{', '.join(_host(h, doc) for h in items_of(doc.get('rank_hosts'), 64))}"
               if whole(doc.get("ranks")) and items_of(doc.get("rank_hosts")) else ""),
              ("#wrong", text(whole(doc.get("wrong_total")))), ("Expected from", text(verdict.get("expected_source"), 600))]
     out.append(_facts(facts))
@@ -227,6 +227,13 @@ def _bandwidth(n: int, doc: dict[str, Any]) -> str:
 
 def _fmt(v: float | None) -> str:
     return "" if v is None else esc(f"{v:.2f}")
+
+
+def _host(host: Any, doc: dict[str, Any]) -> str:
+    """A rank's host as printed, with the node it ran on where the result maps it (EKS: the pod's node)."""
+    node = text(mapping(doc.get("host_nodes")).get(str(host)), 100)
+    name = text(host, 100)
+    return f"{name} (node {node})" if node and node != name else name
 
 
 def _gbps(v: Any) -> str:

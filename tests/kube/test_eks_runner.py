@@ -68,6 +68,28 @@ def test_nccl_test_pass_on_g5_16xlarge(fake_kube):
     assert follows and follows[0]["follow"] == ["true"] and follows[0]["container"] == ["launcher"]
 
 
+def test_the_ranks_hosts_are_named_by_the_nodes_their_pods_ran_on(fake_kube):
+    """nccl-tests' rank lines name hosts, and an MPIJob worker's host name is its pod's name
+    (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go: ``podTemplate.Spec.Hostname = name``). The
+    result maps each to the node the scheduler bound the pod to (the pod's ``spec.nodeName``), so its metrics and
+    the report name nodes a user can cordon. Broken twin: a host no pod of the job maps stays as printed."""
+    from hpq.scripts import result_metrics
+
+    fake_kube.add_nodes("ml.g5.16xlarge", 2, names=["ip-10-1-0-11", "ip-10-1-0-12"])
+    fake_kube.scenario.update(logs={"launcher": nccl_tests_output(3.02)})
+    verdict, _ = run(fake_kube, "nccl-test")
+    assert verdict.ok, verdict.message
+    doc = verdict.to_dict()
+    assert doc["rank_hosts"] == ["hpq-nccl-test-worker-0", "hpq-nccl-test-worker-1"]  # as the log printed them
+    workers = {doc["host_nodes"][h] for h in doc["rank_hosts"]}
+    assert workers == {"ip-10-1-0-11", "ip-10-1-0-12"}  # one worker per node, each pod's own
+    assert result_metrics._hosts(doc, "unknown") == ["ip-10-1-0-11", "ip-10-1-0-12"]
+    twin = dict(doc, rank_hosts=["hpq-nccl-test-worker-0", "somewhere-else"])
+    assert result_metrics._hosts(twin, "unknown") == sorted([doc["host_nodes"]["hpq-nccl-test-worker-0"],
+                                                            "somewhere-else"])
+    assert result_metrics._hosts(dict(doc, host_nodes={}), "unknown") == doc["rank_hosts"]
+
+
 def test_nccl_test_low_bandwidth_fails_with_exit_1(fake_kube):
     fake_kube.add_nodes("ml.p5.48xlarge", 2)
     fake_kube.scenario.update(logs={"launcher": nccl_tests_output(95.0)})
@@ -260,6 +282,10 @@ def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):
         "loss 4.1700 -> 3.0461: falls; ranks agree (checksum 1.234560e+02, spread 0)", "RESULT: PASS"]})
     verdict, lines = run(fake_kube, "nanogpt")
     assert verdict.ok and "4.17 -> 3.0461" in verdict.message, verdict.message
+    # its log names no hosts: the nodes its pods ran on are the result's nodes (both nodes: master, worker)
+    from hpq.scripts import result_metrics
+
+    assert result_metrics._hosts(verdict.to_dict(), "unknown") == ["node-0", "node-1"]
     kinds = [o["kind"] for o in fake_kube.created]
     assert kinds == ["ConfigMap", "PyTorchJob"]
     assert ("configmaps", "hpq-nanogpt-program") in fake_kube.deleted and fake_kube.objects == {}

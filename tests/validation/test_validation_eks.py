@@ -181,6 +181,8 @@ def test_an_eks_test_sends_its_result_to_the_stacks_workspace(moto_aws, fake_kub
         assert "hpq: result metrics: " in err and "my-obs-stack's workspace" in err
         rows = query(prom, 'hpq_result_verdict{cluster="my-obs", test="nccl", verdict="PASS"}')
         assert rows and all(float(r["value"][1]) == 1 for r in rows) and ws.accepted and not ws.refused
+        # labelled with the Kubernetes nodes the worker pods ran on, not the pods' host names the log prints
+        assert sorted(r["metric"]["node"] for r in rows) == ["node-0", "node-1"], rows
         for stub in stubs:
             stub.assert_no_pending_responses()
     finally:

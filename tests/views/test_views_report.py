@@ -130,6 +130,19 @@ def test_bandwidth_chart_draws_every_row_and_the_expected_figure(results):
     assert {"1 KiB", "1 MiB", "1 GiB"} <= set(dom.text_in("text", "tick")), "the log-x axis spans 8 B to 16 GiB"
 
 
+def test_an_eks_results_hosts_show_the_nodes_their_pods_ran_on(results):
+    """On EKS the rank lines print pod names; the result's ``host_nodes`` (each pod's spec.nodeName) puts the node
+    beside each. Twin: without the map, or for a host it does not name, the host stands alone."""
+    doc = copy.deepcopy(results["g5"])
+    doc["ranks"], doc["rank_hosts"] = 2, ["hpq-nccl-test-worker-0", "hpq-nccl-test-worker-1"]
+    doc["host_nodes"] = {"hpq-nccl-test-worker-0": "ip-10-1-0-11", "hpq-nccl-test-launcher": "ip-10-1-0-12"}
+    line = next(t for _, t in Dom(page.render(items(doc))).texts if t.startswith("2 on "))
+    assert line == "2 on hpq-nccl-test-worker-0 (node ip-10-1-0-11), hpq-nccl-test-worker-1", line
+    del doc["host_nodes"]
+    line = next(t for _, t in Dom(page.render(items(doc))).texts if t.startswith("2 on "))
+    assert line == "2 on hpq-nccl-test-worker-0, hpq-nccl-test-worker-1"
+
+
 def test_bandwidth_without_a_figure_draws_no_expected_line(results):
     twin = copy.deepcopy(results["p5"])
     twin["verdict"].update(expected_busbw_gbps=None, pass_fraction=None)
