@@ -5,11 +5,14 @@ The real way to build the file is `hpq prices refresh` (the AWS Price List API, 
 then is AWS's own, marked confirmed. The machine this file was built on could not reach the API, so it holds two
 kinds of record, each with its own provenance entry:
 
-- REAL: AWS Price List records as published in AWS's bulk offer files, taken from a public extract that keeps
-  AWS's SKU, usage type, unit, price and offer version (source named per record, repo@commit and path). They are
-  marked ``confirmed: true``. The extract does not keep the price dimension's description or rate code: the
-  rate code is written by AWS's on-demand convention (``<SKU>.JRTCKXETXF.6YS6EN2CT7``: JRTCKXETXF is the
-  on-demand offer term, 6YS6EN2CT7 the single price dimension) and the description is hpq's; provenance says so.
+- REAL: AWS Price List records, taken from public sources that keep AWS's own data (source named per record,
+  repo@commit and path), marked ``confirmed: true``:
+  * NAT gateway hours from a trimmed extract of AWS's bulk offer files, which keeps AWS's SKU, usage type, unit,
+    price and offer version but not the price dimension's description or rate code: the rate code is written by
+    AWS's on-demand convention (``<SKU>.JRTCKXETXF.6YS6EN2CT7``: JRTCKXETXF is the on-demand offer term,
+    6YS6EN2CT7 the single price dimension) and the description is hpq's; provenance says so.
+  * in-use public IPv4 address hours from a recorded GetProducts answer (AWS's aws_v1 product documents kept
+    whole: attributes, SKU, rate code, description, effective date, offer version); nothing is hpq's.
 - SEED: figures no stored public source holds as an AWS record; quoted from AWS's pricing pages or from notes
   that cite the Price List. SKUs are hpq's own (``HPQSEED-...``) and each is marked ``confirmed: false`` with the
   reason in ``why_unconfirmed``. The estimate marks every line priced from one with ``*``.
@@ -52,8 +55,9 @@ NOTE_EKS_EXT = ("AWS containers blog 'Amazon EKS extended support for Kubernetes
 
 # Why each seed is not a real record (none of these was found as an AWS record in any stored public source).
 WHY = {
-    "PublicIPv4:InUseAddress": ("no AWS record in a stored public source; public notes cite us-east-1 SKU "
-                                "4GQUNXTFWVSGPUZK (AmazonVPC offer 20260831092232) at 0.005, but not the record"),
+    "PublicIPv4:InUseAddress": ("no AWS record for this region in a stored public source (AWS's records for "
+                                "us-east-1 and eu-west-1 are in the file, at 0.005); the figure is the VPC "
+                                "pricing page's as quoted"),
     "VpcEndpoint-Hours": "no AWS record in a stored public source; figure from AWS's PrivateLink page as quoted",
     "AmazonEKS-Hours:perCluster": ("no AWS record in a stored public source; public notes cite us-east-1 SKU "
                                    "ZYWMR684YSMFHWEU (unit Hours, AmazonEKS offer 20260831092157) at 0.10"),
@@ -94,11 +98,32 @@ REAL_NAT = [
 REAL_PUBLISHED = "2026-09-04"  # the offer version's publication date
 REAL_READ = "2026-09-06"  # the extract's snapshot date
 
+# REAL records: AWS Price List in-use public IPv4 address hours (AmazonVPC, no productFamily, on demand), as the
+# Price List API answered GetProducts (FormatVersion aws_v1) for AmazonVPC offer version 20260724154225 (published
+# 2026-07-24T15:42:25Z), recorded whole in TypeOneLabs/tellury@c2acfab386e779e32e3f1c62599539190e92cd96
+# pkg/pricing/aws/testdata/getproducts-recorded.json (file committed 2026-08-11 in 38f9187895782b23f18ff6953e921cb0215ecbe0;
+# "the fixture stores the raw aws_v1 product documents exactly as GetProducts returns them", its
+# pkg/pricing/aws/catalog_test.go). Every value below is AWS's; hpq composes nothing in these records.
+# (region, SKU, usagetype, location, price dimension description, USD)
+REAL_IPV4_SOURCE = ("TypeOneLabs/tellury@c2acfab386e779e32e3f1c62599539190e92cd96 "
+                    "pkg/pricing/aws/testdata/getproducts-recorded.json: AWS Price List GetProducts answer (aws_v1) "
+                    "for AmazonVPC, offer version 20260724154225, recorded whole; every field as AWS published it")
+REAL_IPV4 = [
+    ("us-east-1", "4GQUNXTFWVSGPUZK", "USE1-PublicIPv4:InUseAddress", "US East (N. Virginia)",
+     "$0.005 per In-use public IPv4 address per hour", "0.0050000000"),
+    ("eu-west-1", "CNZ4XSXPRJXGA4ZF", "EU-PublicIPv4:InUseAddress", "EU (Ireland)",
+     "$0.005 per In-use public IPv4 address per hour", "0.0050000000"),
+]
+REAL_IPV4_EFFECTIVE = "2026-07-01T00:00:00Z"  # the terms' effectiveDate as recorded
+REAL_IPV4_PUBLISHED = "2026-07-24"  # the AmazonVPC offer version's publication date
+REAL_IPV4_READ = "2026-08-11"  # when the answer was recorded (the commit that added it)
+
 FIGURES = []
 for region in US:
+    if region not in {r[0] for r in REAL_IPV4}:  # AWS's own record replaces the seed where there is one
+        FIGURES.append(("AmazonVPC", "VPCPublicIPv4Address", region, "PublicIPv4:InUseAddress", {}, "Hrs",
+                        "0.005", "in-use public IPv4 address hour", NOTE_IPV4, BUILT))
     FIGURES += [
-        ("AmazonVPC", "VPCPublicIPv4Address", region, "PublicIPv4:InUseAddress", {}, "Hrs", "0.005",
-         "in-use public IPv4 address hour", NOTE_IPV4, BUILT),
         ("AmazonVPC", "VpcEndpoint", region, "VpcEndpoint-Hours", {}, "Hrs", "0.01", "VPC endpoint hour per AZ",
          NOTE_VPCE, BUILT),
         # The Price List's EKS unit is "Hours" (public notes citing SKU ZYWMR684YSMFHWEU), not "Hrs".
@@ -163,6 +188,26 @@ def real_nat(region: str, sku: str, usagetype: str, usd: str) -> dict:
     }
 
 
+def real_ipv4(region: str, sku: str, usagetype: str, location: str, description: str, usd: str) -> dict:
+    """AWS's in-use public IPv4 record as GetProducts answered it (every attribute the recording keeps)."""
+    term = f"{sku}.JRTCKXETXF"
+    return {
+        "product": {"sku": sku,
+                    "attributes": {"regionCode": region, "servicecode": "AmazonVPC",
+                                   "groupDescription": "Hourly charge for In-use Public IPv4 Addresses",
+                                   "usagetype": usagetype, "locationType": "AWS Region", "location": location,
+                                   "servicename": "Amazon Virtual Private Cloud", "operation": "",
+                                   "group": "VPCPublicIPv4Address"}},
+        "serviceCode": "AmazonVPC",
+        "terms": {"OnDemand": {term: {"sku": sku, "offerTermCode": "JRTCKXETXF",
+                                      "effectiveDate": REAL_IPV4_EFFECTIVE, "termAttributes": {},
+                                      "priceDimensions": {f"{term}.6YS6EN2CT7": {
+                                          "rateCode": f"{term}.6YS6EN2CT7", "description": description,
+                                          "beginRange": "0", "endRange": "Inf", "unit": "Hrs",
+                                          "pricePerUnit": {"USD": usd}, "appliesTo": []}}}}},
+    }
+
+
 def main() -> None:
     from hpq.aws.pricing import offer_files
 
@@ -172,13 +217,18 @@ def main() -> None:
         provenance[sku] = {"source": REAL_SOURCE, "retrieved": REAL_READ, "published": REAL_PUBLISHED,
                            "confirmed": True, "record": "AWS Price List offer-file record",
                            "composed_by_hpq": ["description", "rateCode (AWS's on-demand convention)"]}
+    for region, sku, usagetype, location, description, usd in REAL_IPV4:
+        records.append(real_ipv4(region, sku, usagetype, location, description, usd))
+        provenance[sku] = {"source": REAL_IPV4_SOURCE, "retrieved": REAL_IPV4_READ,
+                           "published": REAL_IPV4_PUBLISHED, "confirmed": True,
+                           "record": "AWS Price List GetProducts record (aws_v1), whole", "composed_by_hpq": []}
     for service, family, region, usage, attrs, unit, usd, description, source, date in FIGURES:
         rec = record(service, family, region, usage, attrs, unit, usd, description, date)
         records.append(rec)
         provenance[rec["product"]["sku"]] = {"source": source, "retrieved": date, "confirmed": False,
                                              "why_unconfirmed": why_unconfirmed(usage)}
     data = offer_files(records, provenance, BUILT,
-                       "dev/price_seed.py: AWS Price List records from a public offer-file extract (confirmed) "
+                       "dev/price_seed.py: AWS Price List records from public sources that keep them (confirmed) "
                        "and quoted public figures (confirmed: false, each with why_unconfirmed); "
                        "run `hpq prices refresh` for AWS's own records of everything")
     out = ROOT / "aws" / "prices.json"

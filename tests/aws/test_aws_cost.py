@@ -221,6 +221,97 @@ def test_the_shipped_estimate_prices_nat_from_aws_records(monkeypatch, variant, 
         assert f"    {ln.item}: {ln.rate.why_unconfirmed}" in text and ln.rate.why_unconfirmed
 
 
+# The shipped in-use public IPv4 records against their source: AWS's GetProducts answer for AmazonVPC offer
+# 20260724154225, recorded whole in TypeOneLabs/tellury@c2acfab386e779e32e3f1c62599539190e92cd96
+# pkg/pricing/aws/testdata/getproducts-recorded.json.
+REAL_IPV4 = {"us-east-1": ("4GQUNXTFWVSGPUZK", "USE1-PublicIPv4:InUseAddress"),
+             "eu-west-1": ("CNZ4XSXPRJXGA4ZF", "EU-PublicIPv4:InUseAddress")}
+REAL_CONFIGS = [("slurm-gpu", "small", "us-east-1", {}),  # the default deploy
+                ("slurm-gpu", "medium", "eu-west-1", {"WorkerInstanceType": "ml.p5.48xlarge"}),
+                ("slurm-trn", "large", "us-east-1", {}),
+                ("eks-trn", "small", "eu-west-1", {"WorkerInstanceType": "ml.trn1.32xlarge"})]
+
+
+def _shipped_raw() -> dict:
+    return json.loads(resources.files("hpq.aws").joinpath(pricing.PRICE_FILE).read_text())
+
+
+def _record_usd(raw: dict, service: str, sku: str) -> Decimal:
+    """The on-demand USD price as the record in the file states it (read here, not through the price reader)."""
+    (term,) = raw["offers"][service]["terms"]["OnDemand"][sku].values()
+    (dim,) = term["priceDimensions"].values()
+    return Decimal(dim["pricePerUnit"]["USD"])
+
+
+def _eips(templates: dict) -> int:
+    return sum(1 for body in templates.values() for res in (body.get("Resources") or {}).values()
+               if res.get("Type") == "AWS::EC2::EIP")
+
+
+@pytest.mark.parametrize(("variant", "size", "region", "params"), REAL_CONFIGS,
+                         ids=[f"{v}-{s}-{r}" for v, s, r, _ in REAL_CONFIGS])
+def test_the_shipped_estimate_prices_public_ipv4_and_nat_from_aws_records(monkeypatch, variant, size, region, params):
+    """Where the shipped file holds AWS's records, the deploy's lines are those records: the public IPv4 line is
+    the templates' Elastic IP count times the record's price, with its SKU and usage type; the NAT line too; and
+    every confirmed line agrees with the record whose SKU it names."""
+    monkeypatch.delenv(pricing.PRICE_FILE_ENV, raising=False)
+    values, templates = values_of(variant, size, **params)
+    est = estimate.estimate(variant, region, values, templates, pricing.prices(None, "file"))
+    raw = _shipped_raw()
+    sku, usagetype = REAL_IPV4[region]
+    product = raw["offers"]["AmazonVPC"]["products"][sku]
+    assert product["attributes"]["usagetype"] == usagetype and product["attributes"]["regionCode"] == region
+    prov = raw["provenance"][sku]
+    assert prov["confirmed"] and prov["source"].startswith("TypeOneLabs/tellury@") and prov["published"] == "2026-07-24"
+    (ipv4,) = [ln for ln in est.lines if ln.item == pricing.PUBLIC_IPV4.key]
+    assert _eips(templates) >= 1 and ipv4.quantity == _eips(templates)
+    assert ipv4.rate.sku == sku and ipv4.rate.confirmed
+    assert ipv4.hourly == _eips(templates) * _record_usd(raw, "AmazonVPC", sku)
+    services = {pricing.PUBLIC_IPV4.key: "AmazonVPC", pricing.NAT_GATEWAY.key: "AmazonEC2"}
+    confirmed = [ln for ln in est.lines if ln.rate is not None and ln.rate.confirmed]
+    assert {ln.item for ln in confirmed} == set(services)  # the rest is seeds or "no price", never AWS's by claim
+    for ln in confirmed:
+        assert ln.hourly == ln.quantity * _record_usd(raw, services[ln.item], ln.rate.sku)
+    text = "\n".join(estimate.format_lines(est))
+    line = next(t for t in text.splitlines() if t.strip().startswith("public IPv4"))
+    assert "*" not in line and f"(${_record_usd(raw, 'AmazonVPC', sku)}/Hrs)" in line
+
+
+def test_a_changed_or_removed_aws_record_changes_the_line_and_never_guesses(tmp_path):
+    """Broken twins of the shipped file: the us-east-1 public IPv4 record's price raised, the line follows it;
+    the record removed, the line says "no price" (not the seed of a neighbouring region, not a lookalike) and the
+    total becomes a lower bound."""
+    values, templates = values_of("slurm-gpu", "small")
+    sku = REAL_IPV4["us-east-1"][0]
+
+    def run(raw: dict) -> estimate.Estimate:
+        path = tmp_path / "twin.json"
+        path.write_text(json.dumps(raw))
+        return estimate.estimate("slurm-gpu", "us-east-1", values, templates,
+                                 pricing.prices(None, "file", path=str(path)))
+
+    healthy = run(_shipped_raw())
+    raised = _shipped_raw()
+    (term,) = raised["offers"]["AmazonVPC"]["terms"]["OnDemand"][sku].values()
+    (dim,) = term["priceDimensions"].values()
+    dim["pricePerUnit"]["USD"] = "0.0070000000"
+    changed = run(raised)
+    (before,) = [ln for ln in healthy.lines if ln.item == pricing.PUBLIC_IPV4.key]
+    (after,) = [ln for ln in changed.lines if ln.item == pricing.PUBLIC_IPV4.key]
+    assert after.hourly == after.quantity * Decimal("0.007") != before.hourly
+    assert changed.hourly - healthy.hourly == after.hourly - before.hourly
+
+    removed = _shipped_raw()
+    del removed["offers"]["AmazonVPC"]["products"][sku]
+    del removed["offers"]["AmazonVPC"]["terms"]["OnDemand"][sku]
+    gone = run(removed)
+    assert {ln.item for ln in gone.unpriced} == {ln.item for ln in healthy.unpriced} | {pricing.PUBLIC_IPV4.key}
+    (missing,) = [ln for ln in gone.lines if ln.item == pricing.PUBLIC_IPV4.key]
+    assert missing.rate is None and missing.hourly is None
+    assert gone.hourly == healthy.hourly - before.hourly
+    assert pricing.PUBLIC_IPV4.key in "\n".join(estimate.format_lines(gone)).split("not priced:")[1]
+
+
 def test_eks_records_in_unit_hours_price_the_control_plane_and_other_units_do_not():
     """AmazonEKS bills cluster hours in unit "Hours" (us-east-1 SKU ZYWMR684YSMFHWEU); a GB-priced twin is refused."""
     def rec(unit: str) -> dict:
