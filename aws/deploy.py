@@ -363,8 +363,9 @@ def publish(session: Any, bucket: str, size: str = "small", variants: list[str] 
     return upload_release(s3, release, on_progress)
 
 
-def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str) -> list[str]:
-    cluster = outputs.get(names.OUT_CLUSTER_NAME) or stack
+def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str,
+                  parameters: dict[str, str] | None = None) -> list[str]:
+    cluster = stacks.cluster_name_of(parameters or {}, outputs, stack) or stack
     cmds = []
     if vocab.orchestrator_of(variant) == vocab.SLURM:
         cmds += [f"hpq connect {cluster} --region {region}", f"hpq remote-nccl-test {cluster} 2 --region {region}"]

@@ -19,20 +19,18 @@ NotFound; https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ListClus
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from hpq.aws import hyperpod, pricing
+from hpq.aws import hyperpod, pricing, stacks
 from hpq.aws.session import NotFound, aws_errors, client, error_code, make_session
 from hpq.lifecycle import catalog, names
 
 VARIANT_TAG_KEY = "hpq:variant"
 HOURS = Decimal(pricing.HOURS_PER_MONTH)
-# Where validation results live: hpq keeps none on this machine; the node commands write them on the cluster.
-RESULTS_NOTE = ("hpq keeps no validation results on this machine: the node commands write them on the cluster "
-                "(/fsx/hpq-results/, or ~/hpq-results/ without FSx); run `hpq test validate CLUSTER` for new ones")
 
 
 def is_hpq(tags: dict[str, str]) -> bool:
@@ -67,6 +65,7 @@ class ClusterRow:
     hourly: Decimal | None = None
     unpriced: list[str] = field(default_factory=list)
     price_sources: list[str] = field(default_factory=list)
+    shared_with: list[str] = field(default_factory=list)  # the other hpq stacks naming the same cluster
 
     def age_seconds(self, now: dt.datetime) -> int | None:
         return int((now - self.created).total_seconds()) if self.created else None
@@ -80,7 +79,7 @@ class ClusterRow:
                 "hourly_cost_usd": None if self.hourly is None else str(self.hourly.quantize(Decimal("0.0001"))),
                 "cost_covers": "HyperPod instances at their current counts, on-demand list prices",
                 "cost_complete": not self.unpriced, "unpriced": self.unpriced,
-                "price_sources": sorted(set(self.price_sources))}
+                "price_sources": sorted(set(self.price_sources)), "cluster_also_named_by": self.shared_with}
 
 
 def tags_of(sm: Any, arn: str) -> dict[str, str]:
@@ -91,9 +90,27 @@ def tags_of(sm: Any, arn: str) -> dict[str, str]:
     return out
 
 
-def hpq_stacks(cfn: Any) -> dict[str, dict[str, Any]]:
-    """hpq's root stacks in the region, by the cluster name they create: name, status, variant."""
-    out: dict[str, dict[str, Any]] = {}
+@dataclass
+class HpqStack:
+    """One root stack of hpq's and the HyperPod cluster it names ("" when it names no valid one)."""
+
+    stack: str
+    status: str
+    variant: str
+    cluster: str
+    created: dt.datetime | None = None
+    parameters: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def hpq_stacks(cfn: Any) -> list[HpqStack]:
+    """hpq's root stacks in the region, every one (two stacks may name one cluster: both are kept).
+
+    CloudFormation DescribeStacks (``Stacks[]``: StackName, StackStatus, ParentId, Parameters[ParameterKey,
+    ParameterValue], Outputs[OutputKey, OutputValue], Tags, CreationTime;
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeStacks.html). The cluster is
+    the root's ClusterName parameter (stacks.cluster_name_of says why not the output first)."""
+    out: list[HpqStack] = []
     with aws_errors("cloudformation:DescribeStacks"):
         for page in cfn.get_paginator("describe_stacks").paginate():
             for st in page.get("Stacks", []):
@@ -102,10 +119,18 @@ def hpq_stacks(cfn: Any) -> dict[str, dict[str, Any]]:
                     continue
                 params = {p["ParameterKey"]: p.get("ParameterValue", "") for p in st.get("Parameters") or []}
                 outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in st.get("Outputs") or []}
-                cluster = outputs.get(names.OUT_CLUSTER_NAME) or params.get("ClusterName") or st["StackName"]
-                out[cluster] = {"stack": st["StackName"], "status": st.get("StackStatus", ""),
-                                "variant": tags.get(VARIANT_TAG_KEY, ""), "created": st.get("CreationTime"),
-                                "parameters": params, "outputs": outputs}
+                out.append(HpqStack(st["StackName"], st.get("StackStatus", ""), tags.get(VARIANT_TAG_KEY, ""),
+                                    stacks.cluster_name_of(params, outputs, st["StackName"]), st.get("CreationTime"),
+                                    params, outputs))
+    return sorted(out, key=lambda s: s.stack)
+
+
+def by_cluster(found: list[HpqStack]) -> dict[str, list[HpqStack]]:
+    """The stacks naming each cluster (stacks that name none are left out)."""
+    out: dict[str, list[HpqStack]] = {}
+    for st in found:
+        if st.cluster:
+            out.setdefault(st.cluster, []).append(st)
     return out
 
 
@@ -141,18 +166,24 @@ def price_row(row: ClusterRow, prices: pricing.Prices) -> None:
     row.hourly = total if priced or not row.unpriced else None
 
 
-def list_region(session: Any, region: str, include_all: bool, prices: pricing.Prices) -> list[ClusterRow]:
-    """hpq's clusters in one region (every cluster with ``include_all``), with their stacks' state."""
-    sm = client(session, "sagemaker", region)
-    stacks = hpq_stacks(client(session, "cloudformation", region))
+def list_region(session: Any, region: str, include_all: bool, prices: pricing.Prices | None,
+                lock: Any = None) -> list[ClusterRow]:
+    """hpq's clusters in one region (every cluster with ``include_all``), with their stacks' state: one row per
+    hpq stack (two stacks naming one cluster are two rows, each naming the other), and one per cluster of hpq's
+    that no stack names. ``prices`` None: leave the cost to the caller (price_row). ``lock``: held while the
+    clients are made (a boto3 Session is not thread-safe; its clients are), for callers asking regions at once."""
+    with lock or contextlib.nullcontext():
+        sm = client(session, "sagemaker", region)
+        cfn = client(session, "cloudformation", region)
+    found = hpq_stacks(cfn)
+    claims = by_cluster(found)
     rows: list[ClusterRow] = []
     seen: set[str] = set()
     for summary in hyperpod.list_clusters(sm):
         name = summary["ClusterName"]
         arn = summary.get("ClusterArn", "")
         tags = tags_of(sm, arn)
-        stack = stacks.get(name)
-        mine = is_hpq(tags) or stack is not None
+        mine = is_hpq(tags) or name in claims
         if not mine and not include_all:
             continue
         seen.add(name)
@@ -160,18 +191,25 @@ def list_region(session: Any, region: str, include_all: bool, prices: pricing.Pr
             described = sm.describe_cluster(ClusterName=arn or name)
         groups = groups_of(described)
         orchestrator = "eks" if (described.get("Orchestrator") or {}).get("Eks") else "slurm"
-        row = ClusterRow(name, region, described.get("ClusterStatus", summary.get("ClusterStatus", "")),
-                         (stack or {}).get("variant") or (variant_of(tags, orchestrator, groups) if mine else ""),
-                         mine, arn, described.get("CreationTime") or summary.get("CreationTime"), groups,
-                         (stack or {}).get("stack", ""), (stack or {}).get("status", ""))
-        price_row(row, prices)
-        rows.append(row)
-    for cluster, stack in stacks.items():  # a stack whose cluster does not exist (yet, or any more)
-        if cluster in seen:
+        named_by = claims.get(name) or [None]
+        for stack in named_by:
+            row = ClusterRow(name, region, described.get("ClusterStatus", summary.get("ClusterStatus", "")),
+                             (stack.variant if stack else "") or (variant_of(tags, orchestrator, groups) if mine
+                                                                   else ""),
+                             mine, arn, described.get("CreationTime") or summary.get("CreationTime"), groups,
+                             stack.stack if stack else "", stack.status if stack else "",
+                             shared_with=[s.stack for s in named_by if s is not None and s is not stack])
+            if prices is not None:
+                price_row(row, prices)
+            rows.append(row)
+    for stack in found:  # a stack whose cluster does not exist (yet, or any more), or that names none
+        if stack.cluster in seen:
             continue
-        rows.append(ClusterRow(cluster, region, "no cluster", stack["variant"], True, created=stack["created"],
-                               stack=stack["stack"], stack_status=stack["status"]))
-    return sorted(rows, key=lambda r: (r.region, r.name))
+        rows.append(ClusterRow(stack.cluster, region, "no cluster" if stack.cluster else "no cluster name",
+                               stack.variant, True, created=stack.created, stack=stack.stack,
+                               stack_status=stack.status,
+                               shared_with=[s.stack for s in claims.get(stack.cluster, []) if s is not stack]))
+    return sorted(rows, key=lambda r: (r.region, r.name, r.stack))
 
 
 def age(seconds: int | None) -> str:
@@ -187,9 +225,13 @@ def age(seconds: int | None) -> str:
 
 def cluster_detail(session: Any, cluster_name: str, region: str, outputs: dict[str, str]) -> dict[str, Any]:
     """The HyperPod cluster a stack made: groups, every node with its status, the Slurm controller or the EKS
-    cluster, the FSx file system, and where validation results are."""
+    cluster and the FSx file system. Node health: ListClusterNodes gives InstanceStatus (Status, Message) and no
+    other health field (ClusterNodeSummary; DescribeClusterNode's ClusterNodeDetails neither); HyperPod's EKS
+    health is a Kubernetes node label (sagemaker.amazonaws.com/node-health-status,
+    https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-node-labels.html), not read
+    here. The validation results saved on this machine are the status command's (hpq.validation.saved)."""
     sm = client(session, "sagemaker", region)
-    out: dict[str, Any] = {"name": cluster_name, "validation": RESULTS_NOTE}
+    out: dict[str, Any] = {"name": cluster_name}
     try:
         cluster = hyperpod.describe_cluster(sm, cluster_name)
     except NotFound:
@@ -270,7 +312,7 @@ def completion_names(kind: str, region: str | None, profile: str | None) -> list
         session = make_session(region, profile)
         cfn = session.client("cloudformation", config=botocore.config.Config(
             connect_timeout=2, read_timeout=4, retries={"max_attempts": 1, "mode": "standard"}))
-        stacks = hpq_stacks(cfn)
+        found = hpq_stacks(cfn)
     except Exception:  # noqa: BLE001 - completion answers what it can, never a traceback on a TAB
         return []
-    return sorted(stacks) if kind == "cluster" else sorted(v["stack"] for v in stacks.values())
+    return sorted(by_cluster(found)) if kind == "cluster" else [st.stack for st in found]

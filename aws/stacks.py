@@ -13,6 +13,7 @@ from hpq.aws import deploy_plan
 from hpq.aws.s3 import empty_bucket
 from hpq.aws.session import NotFound, aws_errors, client, error_code, error_message
 from hpq.errors import OperationFailed
+from hpq.lifecycle import names
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 NESTED_TYPE = "AWS::CloudFormation::Stack"
@@ -50,6 +51,26 @@ class StackInfo:
             "outputs": self.outputs, "parameters": self.parameters,
             "created": str(self.created or ""), "updated": str(self.updated or ""),
         }
+
+
+CLUSTER_NAME_PARAMETER = "ClusterName"  # every variant's root parameter, passed to AWS::SageMaker::Cluster
+
+
+def cluster_name_of(parameters: dict[str, str], outputs: dict[str, str], stack_name: str = "") -> str:
+    """The HyperPod cluster a root stack of hpq's creates, "" when it names none.
+
+    The ``ClusterName`` parameter first: it is what the template passes to ``AWS::SageMaker::Cluster``
+    (cfn/hyperpod.py), known from the moment the stack exists. The ``ClusterName`` output only without it
+    (an emulator may answer a placeholder there: moto's rendition gives ``moto-HyperPodStack-Outputs.ClusterName``),
+    then the stack name (``hpq deploy``'s default cluster name). Only a value that is a valid HyperPod cluster name
+    is taken (CreateCluster's ClusterName pattern and length,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateCluster.html): anything else is no
+    cluster's name.
+    """
+    for value in (parameters.get(CLUSTER_NAME_PARAMETER), outputs.get(names.OUT_CLUSTER_NAME), stack_name):
+        if value and names.valid_hyperpod_name(value):
+            return value
+    return ""
 
 
 def describe(cfn: Any, stack: str) -> StackInfo:

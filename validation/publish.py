@@ -50,9 +50,13 @@ def series_of(result: TestResult, now: float) -> list[remote_write.Series]:
 
 def remote_write_url(session: Any, cluster: str) -> tuple[str, str] | None:
     """(stack, PrometheusRemoteWriteUrl) of the hpq stack that created ``cluster``; None when it has none."""
-    found = inventory.hpq_stacks(client(session, "cloudformation")).get(cluster)
-    url = (found or {}).get("outputs", {}).get(OUTPUT_KEYS["remote_write_url"], "")
-    return (found["stack"], url) if found and url else None
+    named = inventory.by_cluster(inventory.hpq_stacks(client(session, "cloudformation"))).get(cluster, [])
+    # Two stacks may name one cluster (only one of them created it): the newest that has a workspace.
+    for st in sorted(named, key=lambda s: str(s.created or ""), reverse=True):
+        url = st.outputs.get(OUTPUT_KEYS["remote_write_url"], "")
+        if url:
+            return st.stack, url
+    return None
 
 
 def publish(result: TestResult, region: str | None, profile: str | None, session: Any = None) -> str | None:

@@ -214,7 +214,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
     else:
         info = printing.follow_and_explain(cfn, dep.submit.stack_id, dep.stack_name, dep.submit.kind,
                                            dep.submit.started, rel.totals.get(variant), poll_seconds)
-    nxt = hpq.aws.deploy.next_commands(variant, dep.stack_name, info.outputs, reg)
+    nxt = hpq.aws.deploy.next_commands(variant, dep.stack_name, info.outputs, reg, info.parameters)
     if output == "json":
         printing.echo_json({**result, "status": info.status, "outputs": info.outputs, "next": nxt})
         return

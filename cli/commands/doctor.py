@@ -19,7 +19,7 @@ from hpq.cli.printing import echo_json, table
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.errors import UsageError
 from hpq.scripts import outcome
-from hpq.validation import doctor_fix, pick, publish
+from hpq.validation import doctor_fix, pick, publish, saved
 from hpq.validation.backend import run_test
 from hpq.validation.request import DOCTOR, TestRequest
 
@@ -123,12 +123,17 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
         if sweep["slow_nodes"]:
             exit_code = outcome.EXIT_FAIL
     steps = doctor_fix.plan(nodes_data, view or {}, cluster, doctor_fix.actions_for(backend))
+    judged = result.to_dict()
+    if sweep is not None:
+        judged.update(nodes=nodes_data, exit_code=exit_code, ok=exit_code == 0,
+                      outcome=outcome.FAIL if exit_code == outcome.EXIT_FAIL else judged["outcome"],
+                      sweep_slow_nodes=sweep["slow_nodes"])
+    if result.exit_code != outcome.EXIT_BAD_INPUT:  # the checks' verdict (before any --fix), for hpq status
+        note = saved.save_or_say(judged, region, profile)
+        if note:
+            click.echo(note, err=True)
     if output == "json":
-        doc = result.to_dict()
-        if sweep is not None:
-            doc.update(nodes=nodes_data, exit_code=exit_code, ok=exit_code == 0,
-                       outcome=outcome.FAIL if exit_code == outcome.EXIT_FAIL else doc["outcome"],
-                       sweep_slow_nodes=sweep["slow_nodes"])
+        doc = dict(judged)
         doc["hyperpod"] = {k: v.__dict__ for k, v in (view or {}).items()}
         doc["hyperpod_error"] = view_error or None
         doc["events"] = events

@@ -12,7 +12,7 @@ from hpq.aws.session import client, make_session, region_of
 from hpq.cli import inputs, printing
 from hpq.cli.common_options import aws_options, output_option
 from hpq.errors import UsageError
-from hpq.lifecycle import names
+from hpq.validation import saved
 
 
 def _operation(status: str) -> str:
@@ -39,13 +39,12 @@ def stack_overview(cfn: Any, stack: str) -> dict[str, Any]:
 
 
 def _cluster_name(overview: dict[str, Any]) -> str:
-    return (overview["outputs"].get(names.OUT_CLUSTER_NAME) or overview["parameters"].get("ClusterName")
-            or overview["name"])
+    return stacks.cluster_name_of(overview["parameters"], overview["outputs"], overview["name"])
 
 
 def print_cluster(cluster: dict[str, Any]) -> None:
     """The HyperPod cluster beside its stack: groups, every node, the controller or EKS cluster, FSx, results."""
-    line = f"HyperPod cluster {cluster['name']}: {cluster['status']}"
+    line = f"HyperPod cluster {cluster['name'] or '(none named)'}: {cluster['status']}"
     if cluster.get("orchestrator"):
         line += f" ({cluster['orchestrator']})"
     click.echo(line + (f": {cluster['failure']}" if cluster.get("failure") else ""))
@@ -71,7 +70,13 @@ def print_cluster(cluster: dict[str, Any]) -> None:
         if fsx.get("dns_name") and fsx.get("mount_name"):
             extra += f", mount {fsx['dns_name']}@tcp:/{fsx['mount_name']}"
         click.echo(f"FSx for Lustre {fsx['id']}: {fsx['status'] or 'unknown'}{extra}")
-    click.echo(f"validation results: {cluster['validation']}")
+    results = cluster.get("validation") or []
+    if results:
+        printing.table("Validation results (latest per test, saved on this machine)", ["Test", "Outcome", "When",
+                       "Result"], [[r["test"], r["outcome"], r["when"] or "", r["headline"]] for r in results])
+    else:
+        click.echo(f"validation results: {saved.NONE_SAVED} (`hpq test validate {cluster['name'] or 'CLUSTER'}` "
+                   "runs one; the node programs also keep theirs on the cluster, /fsx/hpq-results/)")
 
 
 @click.command("status")
@@ -87,7 +92,8 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
 
     The cluster part: every instance group (type, current and target count), every node
     (instance id, group, type, status: Running, Pending, Failure, ...), the Slurm controller
-    or the EKS cluster, the FSx file system, and where validation results are.
+    or the EKS cluster, the FSx file system, and the latest result of each test that
+    `hpq test` and `hpq doctor` saved on this machine (outcome, when, headline).
     --follow waits for a running operation first. Exit 1 when the stack or the cluster failed.
 
     \b
@@ -106,7 +112,11 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
     overview = stack_overview(cfn, info.stack_id)
     cluster = None
     if not no_cluster and overview["status"] != "DELETE_COMPLETE":
-        cluster = inventory.cluster_detail(session, _cluster_name(overview), region_of(session), overview["outputs"])
+        name, region = _cluster_name(overview), region_of(session)
+        cluster = (inventory.cluster_detail(session, name, region, overview["outputs"]) if name else
+                   {"name": None, "status": "no cluster named (no valid ClusterName parameter or output)",
+                    "groups": [], "nodes": []})
+        cluster["validation"] = saved.latest(region, name) if name else []
         overview["cluster"] = cluster
     if output == "json":
         printing.echo_json(overview)

@@ -20,7 +20,7 @@ from hpq.cli.printing import echo_json
 from hpq.cli.ssh_options import reach, ssh_options
 from hpq.rehearsal.backend import find
 from hpq.scripts import outcome
-from hpq.validation import pick, publish
+from hpq.validation import pick, publish, saved
 from hpq.validation.backend import Backend, run_test
 from hpq.validation.request import NANOGPT, NCCL, NCCOM, SWEEP, VALIDATE, TestRequest
 from hpq.validation.result import TestResult
@@ -100,6 +100,10 @@ def _run(test: str, cluster: str, nodes: int | None, gpus: int | None, *, instan
     note = publish.publish(result, region, profile)  # EKS: no node publishes it; to the stack's workspace
     if note:
         click.echo(note, err=True)
+    if result.exit_code != outcome.EXIT_BAD_INPUT:  # a judged result: the latest of its test, for hpq status
+        note = saved.save_or_say(result, region, profile)
+        if note:
+            click.echo(note, err=True)
     finish(result, output)
 
 

@@ -12,15 +12,23 @@ propagates); the stacks are created in moto's CloudFormation with the stack tags
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import socket
+import threading
+import time
 import urllib.request
 from decimal import Decimal
+from pathlib import Path
 
 import boto3
 import pytest
 
 from hpq.aws import pricing
+from hpq.cli.commands import list_
 from hpq.lifecycle import names
+from hpq.validation import saved
+from hpq.validation.result import TestResult
 from tests.support import run_cli
 
 pytestmark = pytest.mark.slow
@@ -75,6 +83,13 @@ def make_stack(region: str, stack: str, cluster: str, variant: str, fsx_id: str 
         params.append({"ParameterKey": "FsxId", "ParameterValue": fsx_id})
     boto3.client("cloudformation", region_name=region).create_stack(StackName=stack, TemplateBody=TEMPLATE,
                                                                     Parameters=params, Tags=tags)
+
+
+@pytest.fixture(autouse=True)
+def results_home(tmp_path, monkeypatch) -> Path:
+    """The per-user results folder (hpq.validation.saved) in the test's own folder, never the user's."""
+    monkeypatch.setenv(saved.RESULTS_DIR_ENV, str(tmp_path / "state"))
+    return tmp_path / "state" / "hpq" / "results"
 
 
 @pytest.fixture
@@ -164,10 +179,11 @@ def test_status_shows_the_cluster_beside_the_stack(account, capsys):
     assert all(n["instance_id"] and n["instance_type"] for n in cluster["nodes"])
     assert cluster["slurm_controller"]["group"] == "controller" and len(cluster["slurm_controller"]["nodes"]) == 1
     assert cluster["fsx"]["id"] == fsx["FileSystemId"] and cluster["fsx"]["capacity_gib"] == 1200
-    assert "no validation results on this machine" in cluster["validation"]
+    assert cluster["validation"] == []  # none saved on this machine (results_home: an empty folder)
     code, out, err = run_cli(["status", "glance-status", "--region", "us-east-1"], capsys)
     assert code == 0, err
     assert "HyperPod cluster glance-slurm: InService" in out and "Nodes" in out and "Slurm controller" in out
+    assert f"validation results: {saved.NONE_SAVED}" in out
 
 
 def test_status_of_a_stack_without_its_cluster_says_so(account, capsys):
@@ -176,3 +192,172 @@ def test_status_of_a_stack_without_its_cluster_says_so(account, capsys):
     assert code == 0, err
     cluster = json.loads(out)["cluster"]
     assert cluster["status"] == "not found" and cluster["nodes"] == []
+
+
+# --- issue 25 review: one row per stack, the cluster from the parameter, both stacks of one cluster -------------
+
+
+def test_two_emulated_deploys_are_two_rows_named_by_their_clusters(aws_env, capsys):
+    """The reviewer's walk: `hpq deploy slurm-gpu BUCKET --emulate moto` twice (the second `--stack-name second`).
+
+    moto's rendition answers the nested HyperPod stack's ClusterName output with a placeholder
+    (standins/rendition.py: ``moto-HyperPodStack-Outputs.ClusterName``, not a valid cluster name by CreateCluster's
+    pattern, https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateCluster.html); the root's
+    ClusterName parameter (DescribeStacks Parameters,
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_DescribeStacks.html) names the cluster.
+    Before the fix: one row named after the placeholder, and status looked for that cluster."""
+    urllib.request.urlopen(urllib.request.Request(aws_env + "/moto-api/reset", method="POST"), timeout=10).close()
+    boto3.client("s3").create_bucket(Bucket="hpq-list-twice")
+    for extra in ([], ["--stack-name", "second"]):
+        code, out, err = run_cli(["deploy", "slurm-gpu", "hpq-list-twice", "--emulate", "moto", "--yes",
+                                  "--no-quota-check", "--poll-seconds", "0.2", "--prices", "file", *extra], capsys)
+        assert code == 0, err[-2000:]
+        assert "Outputs.ClusterName" not in out.split("next:")[-1]  # the next commands name the real cluster
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in boto3.client("cloudformation").describe_stacks(
+        StackName="second")["Stacks"][0]["Outputs"]}
+    assert not names.valid_hyperpod_name(outputs[names.OUT_CLUSTER_NAME])  # the placeholder is really there
+    code, rows, err = _list(capsys, "--region", "us-east-1", "--prices", "file")
+    assert code == 0, err
+    assert [(r["name"], r["stack"], r["state"]) for r in rows] == [
+        ("hpq-slurm-gpu", "hpq-slurm-gpu", "no cluster"), ("second", "second", "no cluster")]
+    code, out, err = run_cli(["status", "second", "--region", "us-east-1"], capsys)
+    assert code == 0, err
+    assert "HyperPod cluster second: not found" in out
+
+
+PLACEHOLDER_TEMPLATE = json.dumps({**json.loads(TEMPLATE), "Outputs": {
+    "ClusterName": {"Value": "moto-HyperPodStack-Outputs.ClusterName"}}})
+
+
+def test_the_cluster_comes_from_the_parameter_not_a_placeholder_output(account, capsys):
+    """Broken twin of a healthy stack: the same stack whose ClusterName output is moto's placeholder still lists
+    (and statuses) its existing cluster, by its ClusterName parameter."""
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(
+        StackName="glance-placeholder", TemplateBody=PLACEHOLDER_TEMPLATE, Tags=HPQ_TAGS,
+        Parameters=[{"ParameterKey": "ClusterName", "ParameterValue": "glance-eks"}])
+    code, rows, err = _list(capsys, "--region", "us-east-1")
+    assert code == 0, err
+    assert not any("Outputs" in r["name"] for r in rows)
+    eks = [r for r in rows if r["name"] == "glance-eks"]
+    assert [(r["stack"], r["state"]) for r in eks] == [("glance-placeholder", "InService")]
+    code, out, err = run_cli(["status", "glance-placeholder", "--region", "us-east-1", "--output", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["cluster"]["name"] == "glance-eks"
+
+
+def test_two_stacks_naming_one_cluster_are_both_listed_and_say_so(account, capsys, monkeypatch):
+    make_stack("us-east-1", "glance-slurm-again", "glance-slurm", "slurm-gpu")
+    code, rows, err = _list(capsys, "--region", "us-east-1")
+    assert code == 0, err
+    slurm = sorted((r["stack"], r["cluster_also_named_by"]) for r in rows if r["name"] == "glance-slurm")
+    assert slurm == [("glance-slurm-again", ["glance-slurm-stack"]), ("glance-slurm-stack", ["glance-slurm-again"])]
+    assert "stacks glance-slurm-again, glance-slurm-stack all name cluster glance-slurm" in err
+    others = [r for r in rows if r["name"] != "glance-slurm"]
+    assert all(r["cluster_also_named_by"] == [] for r in others)  # the twin: one stack per cluster says nothing
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, err = run_cli(["list", "--region", "us-east-1"], capsys)
+    assert code == 0 and "cluster also named by glance-slurm-stack" in out
+
+
+# --- issue 25 review: --all-regions when nothing answers --------------------------------------------------------
+
+
+class SilentEndpoint:
+    """A TCP endpoint that accepts, holds each connection HOLD_S seconds and closes it unanswered (botocore:
+    ConnectionClosedError, as an endpoint that never answers), counting how many it held at once."""
+
+    HOLD_S = 1.0
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.open = self.most = self.total = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.open += 1
+            self.total += 1
+            self.most = max(self.most, self.open)
+        time.sleep(self.HOLD_S)
+        with self.lock:
+            self.open -= 1
+        conn.close()
+
+
+def test_all_regions_unanswered_is_one_error_and_nothing_on_stdout(monkeypatch, tmp_path, capsys, price_file):
+    """Regions are asked at once (bounded) with a progress line, and when none answers only the error is printed:
+    before, 19 regions were asked one after another, and stdout said 'no hpq HyperPod clusters' beside the error
+    (and --output json printed [])."""
+    from tests import moto_server
+
+    endpoint = SilentEndpoint()
+    moto_server.set_aws_env(monkeypatch, endpoint.url, tmp_path)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    for fmt in ("table", "json"):
+        started = time.monotonic()
+        code, out, err = run_cli(["list", "--all-regions", "--prices", "file", "--output", fmt], capsys)
+        took = time.monotonic() - started
+        lines = err.strip().splitlines()
+        assert code == 1 and out == "", (fmt, out, err)
+        assert lines[0].startswith("hpq: asking ") and "HyperPod regions" in lines[0]
+        assert len(lines) == 2 and lines[1].startswith("hpq: error: no region answered: "), err
+        regions_asked = int(lines[0].split()[2])
+        assert regions_asked > list_.MAX_PARALLEL_REGIONS
+        assert took < regions_asked * SilentEndpoint.HOLD_S / 2, took  # not one after another
+    assert 2 <= endpoint.most <= list_.MAX_PARALLEL_REGIONS, endpoint.most
+
+
+# --- issue 25 review: the last validation results beside the cluster ----------------------------------------------
+
+
+def _result(test: str, cluster: str, outcome: str, headline: str) -> TestResult:
+    return TestResult(test, "slurm", cluster, outcome, {"PASS": 0, "FAIL": 1}.get(outcome, 3),
+                      headline + "\nthe explanation follows on its own lines", "ml.g5.8xlarge", 2)
+
+
+def test_status_shows_the_latest_saved_result_of_each_test(account, capsys, results_home, monkeypatch):
+    old = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    saved.save(_result("nccl", "glance-slurm", "FAIL", "FAIL: 1.1 GB/s vs >= 3.0 expected: slow network"), "us-east-1",
+               old)
+    saved.save(_result("nccl", "glance-slurm", "PASS", "PASS: 3.02 GB/s vs >= 3.0 expected"), "us-east-1")
+    saved.save(_result("doctor", "glance-slurm", "INCONCLUSIVE", "INCONCLUSIVE: 1 of 3 nodes did not answer"),
+               "us-east-1")
+    # Broken twins: the same cluster name in another region, another cluster, and a file that is not a result.
+    saved.save(_result("sweep", "glance-slurm", "PASS", "PASS: sweep"), "us-west-2")
+    saved.save(_result("sweep", "glance-eks", "PASS", "PASS: sweep"), "us-east-1")
+    (results_home / "us-east-1" / "glance-slurm" / "nanogpt.json").write_text('{"test": "nanogpt", "clus')
+    code, out, err = run_cli(["status", "glance-slurm-stack", "--region", "us-east-1", "--output", "json"], capsys)
+    assert code == 0, err
+    got = {r["test"]: r for r in json.loads(out)["cluster"]["validation"]}
+    assert set(got) == {"nccl", "nanogpt", "doctor"}
+    assert (got["nccl"]["outcome"], got["nccl"]["headline"]) == ("PASS", "PASS: 3.02 GB/s vs >= 3.0 expected")
+    assert dt.datetime.fromisoformat(got["nccl"]["when"]) > old  # the latest replaced the older one
+    assert got["doctor"]["outcome"] == "INCONCLUSIVE"
+    assert got["nanogpt"]["outcome"] == "unreadable"  # never a verdict from a file that is not one
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, err = run_cli(["status", "glance-slurm-stack", "--region", "us-east-1"], capsys)
+    assert code == 0, err
+    assert "Validation results" in out and "PASS: 3.02 GB/s vs >= 3.0 expected" in out
+    assert saved.NONE_SAVED not in out and "1.1 GB/s" not in out
+
+
+def test_saved_results_are_what_hpq_report_reads(results_home, tmp_path):
+    """`hpq report ~/.local/state/hpq/results/REGION/CLUSTER/*.json` (docs/report.md): the saved file is a
+    TestResult document to views/load.py."""
+    from hpq.views import load
+
+    path = saved.save(_result("nccl", "glance-slurm", "PASS", "PASS: 3.02 GB/s vs >= 3.0 expected"), "us-east-1")
+    assert path == results_home / "us-east-1" / "glance-slurm" / "nccl.json"
+    (item,) = load.load([str(path)])
+    assert (item.kind, item.outcome, item.cluster) == ("nccl", "PASS", "glance-slurm")
+    assert item.headline.outcome == "PASS"
