@@ -192,3 +192,11 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm.Sl
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd_standin.Sshd]:
     """A real OpenSSH sshd on 127.0.0.1 with a relay as its ProxyCommand (SSM's stand-in): tests/sshd.py."""
     yield from sshd_standin.start(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _results_saved_in_the_tests_folder(tmp_path_factory: pytest.TempPathFactory,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpq test` and `hpq doctor` save each result under $XDG_STATE_HOME (hpq.validation.saved): in a folder of
+    the test's own, never the home of whoever runs the suite (subprocesses inherit it)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))

@@ -87,6 +87,33 @@ def test_hpq_test_nanogpt_reads_the_nodes_result_back(sshd: Sshd, tmp_path, capf
             assert not verdict.startswith("PASS")  # the verdict's first line never says PASS for a failed run
 
 
+def test_hpq_test_saves_each_result_for_hpq_status(sshd: Sshd, tmp_path, capfd, monkeypatch):
+    """Each judged result is saved as its test's latest for the cluster (hpq.validation.saved), the file being the
+    result's JSON; a result that cannot be saved is one stderr line and the verdict and exit code are unchanged
+    (broken twin: the results folder's place is taken by a file)."""
+    from hpq.validation import saved
+
+    monkeypatch.setenv(saved.RESULTS_DIR_ENV, str(tmp_path / "state"))
+    target = tmp_path / "state" / "hpq" / "results" / "us-east-1" / "c" / "nccl.json"
+    for rate, code, outcome in (("0.52", 1, "FAIL"), ("3.02", 0, "PASS")):
+        prog = _program(tmp_path, f"nccl-{rate}", NCCL_OK.replace("3.02", rate).replace("3.01", rate))
+        monkeypatch.setitem(slurm.PROGRAM, "nccl", [prog])
+        got, out, err = _run(capfd, "test", "nccl", "c", "2", "1", *cli_args(sshd), "-t", "ml.g5.16xlarge",
+                             "--region", "us-east-1", "--output", "json")
+        assert got == code, err
+        doc = json.loads(target.read_text())
+        assert doc["outcome"] == outcome and doc["cluster"] == "c" and doc["region"] == "us-east-1"
+        assert {k: v for k, v in doc.items() if k not in ("saved_at", "region")} == json.loads(out)
+    assert [r["outcome"] for r in saved.latest("us-east-1", "c")] == ["PASS"]  # the latest replaced the FAIL
+    (tmp_path / "blocked").write_text("a file where the state folder would be\n")
+    monkeypatch.setenv(saved.RESULTS_DIR_ENV, str(tmp_path / "blocked"))
+    got, out, err = _run(capfd, "test", "nccl", "c", "2", "1", *cli_args(sshd), "-t", "ml.g5.16xlarge",
+                         "--region", "us-east-1")
+    assert got == 0 and any(ln.startswith("PASS: ") for ln in out.splitlines()), (out, err)
+    notes = [ln for ln in err.splitlines() if "not saved" in ln]
+    assert len(notes) == 1 and notes[0].startswith("hpq: note: the result was not saved on this machine: "), err
+
+
 def test_hpq_test_stops_a_test_past_its_timeout(sshd: Sshd, tmp_path, capfd, monkeypatch):
     """--timeout is enforced on the controller (coreutils timeout): a stuck node program is a FAIL, not a hang."""
     monkeypatch.setitem(slurm.PROGRAM, "nccl", [_program(tmp_path, "stuck", "sleep 60\n")])
