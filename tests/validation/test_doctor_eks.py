@@ -198,6 +198,12 @@ def test_hpq_doctor_on_an_eks_described_cluster(moto_aws, fake_kube, reports, mo
     assert (code, doc["backend"], doc["outcome"]) == (1, "eks", "FAIL"), err
     assert doc["plan"][0]["command"] == f"kubectl cordon {NODES[0]}"
     assert [o["kind"] for o in fake_kube.created].count("Job") == 3 and fake_kube.objects == {}
+    # The verdict is saved for `hpq status` (hpq.validation.saved; XDG_STATE_HOME: the test's own, tests/conftest.py).
+    from hpq.validation import saved
+
+    kept = json.loads((saved.folder(REGION, "my-hp") / "doctor.json").read_text())
+    assert (kept["outcome"], kept["exit_code"], kept["backend"]) == ("FAIL", 1, "eks")
+    assert [r["outcome"] for r in saved.latest(REGION, "my-hp")] == ["FAIL"]
 
 
 def _row_remap_failure(tmp_path, monkeypatch, node: str) -> dict:
