@@ -289,7 +289,7 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
             message = headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
                                        "every pair measured", "; ".join(parts) + ".")
         if j.slow:
-            message += " Drain or exclude the slow node(s) (commands above)."
+            message += " Drain or exclude the slow node(s) (commands below)."
     elif missing:
         outcome = INCONCLUSIVE
         message = headline(outcome, "%d of %d node(s) measured" % (len(vals), len(nodes)),
@@ -340,8 +340,9 @@ def _fmt_pair(p: Dict) -> str:
 
 
 def format_report(doc: Dict) -> str:
-    """The human rendering of ``build_report``'s dict: node table, evidence, commands, verdict."""
-    lines = []
+    """The human rendering of ``build_report``'s dict: the verdict's headline first (read at a glance, as every
+    hpq verdict; docs/validation.md "Three outcomes"), then the node table, evidence and commands."""
+    lines = [str(doc.get("message", ""))]
     hosts = doc.get("hosts") or []
     lines.append("# sweep: %d nodes, %d pairs in %d round(s), all_reduce of %s per pair%s" % (
         len(hosts), len([p for p in doc.get("pairs", []) if p["status"] != SKIPPED]), doc.get("rounds") or 0,
@@ -376,7 +377,6 @@ def format_report(doc: Dict) -> str:
             lines.append("  " + _fmt_pair(p) + ("  log: %s" % p["log"] if p.get("log") else ""))
     for note in doc.get("notes") or []:
         lines.append("note: " + note)
-    lines.append(str(doc.get("message", "")))
     return "\n".join(lines)
 
 

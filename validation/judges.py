@@ -130,6 +130,9 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     outcome = str(doc.get("outcome") or _outcome_of(code))
     if outcome == PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
         outcome, code = FAIL, EXIT_FAIL
+        program = raw.command.split(" ")[0] or "run-nccl-test"  # the headline leads the text: it says FAIL too
+        doc["message"] = headline(FAIL, f"exit status {raw.exit_code}", "0",
+                                  f"{program} failed after its report passed") + "\n" + str(doc.get("message", ""))
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
     return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,
