@@ -133,6 +133,10 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
         program = raw.command.split(" ")[0] or "run-nccl-test"  # the headline leads the text: it says FAIL too
         doc["message"] = headline(FAIL, f"exit status {raw.exit_code}", "0",
                                   f"{program} failed after its report passed") + "\n" + str(doc.get("message", ""))
+        doc.update(ok=False, exit_code=code)  # the report's own keys say the same (they overlay the result's)
+        if isinstance(doc.get("verdict"), dict):  # the report's own verdict object says the same
+            doc["verdict"] = {**doc["verdict"], "outcome": FAIL, "ok": False, "exit_code": code,
+                              "message": doc["message"]}
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
     return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,
