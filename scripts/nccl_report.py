@@ -25,7 +25,18 @@ from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from hpq.errors import UsageError
 from hpq.lifecycle import catalog
-from hpq.scripts.outcome import FAIL, INCONCLUSIVE, NOT_JUDGED, PASS, combine, exit_code, headline, json_safe
+from hpq.scripts.outcome import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_JUDGED,
+    PASS,
+    combine,
+    exit_code,
+    fmt_figure,
+    fmt_number,
+    headline,
+    json_safe,
+)
 
 # A result passes when its peak bus bandwidth reaches this fraction of the healthy figure the catalog
 # holds for the instance type and the run's node count (hpq.lifecycle.catalog.expected_busbw).
@@ -740,7 +751,7 @@ def parse_expect(text: Union[str, float, None]) -> Expect:
 
 
 def expect_label(expect: Expect) -> str:
-    return expect if isinstance(expect, str) else "%g" % expect
+    return expect if isinstance(expect, str) else fmt_figure(expect)
 
 
 def _run_nodes(report: NcclReport, nodes: Optional[int]) -> Tuple[Optional[int], str, List[str]]:
@@ -832,7 +843,7 @@ def _values_check(report: NcclReport, entry) -> Check:
         for m in r.measurements:
             top = max(m.busbw_gbps, m.algbw_gbps)
             if top > ceiling:
-                over.append("%s: %g GB/s" % (_fmt_size(r.size_bytes), top))
+                over.append("%s: %s GB/s" % (_fmt_size(r.size_bytes), fmt_number(top, 2)))
     problems = list(report.invalid)
     if over:
         problems.append("bandwidth above the physical limit of %g GB/s (%s) at %s" % (
@@ -901,7 +912,7 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     figure = None
     kind = None
     if isinstance(expect, float):
-        figure = catalog.Busbw(expect, run_nodes or 0, "--expect %g: your own figure" % expect)
+        figure = catalog.Busbw(expect, run_nodes or 0, "--expect %s: your own figure" % fmt_figure(expect))
         kind = "your own"
     elif entry is not None and expect == EXPECT_CATALOG and run_nodes:
         figure = catalog.expected_busbw(entry.name, run_nodes)
@@ -917,7 +928,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
                       if stand_in_network else _transport_check(report, entry, run_nodes)),
     }
     where = ("" if run_nodes is None else " on %d node%s" % (run_nodes, "" if run_nodes == 1 else "s"))
-    number = "%.2f GB/s peak busbw at %s%s" % (report.peak_busbw_gbps, _fmt_size(report.peak_size_bytes), where)
+    number = "%s GB/s peak busbw at %s%s" % (fmt_number(report.peak_busbw_gbps, 2), _fmt_size(report.peak_size_bytes),
+                                            where)
     fraction = None
     if expect == EXPECT_NONE:
         expectation = "no expectation (--expect none)"
@@ -946,15 +958,15 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     else:
         fraction = report.peak_busbw_gbps / expected if expected else None
         if isinstance(expect, float) or entry is None:
-            expectation = "%g GB/s you expect (--expect)" % expected
+            expectation = "%s GB/s you expect (--expect)" % fmt_figure(expected)
             source = figure.source
         else:
-            expectation = "%g GB/s %s for %d x %s" % (expected, {catalog.SEED: "seed-measured (not published)"}.get(
+            expectation = "%s GB/s %s for %d x %s" % (fmt_figure(expected), {catalog.SEED: "seed-measured (not published)"}.get(
                 kind, kind), figure.nodes, entry.name)
             source = figure.source + (" [software: %s]" % figure.software if figure.software else "")
             if run_nodes is not None and run_nodes < figure.nodes:
                 expectation += " (the next published node count above %d)" % run_nodes
-        detail = "%.0f%% of %s; pass at %.0f%%. Source: %s" % ((fraction or 0) * 100, expectation,
+        detail = "%s%% of %s; pass at %.0f%%. Source: %s" % (fmt_number((fraction or 0) * 100, 0), expectation,
                                                                fraction_needed * 100, source)
         if fraction is not None and fraction >= fraction_needed:
             checks["bandwidth"] = Check(PASS, detail)
@@ -974,7 +986,8 @@ def evaluate(report: NcclReport, instance_type: Optional[str], nodes: Optional[i
     if deciding:
         reason = checks[deciding[0]].short or _short(checks[deciding[0]].detail)
     else:
-        reason = "%s%s" % ("%.0f%% of the figure" % (fraction * 100) if fraction is not None else "complete and clean",
+        reason = "%s%s" % ("%s%% of the figure" % fmt_number(fraction * 100, 0) if fraction is not None
+                           else "complete and clean",
                            ", EFA confirmed" if checks["transport"].outcome == PASS else "")
     lines = [headline(outcome, number, expectation, reason)]
     for k in order:

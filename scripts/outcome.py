@@ -40,6 +40,41 @@ def headline(outcome: str, number: str, expectation: str, reason: str) -> str:
     return "%s: %s vs %s: %s" % (outcome, number, expectation, reason)
 
 
+# A headline's numbers read at a glance: a few decimals, never a float's 17-digit repr (8.203554153442383) or
+# the 300 digits "%.2f" gives 1e300. Past this magnitude, or under one unit of the last decimal, significant
+# digits in e-notation say it instead.
+FMT_LARGEST = 1e9
+FMT_TEXT_CHARS = 24  # a value that is not a number (a metrics file's string) is cut to this many characters
+
+
+def fmt_number(value: Any, decimals: int = 4) -> str:
+    """``value`` for a verdict's text: ``decimals`` places (8.2036), e-notation (1.235e+12, 1.2e-07) where
+    fixed places would be long or all zeros, 'nan'/'inf' as they are, integers whole; anything else cut short."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        text = str(value)
+        return text if len(text) <= FMT_TEXT_CHARS else text[:FMT_TEXT_CHARS - 3] + "..."
+    if isinstance(value, int) and abs(value) < FMT_LARGEST:
+        return "%d" % value
+    try:
+        f = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return ">1e+308" if value > 0 else "<-1e+308"
+    if not math.isfinite(f):
+        return str(f)
+    if f == 0 or 10.0 ** -decimals <= abs(f) < FMT_LARGEST:
+        return "%.*f" % (decimals, f)
+    return "%.*g" % (max(decimals, 2), f)
+
+
+def fmt_figure(value: Any) -> str:
+    """An expected figure as a person writes it (300, 12.5, 0.001): ``fmt_number`` to 2 places, trailing zeros
+    dropped; unlike "%g", 1698906 stays 1698906 rather than 1.69891e+06."""
+    shown = fmt_number(value, 2)
+    if "." in shown and "e" not in shown:
+        shown = shown.rstrip("0").rstrip(".")
+    return shown
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hpq.scripts import env_check, launch, nanogpt, result_metrics
 from hpq.scripts.args import MAX_PER_NODE, OneLineParser, add_nodes_argument, count, instance_type, positive
-from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, headline, json_safe
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, fmt_number, headline, json_safe
 
 MODULE = "hpq.scripts.run_nanogpt"
 
@@ -237,8 +237,9 @@ def assess_text(rc: int, text: str, metrics: Optional[Dict], ranks: Optional[int
                                                    "world_size", "checksum", "checksum_spread", "tokens_per_s",
                                                    "neuron_devices_unused") if k in metrics})
     first, final = facts.get("first_loss"), facts.get("final_loss")
-    number = ("loss %s -> %s" % (first, final)) if first is not None or final is not None else "no loss reported"
-    expectation = "a falling loss on %s rank(s)" % (ranks if ranks is not None else "every")
+    number = ("loss %s -> %s" % (fmt_number(first), fmt_number(final))) if first is not None or final is not None \
+        else "no loss reported"  # 4 decimals, as nanoGPT's own log prints the loss (scripts/nanogpt.py)
+    expectation = "a falling loss on %s rank(s)" % (fmt_number(ranks) if ranks is not None else "every")
 
     def out(outcome: str, reason: str) -> Tuple[str, str]:
         return outcome, headline(outcome, number, expectation, reason)
@@ -258,18 +259,18 @@ def assess_text(rc: int, text: str, metrics: Optional[Dict], ranks: Optional[int
     if world is None:
         return out(INCONCLUSIVE, "the log does not say how many ranks trained (no 'ranks on' line, no metrics)")
     if ranks is not None and world != ranks:
-        return out(FAIL, "%s rank(s) trained, %d were started" % (world, ranks))
+        return out(FAIL, "%s rank(s) trained, %d were started" % (fmt_number(world), ranks))
     if not (facts.get("loss_fell") and float(final) < float(first)):  # type: ignore[arg-type]
         return out(FAIL, "the loss did not fall")
     if not facts.get("ranks_agree"):
         return out(FAIL, "the ranks hold different weights at the end (checksum spread %s)"
-                   % facts.get("checksum_spread"))
+                   % fmt_number(facts.get("checksum_spread")))
     result = str(seen.get("result", ""))
     if facts.get("neuron_devices_unused") or result.startswith("INCONCLUSIVE"):
         return out(INCONCLUSIVE, nanogpt.NEURON_UNUSED_RESULT.split(": ", 1)[1])
     if result and result != "PASS":
         return out(FAIL, "the program's own RESULT line says %s" % result[:200])
-    return out(PASS, "the loss fell and all %s rank(s) agree" % world)
+    return out(PASS, "the loss fell and all %s rank(s) agree" % fmt_number(world))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from statistics import median, median_high  # median_high: what at least half th
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpq.lifecycle import transport
-from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, headline
+from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS, exit_code, fmt_number, headline
 
 # Up to this many nodes every pair is measured (n-1 rounds, n with a bye for odd n).
 FULL_SCHEDULE_MAX_NODES = 16
@@ -199,8 +199,9 @@ def evidence(node: str, pairs: Sequence[PairResult], slow: Sequence[str]) -> Lis
 
 
 def fmt_gbps(value: float) -> str:
-    """Two decimals, as nccl-tests prints busbw; two significant digits below 0.1 (a throttled link)."""
-    return "%.2f" % value if value >= 0.1 or value == 0 else "%.2g" % value
+    """Two decimals, as nccl-tests prints busbw; two significant digits below 0.1 (a throttled link) and in
+    e-notation past outcome.FMT_LARGEST (an impossible value stays a few characters long)."""
+    return fmt_number(value, 2) if value >= 0.1 or value == 0 else "%.2g" % value
 
 
 def drain_command(node: str, score: float, median_gbps: float) -> str:
@@ -247,9 +248,9 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
                for n in j.slow}
     parts = []
     if j.slow:
-        parts.append("%d slow node(s): %s vs the cluster median %.2f GB/s" % (
+        parts.append("%d slow node(s): %s vs the cluster median %s GB/s" % (
             len(j.slow), ", ".join("%s (%s GB/s)" % (n, fmt_gbps(scores[n] or 0.0)) for n in j.slow),
-            j.median_gbps or 0.0))
+            fmt_gbps(j.median_gbps or 0.0)))
     if bad and len(bad) == len(measured):
         parts.append("every pair failed (%d): the sweep measured nothing; see the pair logs" % len(bad))
     elif bad:
@@ -289,16 +290,17 @@ def build_report(nodes: Sequence[str], pairs: Sequence[PairResult], rounds: int,
             message = headline(outcome, "%d of %d pair(s) failed" % (len(bad), len(measured)),
                                        "every pair measured", "; ".join(parts) + ".")
         if j.slow:
-            message += " Drain or exclude the slow node(s) (commands above)."
+            message += " Drain or exclude the slow node(s) (commands below)."
     elif missing:
         outcome = INCONCLUSIVE
         message = headline(outcome, "%d of %d node(s) measured" % (len(vals), len(nodes)),
                                    "every node, with 2+ partners", "; ".join(missing) + ".")
     else:
         outcome = PASS
-        message = headline(outcome, "no slow node among %d: scores %.2f..%.2f GB/s" % (
-            len(vals), min(vals), max(vals)), "slow below %.2f GB/s (median %.2f GB/s)" % (
-            j.threshold_gbps or 0.0, j.median_gbps or 0.0), "every node within the margin of the median")
+        message = headline(outcome, "no slow node among %d: scores %s..%s GB/s" % (
+            len(vals), fmt_gbps(min(vals)), fmt_gbps(max(vals))), "slow below %s GB/s (median %s GB/s)" % (
+            fmt_gbps(j.threshold_gbps or 0.0), fmt_gbps(j.median_gbps or 0.0)), "every node within the margin of "
+            "the median")
     code = exit_code(outcome)
     doc: Dict[str, object] = {
         "hosts": list(nodes), "rounds": rounds, "size_bytes": size_bytes,
@@ -340,8 +342,9 @@ def _fmt_pair(p: Dict) -> str:
 
 
 def format_report(doc: Dict) -> str:
-    """The human rendering of ``build_report``'s dict: node table, evidence, commands, verdict."""
-    lines = []
+    """The human rendering of ``build_report``'s dict: the verdict's headline first (read at a glance, as every
+    hpq verdict; docs/validation.md "Three outcomes"), then the node table, evidence and commands."""
+    lines = [str(doc.get("message", ""))]
     hosts = doc.get("hosts") or []
     lines.append("# sweep: %d nodes, %d pairs in %d round(s), all_reduce of %s per pair%s" % (
         len(hosts), len([p for p in doc.get("pairs", []) if p["status"] != SKIPPED]), doc.get("rounds") or 0,
@@ -353,13 +356,14 @@ def format_report(doc: Dict) -> str:
         score = "-" if row["score_gbps"] is None else fmt_gbps(row["score_gbps"])
         lines.append("%-*s  %12s  %8d  %s" % (width, row["name"], score, row["partners"], row["verdict"]))
     if doc.get("threshold_gbps") is not None:
-        lines.append("median %.2f GB/s: slow means below %.2f GB/s (%d%% under the median and %.1f robust "
-                     "deviations; MAD of ln(score) %.3f)" % (doc["median_gbps"], doc["threshold_gbps"],
+        lines.append("median %s GB/s: slow means below %s GB/s (%d%% under the median and %.1f robust "
+                     "deviations; MAD of ln(score) %.3f)" % (fmt_gbps(doc["median_gbps"]), fmt_gbps(doc["threshold_gbps"]),
                                                             round(doc["min_gap"] * 100), doc["mad_z"], doc["mad_ln"]))
     scores = doc.get("scores") or {}
     for n in doc.get("slow_nodes") or []:
         lines.append("")
-        lines.append("SLOW %s: %s GB/s vs median %.2f GB/s" % (n, fmt_gbps(scores.get(n) or 0.0), doc["median_gbps"]))
+        lines.append("SLOW %s: %s GB/s vs median %s GB/s" % (n, fmt_gbps(scores.get(n) or 0.0),
+                                                              fmt_gbps(doc["median_gbps"])))
         ev = (doc.get("evidence") or {}).get(n) or []
         lines.append("  evidence, its pairs with healthy partners:" if ev else
                      "  evidence: none (every partner was slow too)")
@@ -376,7 +380,6 @@ def format_report(doc: Dict) -> str:
             lines.append("  " + _fmt_pair(p) + ("  log: %s" % p["log"] if p.get("log") else ""))
     for note in doc.get("notes") or []:
         lines.append("note: " + note)
-    lines.append(str(doc.get("message", "")))
     return "\n".join(lines)
 
 

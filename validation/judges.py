@@ -130,6 +130,13 @@ def judge_sweep(req: TestRequest, raw: RawOutcome, instance_type: str | None, ba
     outcome = str(doc.get("outcome") or _outcome_of(code))
     if outcome == PASS and raw.exit_code != 0:  # a report that passes from a program that failed: no pass
         outcome, code = FAIL, EXIT_FAIL
+        program = raw.command.split(" ")[0] or "run-nccl-test"  # the headline leads the text: it says FAIL too
+        doc["message"] = headline(FAIL, f"exit status {raw.exit_code}", "0",
+                                  f"{program} failed after its report passed") + "\n" + str(doc.get("message", ""))
+        doc.update(ok=False, exit_code=code)  # the report's own keys say the same (they overlay the result's)
+        if isinstance(doc.get("verdict"), dict):  # the report's own verdict object says the same
+            doc["verdict"] = {**doc["verdict"], "outcome": FAIL, "ok": False, "exit_code": code,
+                              "message": doc["message"]}
     doc["outcome"] = outcome
     nodes = len(doc.get("nodes") or []) or req.nodes
     return TestResult(req.test, backend, cluster, outcome, code, sweep.format_report(doc), instance_type,

@@ -65,8 +65,8 @@ class Item:
 
     @property
     def headline(self) -> Headline:
-        """The verdict's headline: the message's first line that reads ``OUTCOME: ...`` (the sweep's message is
-        its node table first), else the verdict's own message."""
+        """The verdict's headline: the message's first line that reads ``OUTCOME: ...`` (a sweep result saved
+        before its headline led the text has its node table first), else the verdict's own message."""
         verdict = mapping(self.doc.get("verdict"))
         for candidate in (self.message, verdict.get("message")):
             for line in (candidate if isinstance(candidate, str) else "").splitlines()[:400]:

@@ -84,6 +84,7 @@ def nccl_report(file: str, instance_type: str | None, nodes: int | None, expect:
     if output == "json":
         click.echo(outcome.dumps(report_to_dict(report, verdict), indent=2))
     else:
+        click.echo(verdict.message)  # the headline first, read at a glance (docs/validation.md "Three outcomes")
+        click.echo()
         click.echo(format_table(report))
-        click.echo(verdict.message)
     return verdict.exit_code

@@ -28,7 +28,9 @@ def test_json_output_and_outcomes():
     plain = hpq(str(DATA / "h200x4_nccl_baseline_allreduce.txt"), "--output", "json")
     assert plain.returncode == 3 and json.loads(plain.stdout)["outcome"] == "INCONCLUSIVE"
     own = hpq(str(DATA / "h200x4_nccl_baseline_allreduce.txt"), "--expect", "300")  # your own baseline
-    assert own.returncode == 0 and own.stdout.splitlines()[-6].startswith("PASS: ")
+    assert own.returncode == 0 and own.stdout.splitlines()[0].startswith("PASS: 366.32 GB/s peak busbw at 16 GB vs ")
+    # the verdict and its check lines first, then the 32-row table (issue 25: the verdict reads at a glance)
+    assert own.stdout.index("complete: PASS") < own.stdout.index("size(B)") < own.stdout.index("rows 32 |")
 
 
 def test_shortfall_exits_1_with_explanation():
@@ -73,7 +75,7 @@ def test_a_cut_off_log_is_never_a_pass():
     for args in ([], ["-t", "ml.p5.48xlarge"], ["--expect", "none"]):
         res = hpq("-", *args, stdin=cut)
         assert res.returncode == 1, res.stdout + res.stderr
-        assert res.stdout.splitlines()[-6].startswith("FAIL: ") and "cut off" in res.stdout
+        assert res.stdout.splitlines()[0].startswith("FAIL: ") and "cut off" in res.stdout
     whole = hpq("-", "--expect", "none", stdin=text)
     assert whole.returncode == 0 and "PASS" in whole.stdout
 

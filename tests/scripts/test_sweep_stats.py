@@ -221,7 +221,10 @@ def test_report_text_and_actions():
     assert f'scontrol update NodeName={slow} State=DRAIN Reason="hpq sweep: 6.00 GB/s vs median 48.00"' in text
     table = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("ip-")}
     assert table[slow][1:] == ["6.00", "4", "SLOW"] and table[nodes[0]][3] == "ok"
-    assert text.splitlines()[-1].startswith("FAIL: 1 slow node(s): " + slow)
+    # the verdict's headline leads (issue 25: read at a glance), the node table and the evidence follow it
+    assert text.splitlines()[0] == doc["message"] and doc["message"].startswith("FAIL: 1 slow node(s): " + slow)
+    assert text.index("FAIL: ") < text.index("score(GB/s)") < text.index("SLOW " + slow) < text.index("scontrol")
+    assert text.count(doc["message"]) == 1 and "(commands below)" in doc["message"]
     # the JSON survives a round trip, and the laptop renders the same text from it
     back = json.loads(json.dumps(doc))
     assert sweep.format_report(back) == text

@@ -205,6 +205,10 @@ def test_hpq_test_sweep_on_an_eks_described_cluster(moto_aws, fake_kube, monkeyp
     stub_describe(monkeypatch, answer)
     code, out, err = run_cli(capsys, "test", "sweep", "my-hp", "--region", REGION)
     assert code == 1 and "1 slow node(s): node-1" in out + err
+    # the summary the CLI prints after its progress lines opens with the verdict, before the node table
+    verdicts = [i for i, line in enumerate(out.splitlines()) if line.split(": ", 1)[0] in ("PASS", "FAIL")]
+    assert verdicts and out.splitlines()[verdicts[0]].startswith("FAIL: 1 slow node(s): node-1")
+    assert out.splitlines()[verdicts[0] + 1].startswith("# sweep: ")
 
 
 def _fast(init):
@@ -254,7 +258,7 @@ def test_the_same_pair_logs_reach_the_same_verdict_on_slurm_and_eks(fake_kube, t
                      TestRequest(SWEEP), lambda line: None)
     assert (eks.outcome, eks.exit_code) == (slurm.outcome, slurm.exit_code)
     assert eks.data["scores"] == slurm.data["scores"] and eks.data["slow_nodes"] == slurm.data["slow_nodes"]
-    assert eks.message.splitlines()[-1] == slurm.message.splitlines()[-1]
+    assert eks.message.splitlines()[0] == slurm.message.splitlines()[0]
     assert eks.data["slow_nodes"] == ([slow] if slow else [])
 
 

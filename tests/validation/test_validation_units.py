@@ -95,8 +95,12 @@ def test_the_sweep_judge_keeps_the_reports_outcome_and_refuses_a_pass_from_a_fai
     req = TestRequest(SWEEP)
     good = judges.judge_sweep(req, RawOutcome(0, json.dumps(doc), command="run-nccl-test --sweep"), G5, "slurm", "c")
     assert good.outcome == oc.PASS and good.exit_code == 0
+    assert good.message.splitlines()[0] == doc["message"] and doc["message"].startswith("PASS: ")  # headline first
     bad = judges.judge_sweep(req, RawOutcome(1, json.dumps(doc), command="run-nccl-test --sweep"), G5, "slurm", "c")
     assert bad.outcome == oc.FAIL and bad.exit_code == 1
+    assert bad.message.startswith("FAIL: exit status 1 vs 0: run-nccl-test failed after its report passed\nPASS: ")
+    assert (bad.data["ok"], bad.data["exit_code"]) == (False, 1)
+    assert bad.data["verdict"]["outcome"] == oc.FAIL and bad.data["verdict"]["message"].startswith("FAIL: ")
     none = judges.judge_sweep(req, RawOutcome(0, "no json\n", command="run-nccl-test --sweep"), G5, "slurm", "c")
     assert none.outcome == oc.FAIL and none.message.startswith("FAIL: no sweep result")
     refused = judges.judge_sweep(req, RawOutcome(2, "", command="run-nccl-test --sweep"), G5, "slurm", "c")
