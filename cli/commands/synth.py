@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from hpq import atomic
+from hpq import atomic, user_files
 from hpq.cfn import synth_out
 from hpq.cfn.lint import lint_files, template_files
 from hpq.cfn.synth import ROOT_FILE, calendar_notes, parse_params, stack_files, synthesize, to_json
@@ -48,11 +48,10 @@ def _remember(out_dir: Path) -> None:
 
 def _last_dir() -> Path:
     state = _state_file()
-    try:
-        with open(state, "rb") as fh:
-            raw = fh.read(STATE_MAX_BYTES + 1)
-    except OSError:
+    if not os.path.lexists(state):
         return Path(DEFAULT_OUT)
+    # hpq.user_files: a FIFO or device here (HPQ_STATE_DIR is the user's) is refused, never read or waited on
+    raw = user_files.read_bytes(str(state), STATE_MAX_BYTES, "hpq synth's state file")
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
