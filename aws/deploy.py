@@ -370,9 +370,11 @@ def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str
     cluster = outputs.get(names.OUT_CLUSTER_NAME) or stack
     cmds = []
     if vocab.orchestrator_of(variant) == vocab.SLURM:
-        cmds += [f"hpq connect {cluster} --region {region}", f"hpq remote-nccl-test {cluster} 2 --region {region}"]
+        cmds += [f"hpq connect {cluster} --region {region}"]
     else:
         eks = outputs.get(names.OUT_EKS_CLUSTER_NAME) or "<EksClusterName>"
-        cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}", "hpq eks nccl-test --help"]
+        cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}"]
+    # `hpq test` reads the orchestrator from the cluster, so one line serves Slurm and EKS (README, quickstart)
+    cmds += [f"hpq test nccl {cluster} 2 --region {region}"]
     cmds += [f"hpq status {stack} --region {region}", f"hpq destroy {stack} --region {region}"]
     return cmds
