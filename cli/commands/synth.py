@@ -15,7 +15,7 @@ from hpq import atomic, user_files
 from hpq.cfn import synth_out
 from hpq.cfn.lint import lint_files, template_files
 from hpq.cfn.synth import ROOT_FILE, calendar_notes, parse_params, stack_files, synthesize, to_json
-from hpq.cli import inputs
+from hpq.cli import inputs, printing
 from hpq.cli.inputs import show
 from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.vocab import VARIANTS
@@ -134,10 +134,7 @@ def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     files = template_files(target) if target.is_dir() else []
     if not files:
         raise UsageError(f"no *.json templates under {target} (run: hpq synth --all -o {target})")
-    def progress(done: int, total: int) -> None:
-        click.echo(f"\rhpq: cfn-lint {done}/{total} files", err=True, nl=done == total)
-
-    findings = lint_files(files, regions or None, on_progress=progress)
+    findings = lint_files(files, regions or None, on_progress=printing.counter("cfn-lint"))
     for finding in findings:
         click.echo(str(finding))
     if findings:
