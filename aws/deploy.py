@@ -135,8 +135,8 @@ def build_release(bucket: str, region: str, variants: list[str], size: str = "sm
                    helm_layer_key=layer_key)
 
 
-def upload_release(s3: Any, release: Release, on_progress: Any = None) -> Release:
-    release.upload = upload_objects(s3, release.bucket, release.objects, on_progress)
+def upload_release(s3: Any, release: Release, on_progress: Any = None, put: bool = True) -> Release:
+    release.upload = upload_objects(s3, release.bucket, release.objects, on_progress, put=put)
     return release
 
 
@@ -311,6 +311,9 @@ def deploy_stack(session: Any, variant: str, bucket: str, stack_name: str | None
     tags = {names.MANAGED_BY_TAG_KEY: names.MANAGED_BY_TAG_VALUE, "hpq:variant": variant}
     if existing is not None and unchanged(existing, params):
         submit = stacks.SubmitResult("no-changes", existing.stack_id)
+        # The stack is as asked, but its release must still be in the bucket (node replacement reads the lifecycle
+        # scripts from there): put back what is missing, or on a dry run count it, so the counters are true.
+        upload_release(s3, release, on_progress, put=not dry_run)
     elif existing is None and dry_run:
         submit = stacks.SubmitResult("dry-run", "")
     else:
@@ -368,9 +371,11 @@ def next_commands(variant: str, stack: str, outputs: dict[str, str], region: str
     cluster = stacks.cluster_name_of(parameters or {}, outputs, stack) or stack
     cmds = []
     if vocab.orchestrator_of(variant) == vocab.SLURM:
-        cmds += [f"hpq connect {cluster} --region {region}", f"hpq remote-nccl-test {cluster} 2 --region {region}"]
+        cmds += [f"hpq connect {cluster} --region {region}"]
     else:
         eks = outputs.get(names.OUT_EKS_CLUSTER_NAME) or "<EksClusterName>"
-        cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}", "hpq eks nccl-test --help"]
+        cmds += [f"aws eks update-kubeconfig --name {eks} --region {region}"]
+    # `hpq test` reads the orchestrator from the cluster, so one line serves Slurm and EKS (README, quickstart)
+    cmds += [f"hpq test nccl {cluster} 2 --region {region}"]
     cmds += [f"hpq status {stack} --region {region}", f"hpq destroy {stack} --region {region}"]
     return cmds

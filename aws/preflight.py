@@ -388,6 +388,8 @@ def check_quotas(session: Any, variant: str, values: dict[str, str], previous: d
     specs = quotas.deploy_needs(values, previous, VARIANTS[variant].orchestrator, usage)
     if not specs:
         return []
+    if on_note:  # reading takes seconds per quota, more when the API retries: say so before the wait
+        on_note(f"pre-flight: reading {len(specs)} service quota(s) from the Service Quotas API ...")
     results = quotas.check_specs(session, specs, sq)
     fails = [r for r in results if r.status == quotas.FAIL]
     unknown = [r for r in results if r.status == quotas.UNKNOWN]

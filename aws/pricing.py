@@ -29,12 +29,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpq import user_files
 from hpq.aws.session import error_code
 from hpq.errors import OperationFailed, UsageError
 from hpq.standins import rendition
 
 HOURS_PER_MONTH = 730  # the AWS Pricing Calculator's month (24 x 365 / 12)
 PRICE_FILE = "prices.json"
+MAX_PRICE_FILE_BYTES = 4 << 20  # the shipped file is ~46 KB; ~90x that is room for every region, not for /dev/zero
 PRICE_FILE_ENV = "HPQ_PRICE_FILE"  # a price file to use instead of the shipped one (e.g. one `hpq prices refresh` wrote)
 API_SOURCE = "AWS Price List API (pricing:GetProducts)"
 # The Price List API answers from these endpoints only (API reference, "Price List Query API endpoints").
@@ -146,15 +148,12 @@ class PriceFile:
             text = resources.files("hpq.aws").joinpath(PRICE_FILE).read_text(encoding="utf-8")
             self.path = f"hpq/aws/{PRICE_FILE}"
         else:
-            try:
-                text = Path(path).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot read price file {path}: {exc.strerror}") from None
+            text = user_files.read_text(str(path), MAX_PRICE_FILE_BYTES, "price file")
             self.path = str(path)
+        self.data = user_files.parse_json(text, f"price file {user_files.shown(self.path)}")
         try:
-            self.data = json.loads(text)
             self.offers: dict[str, Any] = self.data["offers"]
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise UsageError(f"price file {self.path} is not an hpq price file (JSON with 'offers')") from None
         self.provenance: dict[str, Any] = self.data.get("provenance") or {}
 

@@ -336,9 +336,35 @@ def deploy_needs(values: dict[str, str], previous: dict[str, str] | None, orches
     return specs
 
 
+class StopAfterServerError:
+    """The Service Quotas client, until it answers a server error (HTTP 5xx, after botocore's own retries): then
+    every later call fails at once with that error. One failing service costs one round of retries (seconds),
+    not one per quota (half a minute of silence for a deploy's 7 quotas)."""
+
+    def __init__(self, sq: Any) -> None:
+        self.sq, self.down = sq, None
+
+    def _guard(self, method: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            if self.down is not None:
+                raise self.down
+            try:
+                return method(*args, **kw)
+            except Exception as exc:
+                status = ((getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}).get("HTTPStatusCode")
+                if isinstance(status, int) and status >= 500:
+                    self.down = exc
+                raise
+        return call
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.sq, name)
+        return self._guard(attr) if callable(attr) else attr
+
+
 def check_specs(session: Any, specs: list[QuotaSpec], sq: Any = None) -> list[QuotaResult]:
     """Read and judge each quota; anything that goes wrong reading one makes it unknown, never pass or a crash."""
-    sq = sq or client(session, "service-quotas")
+    sq = StopAfterServerError(sq or client(session, "service-quotas"))
     reader = QuotaReader(sq)
     results = []
     for spec in specs:

@@ -95,6 +95,7 @@ class Upload:
     objects: dict[str, bytes] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # absent or different, not put (a check only: put=False)
     versions: dict[str, str] = field(default_factory=dict)  # key -> VersionId PutObject answered (versioned buckets)
 
 
@@ -107,8 +108,10 @@ def content_hash(files: dict[str, bytes]) -> str:
     return digest.hexdigest()[:12]
 
 
-def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress: Any = None) -> Upload:
-    """Put each object unless an object with the same MD5 is already there (idempotent re-runs).
+def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress: Any = None,
+                   put: bool = True) -> Upload:
+    """Put each object unless an object with the same MD5 is already there (idempotent re-runs); ``put=False``
+    only checks, listing what is absent or different as ``missing``.
 
     ``on_progress(done, total, key, upload)`` after each object: ``upload.written`` and ``upload.skipped`` say
     how many were put and how many were already there, so progress tells the two apart."""
@@ -129,6 +132,11 @@ def upload_objects(s3: Any, bucket: str, objects: dict[str, bytes], on_progress:
             if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
                 with aws_errors(f"s3:GetObject s3://{bucket}/{key}"):
                     raise
+        if not put:
+            result.missing.append(key)
+            if on_progress:
+                on_progress(i, len(objects), key, result)
+            continue
         ctype = "application/json" if key.endswith(".json") else "application/octet-stream"
         with aws_errors(f"s3:PutObject s3://{bucket}/{key}"):
             put = s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=ctype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,10 +114,21 @@ def error_code(exc: BaseException) -> str:
     return str(response.get("Error", {}).get("Code", ""))
 
 
+_MARKUP = re.compile(r"^\s*<(?:!doctype|html|\?xml|head|body|title|h1)\b", re.I)
+_TITLE = re.compile(r"<(title|h1)[^>]*>(.*?)</\1>", re.I | re.S)
+
+
 def error_message(exc: BaseException) -> str:
+    """The error's message on one line. An HTML page in its place (a proxy's or an endpoint's own 5xx page, which
+    botocore's parsers keep whole as the message) becomes its status and title: ``HTTP 500: Internal Server Error``."""
     response = getattr(exc, "response", None) or {}
-    msg = response.get("Error", {}).get("Message") or str(exc)
-    return " ".join(str(msg).split())
+    msg = " ".join(str(response.get("Error", {}).get("Message") or exc).split())
+    if _MARKUP.match(msg):
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or error_code(exc) or "?"
+        title = _TITLE.search(msg)
+        reason = re.sub(r"<[^>]*>", "", title.group(2)).strip() if title else "an HTML page, not an AWS answer"
+        return f"HTTP {status}: {reason[:120]}"
+    return msg
 
 
 def translate(exc: BaseException, action: str) -> Exception | None:

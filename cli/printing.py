@@ -22,6 +22,28 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False))
 
 
+def counter(what: str, stream: Any = None) -> Any:
+    """``report(done, total)`` for a count that grows (``hpq: cfn-lint 7/40 files``).
+
+    On a terminal one line rewritten in place (``\\r``); anywhere else (a CI log, a pipe) whole lines, one per
+    tenth of the way and the last, so a log shows progress line by line instead of every count run together."""
+    out = stream if stream is not None else click.get_text_stream("stderr")
+    tty = bool(getattr(out, "isatty", lambda: False)())
+    shown = [-1]
+
+    def report(done: int, total: int) -> None:
+        text = f"hpq: {what} {done}/{total} files"
+        if tty:
+            click.echo("\r" + text, file=out, nl=done == total)
+            return
+        step = total // 10 if total >= 10 else 1
+        if done == total or done // step > shown[0]:
+            shown[0] = done // step
+            click.echo(text, file=out)
+
+    return report
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     """A rich table on stdout (plain text when piped)."""
     from rich.console import Console

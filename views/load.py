@@ -18,10 +18,10 @@ import json
 import math
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpq import user_files
 from hpq.errors import UsageError
 from hpq.scripts.outcome import FAIL, INCONCLUSIVE, PASS
 
@@ -125,29 +125,9 @@ def split_headline(message: str, outcome: str = "") -> Headline:
 
 
 def read_json(path: str) -> Any:
-    """The JSON value in ``path``, or a ReportInputError naming what is wrong with it."""
-    shown = repr(path) if len(path) <= 100 else repr(path[:95]) + "..."
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ReportInputError(f"cannot read {shown}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ReportInputError(f"{shown} is not a regular file")
-        data = fh.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ReportInputError(f"{shown} is over {MAX_FILE_BYTES} bytes: not a result hpq wrote")
-    try:
-        body = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ReportInputError(f"{shown} is not UTF-8 text (byte {exc.start}): not a result JSON") from None
-    try:
-        return json.loads(body, parse_constant=lambda name: None)  # NaN/Infinity: no number
-    except RecursionError:
-        raise ReportInputError(f"{shown} nests too deeply: not a result hpq wrote") from None
-    except ValueError as exc:
-        raise ReportInputError(f"{shown} is not JSON: {str(exc).splitlines()[0][:120]}") from None
+    """The JSON value in ``path``, or a ReportInputError naming what is wrong with it (hpq.user_files)."""
+    return user_files.read_json(path, MAX_FILE_BYTES, "result", ReportInputError,
+                                parse_constant=lambda name: None)  # NaN/Infinity: no number
 
 
 def kind_of(doc: dict[str, Any]) -> str | None:

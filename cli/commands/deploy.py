@@ -17,11 +17,21 @@ from hpq.lifecycle import names
 from hpq.standins import rendition
 
 
+def release_counts(upload) -> str:  # type: ignore[no-untyped-def]
+    """What happened to the release's objects, each counted from the bucket's answers (never a bare 0 for
+    objects nobody looked at)."""
+    if upload is None:
+        return "objects not checked"
+    text = f"{len(upload.written)} uploaded, {len(upload.skipped)} unchanged"
+    if upload.missing:
+        text += f", {len(upload.missing)} missing (dry run: not uploaded)"
+    return text
+
+
 def _upload_progress(console):  # type: ignore[no-untyped-def]
     def report(i: int, n: int, key: str, upload) -> None:  # type: ignore[no-untyped-def]
         if i == n or i % 10 == 0:  # what happened so far, not a count that reads as "uploaded" when nothing was
-            console.print(f"checked {i}/{n} objects: {len(upload.written)} uploaded, {len(upload.skipped)} "
-                          "unchanged", highlight=False)
+            console.print(f"checked {i}/{n} objects: {release_counts(upload)}", highlight=False)
 
     return report
 
@@ -197,8 +207,8 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
         if output == "json":
             printing.echo_json(result)
         return
-    err.print(f"release {rel.version}: {len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} "
-              f"unchanged, s3://{bucket}/{names.s3_version_prefix(rel.version)}/", highlight=False)
+    err.print(f"release {rel.version}: {release_counts(up)}, s3://{bucket}/{names.s3_version_prefix(rel.version)}/",
+              highlight=False)
     cfn = client(session, "cloudformation")
     reg = region_of(session)
     if dep.submit.kind == "no-changes":
@@ -256,7 +266,7 @@ def publish(bucket: str, region: str | None, profile: str | None, size: str, out
         return
     up = rel.upload
     click.echo(f"published {rel.version} to s3://{bucket}/{names.s3_version_prefix(rel.version)}/ "
-               f"({len(up.written) if up else 0} uploaded, {len(up.skipped) if up else 0} unchanged)")
+               f"({release_counts(up)})")
     for variant, url in links.items():
         click.echo(f"\n{variant}:\n  {url}")
     click.echo("\nMarkdown:\n")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from hpq import atomic
+from hpq import atomic, user_files
 from hpq.cfn import synth_out
 from hpq.cfn.lint import lint_files, template_files
 from hpq.cfn.synth import ROOT_FILE, calendar_notes, parse_params, stack_files, synthesize, to_json
-from hpq.cli import inputs
+from hpq.cli import inputs, printing
 from hpq.cli.inputs import show
 from hpq.errors import HpqError, OperationFailed, UsageError
 from hpq.vocab import VARIANTS
@@ -48,11 +48,10 @@ def _remember(out_dir: Path) -> None:
 
 def _last_dir() -> Path:
     state = _state_file()
-    try:
-        with open(state, "rb") as fh:
-            raw = fh.read(STATE_MAX_BYTES + 1)
-    except OSError:
+    if not os.path.lexists(state):
         return Path(DEFAULT_OUT)
+    # hpq.user_files: a FIFO or device here (HPQ_STATE_DIR is the user's) is refused, never read or waited on
+    raw = user_files.read_bytes(str(state), STATE_MAX_BYTES, "hpq synth's state file")
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -135,10 +134,7 @@ def lint(directory: str | None, regions: tuple[str, ...]) -> None:
     files = template_files(target) if target.is_dir() else []
     if not files:
         raise UsageError(f"no *.json templates under {target} (run: hpq synth --all -o {target})")
-    def progress(done: int, total: int) -> None:
-        click.echo(f"\rhpq: cfn-lint {done}/{total} files", err=True, nl=done == total)
-
-    findings = lint_files(files, regions or None, on_progress=progress)
+    findings = lint_files(files, regions or None, on_progress=printing.counter("cfn-lint"))
     for finding in findings:
         click.echo(str(finding))
     if findings:

@@ -236,6 +236,14 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
     assert code == 0, err
     data = json.loads(out)
     assert data["action"] == "no-changes" and data["version"] == version and "no changes" in err
+    # the counters are counted from the bucket, not a bare "0 uploaded, 0 unchanged" (issue 25 review item 2)
+    assert f"release {version}: 0 uploaded, {len(keys)} unchanged" in err, err[-800:]
+    # broken twin: an object of the release gone from the bucket is put back (node replacement reads it) and said
+    s3.delete_object(Bucket=bucket, Key=keys[0])
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--output", "json", *EMULATE],
+                             capsys)
+    assert code == 0 and f"release {version}: 1 uploaded, {len(keys) - 1} unchanged" in err, err[-800:]
+    assert keys[0] in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
 
     # a parameter change plus a new root resource go through a change set whose changes are shown
     # (moto lists only added/removed/edited resources, not parameter-driven Modify, so add one)

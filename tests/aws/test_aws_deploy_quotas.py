@@ -163,3 +163,68 @@ def test_an_update_checks_only_what_it_adds(stubbed_quotas, capsys):
         code, _, err = run_cli(["deploy", "slurm-gpu", bucket, *stack, "--param", "WorkerCount=13"], capsys)
     assert code == 2, err
     assert "quota sagemaker/L-86822EDB (ml.g5.16xlarge for cluster usage) is 10, this deploy needs 11" in err
+
+
+def test_a_failing_quota_api_is_one_short_line_per_quota_after_one_round_of_retries(monkeypatch):
+    """Service Quotas answering HTTP 500 with an HTML page (werkzeug's own 500 page, as moto's server sends it),
+    parsed and retried by botocore itself: each warning is one line with the status and the page's title, no
+    HTML; the first failure (after botocore's retries) stops the reading, so the wait is one round of retries,
+    not one per quota; a progress line comes before the wait. Issue 25: 29 s of silence, then 7 warnings each
+    holding a whole HTML page."""
+    import boto3
+    import werkzeug.exceptions
+    from botocore.awsrequest import AWSResponse
+    from botocore.config import Config
+    from moto import mock_aws
+
+    page = werkzeug.exceptions.InternalServerError().get_body().encode()
+    sent: list[str] = []
+
+    class Raw:
+        def stream(self, **kw):  # type: ignore[no-untyped-def]
+            yield page
+
+    def answer_500(request, **kw):  # type: ignore[no-untyped-def]
+        sent.append(request.headers.get("X-Amz-Target", b"").decode() if request.headers.get("X-Amz-Target") else "")
+        return AWSResponse(request.url, 500, {"Content-Type": "text/html; charset=utf-8"}, Raw())
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        sq = session.client("service-quotas", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+        sq.meta.events.register("before-send.service-quotas", answer_500)
+        notes: list[str] = []
+        results = preflight.check_quotas(session, "slurm-gpu", STACK, None, notes.append, sq=sq)
+    assert results and all(r.status == quotas.UNKNOWN for r in results)
+    assert len(sent) == 4, sent  # one call and botocore's 3 retries; every later quota fails at once
+    assert notes[0].startswith("pre-flight: reading ") and "service quota" in notes[0]
+    warnings = [n for n in notes if n.startswith("warning: quota ")]
+    assert len(warnings) == len(results)
+    for line in warnings:
+        assert "\n" not in line and "<" not in line and "HTTP 500: 500 Internal Server Error" in line, line
+        assert len(line) < 250, line
+
+
+def test_an_aws_error_message_that_is_html_is_its_title():
+    """hpq.aws.session.error_message on a real parser's answer (botocore's JSON protocol keeps the page whole);
+    an ordinary message is kept as it was (broken twin)."""
+    import botocore.parsers
+    import botocore.session
+    import werkzeug.exceptions
+    from botocore.exceptions import ClientError
+
+    model = botocore.session.get_session().get_service_model("service-quotas")
+    op = model.operation_model("GetServiceQuota")
+    untitled = {"Error": {"Code": "502", "Message": "<html><body>" + "x" * 5000 + "</body></html>"},
+                "ResponseMetadata": {"HTTPStatusCode": 502}}
+    assert aws_session.error_message(ClientError(untitled, "GetServiceQuota")) == (
+        "HTTP 502: an HTML page, not an AWS answer")
+    parsed = botocore.parsers.create_parser(model.metadata["protocol"]).parse(
+        {"status_code": 500, "headers": {}, "body": werkzeug.exceptions.InternalServerError().get_body().encode()},
+        op.output_shape)
+    assert aws_session.error_message(ClientError(parsed, "GetServiceQuota")) == "HTTP 500: 500 Internal Server Error"
+    plain = {"Error": {"Code": "NoSuchResourceException", "Message": "The request failed because the quota\n  "
+                       "does not exist."}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+    assert aws_session.error_message(ClientError(plain, "GetServiceQuota")) == (
+        "The request failed because the quota does not exist.")

@@ -97,6 +97,9 @@ def test_synth_then_lint_clean_then_broken(tmp_path, state_env):
     res = hpq("lint", env_extra=state_env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "9 templates" in res.stderr and "cfn-lint 1/9 files" in res.stderr and "cfn-lint 9/9 files" in res.stderr
+    # stderr is a pipe here, as in a CI log: whole lines, never counts run together with \r (issue 25 review item 4)
+    assert "\r" not in res.stderr and [f"hpq: cfn-lint {i}/9 files" for i in range(1, 10)] == [
+        line for line in res.stderr.splitlines() if "cfn-lint" in line and "/9 files" in line]
     security = out / "slurm-gpu" / "Security.json"
     doc = json.loads(security.read_text())
     doc["Parameters"]["Unused"] = {"Type": "String"}
