@@ -6,12 +6,12 @@ hpq.validation.doctor), the HyperPod view, the plan and its application are hpq.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
+from hpq import user_files
 from hpq.aws.session import aws_errors, client, make_session
 from hpq.cli import inputs
 from hpq.cli.common_options import aws_options, output_option
@@ -164,13 +164,13 @@ def doctor(cluster: str, nodes: int | None, timeout_s: int, dcgm: bool, sweep_fi
     sys.exit(_fix(cluster, steps, backend, sm, request, wait_s, yes, echo, output, doc if output == "json" else None))
 
 
+SWEEP_MAX_BYTES = 64 * 1024 * 1024  # a sweep's JSON of thousands of nodes is a few MB
+
+
 def _read_sweep(path: str) -> dict[str, Any]:
     """The sweep's JSON document; one clear line on a file that is missing or not a sweep's."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--sweep-result {path}: {exc}") from None
+    # the shared reader: a FIFO or /dev/zero, a huge, non-UTF-8 or too deeply nested file is one line, never a hang
+    doc = user_files.read_json(path, SWEEP_MAX_BYTES, "--sweep-result")
     doctor_fix.sweep_findings(doc)  # refuses what is not a sweep
     return doc
 

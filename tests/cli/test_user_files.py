@@ -44,6 +44,8 @@ COMMANDS = {
     "report": (["report", "{F}", "-o", "out.html"], {}),
     "nccl-report": (["nccl-report", "{F}"], {}),
     "lint (synth's state file)": (["lint"], {"HPQ_STATE_DIR": "{D}"}),
+    "doctor --sweep-result": (["doctor", "my-cluster", "--sweep-result", "{F}", "--region", "us-west-2"],
+                              {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}),
 }
 
 
