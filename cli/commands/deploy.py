@@ -47,6 +47,23 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
         err.print("  " + line, highlight=False, markup=False)
 
 
+# -t/-n, hpq's one spelling of instance type and node count (docs/cli.md), name these root parameters.
+WORKER_OPTIONS = (("-t/--instance-type", "WorkerInstanceType"), ("-n/--nodes", "WorkerCount"))
+
+
+def worker_params(params: tuple[str, ...], instance_type: str | None, nodes: int | None) -> tuple[str, ...]:
+    """``params`` with -t/-n as the --param each stands for; giving both spellings of one is refused."""
+    given = {pair.partition("=")[0] for pair in params}
+    out = list(params)
+    for (flag, key), value in zip(WORKER_OPTIONS, (instance_type, nodes), strict=True):
+        if value is None:
+            continue
+        if key in given:
+            raise UsageError(f"{flag} and --param {key}= set the same parameter; give one of them")
+        out.append(f"{key}={value}")
+    return tuple(out)
+
+
 @click.command("deploy")
 @click.argument("variant", metavar="VARIANT", type=inputs.VARIANT)
 @click.argument("bucket", type=inputs.BUCKET)
@@ -58,6 +75,10 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
                    "EbsVolumeSizeGB. A new stack without it is small; an update without it keeps the stack's values.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", type=inputs.KEY_VALUE,
               callback=inputs.unique_keys, help="Root stack parameter (repeatable, each KEY once); wins over --size.")
+@click.option("-t", "--instance-type", "instance_type", default=None, type=inputs.ACCELERATED_TYPE,
+              help="Worker instance type: the same as --param WorkerInstanceType=TYPE.")
+@click.option("-n", "--nodes", "nodes", default=None, type=inputs.NODES,
+              help="Worker count: the same as --param WorkerCount=N (wins over --size).")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (every parameter old -> new, and for an update the change set's resource "
                    "actions) and stop: no stack, no change set and no uploaded object is left behind.")
@@ -81,7 +102,8 @@ def _print_plan(err, plan, existing, name: str, variant: str) -> None:  # type: 
                    "For a moto server at AWS_ENDPOINT_URL; never for real AWS.")
 @output_option
 def deploy(variant: str, bucket: str, region: str | None, profile: str | None, stack_name: str | None,
-           size: str | None, params: tuple[str, ...], dry_run: bool, assume_yes: bool, price_source: str,
+           size: str | None, params: tuple[str, ...], instance_type: str | None, nodes: int | None,
+           dry_run: bool, assume_yes: bool, price_source: str,
            no_quota_check: bool, no_wait: bool, poll_seconds: float, emulate: str | None, output: str) -> None:
     """Package VARIANT into BUCKET, create or update its stack, follow it to the end.
 
@@ -104,7 +126,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
       hpq deploy slurm-gpu my-artifacts --region us-west-2
       hpq deploy slurm-gpu my-artifacts --size large --dry-run     # plan and cost only
       hpq deploy slurm-gpu my-artifacts --yes                      # no question (scripts, CI)
-      hpq deploy eks-gpu my-artifacts --size medium --param WorkerInstanceType=ml.p5.48xlarge
+      hpq deploy eks-gpu my-artifacts --size medium -t ml.p5.48xlarge -n 4
       hpq deploy slurm-gpu my-artifacts --stack-name team-a --no-wait
       AWS_ENDPOINT_URL=http://127.0.0.1:5000 hpq deploy slurm-gpu my-artifacts --emulate moto
     """
@@ -114,6 +136,7 @@ def deploy(variant: str, bucket: str, region: str | None, profile: str | None, s
 
     # Bad input exits 2 before any credential lookup or network call: VARIANT, BUCKET and --size are checked by
     # their parameter types (hpq.cli.inputs), the rest here.
+    params = worker_params(params, instance_type, nodes)
     inputs.check_cluster_name_for_stack(stack_name or f"hpq-{variant}", params)
     user_params = parse_params(params)
     templates = hpq.aws.deploy.synthesize(variant, size or "small", user_params)  # every --param checked here, before AWS

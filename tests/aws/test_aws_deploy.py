@@ -256,7 +256,7 @@ def test_deploy_update_and_destroy(bucket, capsys, monkeypatch):
         return files
 
     monkeypatch.setattr(deploy, "synthesize", with_marker)
-    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "--param", "WorkerCount=3",
+    code, out, err = run_cli(["deploy", "slurm-gpu", bucket, "--stack-name", stack, "-n", "3",  # = WorkerCount=3
                               "--poll-seconds", "0.05", "--output", "json", *EMULATE], capsys)
     assert code == 0, err
     data = json.loads(out)
