@@ -139,6 +139,64 @@ def on_demand_rate(record: dict[str, Any], item: Item, region: str, source: str,
     return None
 
 
+def _object(value: Any, where: str) -> str:
+    return "" if isinstance(value, dict) else f"{where} is not a JSON object"
+
+
+def shape_problem(data: Any) -> str:
+    """What keeps ``data`` from being a price file (the Price List offer-file shape hpq reads and writes:
+    ``offers.<service>.products.<sku>.attributes`` and ``offers.<service>.terms.OnDemand.<sku>.<term>.
+    priceDimensions.<dim>.pricePerUnit.USD``, a finite price >= 0); "" when nothing does. Checked whole on load,
+    so a file of the wrong shape is one line, never a traceback halfway through an estimate."""
+    if not isinstance(data, dict) or "offers" not in data:
+        return "not a JSON object with 'offers'"
+    for key in ("offers", "provenance", "hpq"):
+        if key in data and (problem := _object(data[key], key)):
+            return problem
+    for service, offer in data["offers"].items():
+        where = f"offers.{service}"
+        problem = _object(offer, where) or _object(offer.get("products", {}), f"{where}.products") \
+            or _object(offer.get("terms", {}), f"{where}.terms")
+        if problem:
+            return problem
+        for sku, product in offer.get("products", {}).items():
+            if problem := (_object(product, f"{where}.products.{sku}")
+                           or _object(product.get("attributes", {}), f"{where}.products.{sku}.attributes")):
+                return problem
+        on_demand = offer.get("terms", {}).get("OnDemand", {})
+        if problem := _object(on_demand, f"{where}.terms.OnDemand"):
+            return problem
+        for sku, terms in on_demand.items():
+            if problem := _object(terms, f"{where}.terms.OnDemand.{sku}"):
+                return problem
+            for code, term in terms.items():
+                at = f"{where}.terms.OnDemand.{sku}.{code}"
+                if problem := _object(term, at) or _object(term.get("priceDimensions", {}), f"{at}.priceDimensions"):
+                    return problem
+                for rate_code, dim in term.get("priceDimensions", {}).items():
+                    if problem := (_object(dim, f"{at}.priceDimensions.{rate_code}") or _object(
+                            dim.get("pricePerUnit", {}), f"{at}.priceDimensions.{rate_code}.pricePerUnit")):
+                        return problem
+                    usd = dim.get("pricePerUnit", {}).get("USD")
+                    if usd is not None and not _price(usd):
+                        return f"{at}.priceDimensions.{rate_code}: USD {str(usd)[:40]!r} is not a price"
+    for sku, prov in (data.get("provenance") or {}).items():
+        if problem := _object(prov, f"provenance.{sku}"):
+            return problem
+    return ""
+
+
+def _price(value: Any) -> bool:
+    """A Price List price: a decimal string (or number) that is finite and not negative."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return False
+    try:
+        usd = Decimal(str(value))
+    except InvalidOperation:
+        return False
+    return usd.is_finite() and usd >= 0
+
+
 class PriceFile:
     """The offer-file-shaped price file (``aws/prices.json`` unless a path is given)."""
 
@@ -151,10 +209,10 @@ class PriceFile:
             text = user_files.read_text(str(path), MAX_PRICE_FILE_BYTES, "price file")
             self.path = str(path)
         self.data = user_files.parse_json(text, f"price file {user_files.shown(self.path)}")
-        try:
-            self.offers: dict[str, Any] = self.data["offers"]
-        except (KeyError, TypeError):
-            raise UsageError(f"price file {self.path} is not an hpq price file (JSON with 'offers')") from None
+        problem = shape_problem(self.data)
+        if problem:
+            raise UsageError(f"price file {user_files.shown(self.path)} is not an hpq price file: {problem}")
+        self.offers: dict[str, Any] = self.data["offers"]
         self.provenance: dict[str, Any] = self.data.get("provenance") or {}
 
     @property

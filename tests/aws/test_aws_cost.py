@@ -545,3 +545,48 @@ def test_prices_refresh_against_the_emulator_says_it_has_no_price_list(tmp_path,
     out.write_text("keep")
     code, _, err = run_cli(["prices", "refresh", "--region", "us-east-1", "--out", str(out)], capsys)
     assert code == 2 and "emulator, which has no Price List API" in err and out.read_text() == "keep", err
+
+
+def _mangled_price_files():
+    """Price files whose every level may be the wrong JSON type: the real file's keys at each level (so the search
+    reaches deep), values drawn from every JSON type."""
+    from hypothesis import strategies as st
+
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8),
+                     st.sampled_from(["0.045", "NaN", "-1", "Infinity", "1e400", "abc"]))
+    keys = st.sampled_from(["offers", "AmazonEC2", "products", "terms", "OnDemand", "SKU1", "T1", "priceDimensions",
+                            "R1", "pricePerUnit", "USD", "attributes", "provenance", "hpq", "unit", "Hrs"])
+    tree = st.recursive(leaf, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                      st.dictionaries(keys, kids, max_size=4)), max_leaves=25)
+    return st.dictionaries(keys, tree, max_size=4).map(lambda d: {"offers": d.pop("offers", {}), **d})
+
+
+def test_a_price_file_of_any_wrong_shape_is_one_usage_error_never_a_traceback(tmp_path_factory):
+    """Issue 25 review: '{"offers": 5}' was a TypeError, '{"offers": {"AmazonEC2": {"products": 5}}}' an
+    AttributeError, in `hpq prices show` and after the plan in `hpq deploy`. Any file either loads, and then every
+    lookup and the listing work, or is refused as a UsageError naming where it is wrong."""
+    from hypothesis import given, settings
+
+    from hpq.cli.commands import prices as prices_command
+    from hpq.errors import UsageError
+
+    folder = tmp_path_factory.mktemp("mangled")
+    items = [pricing.NAT_GATEWAY, pricing.PUBLIC_IPV4, pricing.EKS_STANDARD, pricing.hyperpod_instance("ml.g5.xlarge")]
+
+    @settings(max_examples=300, deadline=None)
+    @given(_mangled_price_files())
+    def check(doc):
+        path = folder / "prices.json"
+        path.write_text(json.dumps(doc))
+        try:
+            book = pricing.PriceFile(str(path))
+        except UsageError as exc:
+            assert str(exc).startswith(f"price file '{path}' is not an hpq price file") or "is not JSON" in str(exc)
+            return
+        for item in items:
+            for region in ("us-east-1", "eu-west-1"):
+                found = book.rate(item, region)
+                assert found is None or (found.usd.is_finite() and found.usd >= 0)
+        prices_command.show.callback(str(path), "json")
+
+    check()
