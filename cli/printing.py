@@ -45,7 +45,8 @@ def counter(what: str, stream: Any = None) -> Any:
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
-    """A rich table on stdout (plain text when piped)."""
+    """A rich table on stdout (plain text when piped). Piped, it is as wide as its widest row needs, so no name is
+    broken across lines (a stack or cluster name must copy whole into the next command); on a terminal it fits."""
     from rich.console import Console
     from rich.table import Table
 
@@ -54,7 +55,11 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
         t.add_column(col, overflow="fold")
     for row in rows:
         t.add_row(*["" if c is None else str(c) for c in row])
-    Console(soft_wrap=False, width=max(100, Console().width)).print(t)
+    console = Console(soft_wrap=False)
+    width = max(100, console.width)
+    if not console.is_terminal:
+        width = max(width, console.measure(t, options=console.options.update(width=100_000)).maximum)
+    Console(soft_wrap=False, width=width).print(t)
 
 
 def print_outputs(outputs: dict[str, str]) -> None:

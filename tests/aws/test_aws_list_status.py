@@ -298,10 +298,10 @@ def test_all_regions_unanswered_is_one_error_and_nothing_on_stdout(monkeypatch, 
     """Regions are asked at once (bounded) with a progress line, and when none answers only the error is printed:
     before, 19 regions were asked one after another, and stdout said 'no hpq HyperPod clusters' beside the error
     (and --output json printed [])."""
-    from tests import moto_server
+    from tests.moto_server import set_aws_env
 
     endpoint = SilentEndpoint()
-    moto_server.set_aws_env(monkeypatch, endpoint.url, tmp_path)
+    set_aws_env(monkeypatch, endpoint.url, tmp_path)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     for fmt in ("table", "json"):
         started = time.monotonic()
