@@ -94,6 +94,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
     (instance id, group, type, status: Running, Pending, Failure, ...), the Slurm controller
     or the EKS cluster, the FSx file system, and the latest result of each test that
     `hpq test` and `hpq doctor` saved on this machine (outcome, when, headline).
+    STACK may also be a cluster name as `hpq list` shows it: the one hpq stack naming that cluster is shown.
     --follow waits for a running operation first. Exit 1 when the stack or the cluster failed.
 
     \b
@@ -105,7 +106,7 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
     inputs.refuse_inapplicable(click.get_current_context(), {"poll_seconds": follow}, "without --follow")
     session = make_session(region, profile)
     cfn = client(session, "cloudformation")
-    info = stacks.describe(cfn, stack)
+    info = stack_or_cluster(cfn, stack)
     if follow and not stacks.is_terminal(info.status):
         printing.follow_and_explain(cfn, info.stack_id, info.name, _operation(info.status),
                                     poll_seconds=poll_seconds)
@@ -135,6 +136,22 @@ def status(stack: str, region: str | None, profile: str | None, follow: bool, po
         click.echo(f"the HyperPod cluster {cluster['name']} is Failed" + (f": {cluster['failure']}"
                    if cluster.get("failure") else ""), err=True)
         sys.exit(1)
+
+
+def stack_or_cluster(cfn: Any, name: str) -> stacks.StackInfo:
+    """The stack ``name``, or the one hpq stack whose cluster is ``name``: `hpq list` shows clusters, so a name
+    copied from it works here too (said on stderr). Two stacks naming that cluster: which one is asked for."""
+    try:
+        return stacks.describe(cfn, name)
+    except stacks.NotFound as exc:
+        holders = inventory.by_cluster(inventory.hpq_stacks(cfn)).get(name) or []
+        if len(holders) > 1:
+            raise UsageError(f"{name} is no stack; it is the cluster of stacks "
+                             f"{', '.join(h.stack for h in holders)}: give one of them") from None
+        if not holders:
+            raise exc from None
+        click.echo(f"hpq: note: {name} is the cluster of stack {holders[0].stack}; showing that stack", err=True)
+        return stacks.describe(cfn, holders[0].stack)
 
 
 @click.command("destroy")

@@ -186,6 +186,17 @@ def test_status_shows_the_cluster_beside_the_stack(account, capsys):
     assert f"validation results: {saved.NONE_SAVED}" in out
 
 
+def test_status_takes_a_cluster_name_from_hpq_list_too(account, capsys):
+    """`hpq list` shows clusters; `hpq status CLUSTER` finds the one stack naming it and says so (issue 25 review:
+    'stack 'clusterfoo' does not exist'). Twin: a name that is neither is the stack's one-line NotFound."""
+    code, out, err = run_cli(["status", "glance-slurm", "--region", "us-east-1", "--output", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["name"] == "glance-slurm-stack" and json.loads(out)["cluster"]["name"] == "glance-slurm"
+    assert "glance-slurm is the cluster of stack glance-slurm-stack" in err
+    code, _, err = run_cli(["status", "neither-stack-nor-cluster", "--region", "us-east-1"], capsys)
+    assert code == 2 and "stack 'neither-stack-nor-cluster' does not exist" in err and len(err.splitlines()) == 1
+
+
 def test_status_of_a_stack_without_its_cluster_says_so(account, capsys):
     """Broken twin: the stack names a cluster that does not exist."""
     code, out, err = run_cli(["status", "glance-pending", "--region", "us-east-1", "--output", "json"], capsys)
@@ -257,6 +268,9 @@ def test_two_stacks_naming_one_cluster_are_both_listed_and_say_so(account, capsy
     monkeypatch.setenv("COLUMNS", "250")
     code, out, err = run_cli(["list", "--region", "us-east-1"], capsys)
     assert code == 0 and "cluster also named by glance-slurm-stack" in out
+    # `hpq status CLUSTER` cannot pick between the two: it names both
+    code, _, err = run_cli(["status", "glance-slurm", "--region", "us-east-1"], capsys)
+    assert code == 2 and "stacks glance-slurm-again, glance-slurm-stack: give one of them" in err, err
 
 
 # --- issue 25 review: --all-regions when nothing answers --------------------------------------------------------
