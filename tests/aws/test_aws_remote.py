@@ -203,7 +203,7 @@ def test_remote_nccl_test_sweep(sshd, tmp_path, capfd):
     assert "# round 3/3" in err  # progress streamed from the controller's stderr
     assert "SLOW node-3: 6.00 GB/s vs median 47.00 GB/s" in out
     assert 'scontrol update NodeName=node-3 State=DRAIN Reason="hpq sweep: 6.00 GB/s vs median 47.00"' in out
-    assert "sbatch --exclude=node-3" in out and out.strip().splitlines()[-1].startswith("FAIL: 1 slow node(s)")
+    assert "sbatch --exclude=node-3" in out and out.strip().splitlines()[0].startswith("FAIL: 1 slow node(s)")
     with pytest.raises(SystemExit) as exc:
         main(["remote-nccl-test", "c", "2", "--sweep", *cli_args(sshd), "--runner", runner, "--extra", extra,
               "--output", "json"])

@@ -281,7 +281,7 @@ def test_nanogpt_pass_and_configmap_lifecycle(fake_kube):
         "iter 100: loss 3.4629 | x", "iter 200: loss 3.0461 | x",
         "loss 4.1700 -> 3.0461: falls; ranks agree (checksum 1.234560e+02, spread 0)", "RESULT: PASS"]})
     verdict, lines = run(fake_kube, "nanogpt")
-    assert verdict.ok and "4.17 -> 3.0461" in verdict.message, verdict.message
+    assert verdict.ok and "4.1700 -> 3.0461" in verdict.message, verdict.message
     # its log names no hosts: the nodes its pods ran on are the result's nodes (both nodes: master, worker)
     from hpq.scripts import result_metrics
 

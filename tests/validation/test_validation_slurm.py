@@ -73,7 +73,7 @@ def test_hpq_test_nanogpt_reads_the_nodes_result_back(sshd: Sshd, tmp_path, capf
     passing = {"outcome": "PASS", "exit_status": 0, "nodes": 1, "processes_per_node": 2,
                "environment_check": {"ok": True, "problems": []}}
     fell_not = [ln.replace("2.8000: falls", "3.4000: DID NOT FALL") for ln in lines]
-    cases = [(passing, 0, lines, 0, "PASS: loss 3.3 -> 2.8"), (passing, 1, lines, 1, None),
+    cases = [(passing, 0, lines, 0, "PASS: loss 3.3000 -> 2.8000"), (passing, 1, lines, 1, None),
              (None, 0, lines[1:2], 3, "INCONCLUSIVE"), ({**passing, "exit_status": 1}, 1, fell_not, 1, "FAIL")]
     for doc, rc, log, code, head in cases:
         monkeypatch.setitem(slurm.PROGRAM, "nanogpt", [prog(doc, rc, log)])
