@@ -7,6 +7,7 @@ import sys
 from typing import Any, TextIO
 
 from hpq.rehearsal import throttle
+from hpq.scripts.outcome import fmt_number
 
 
 def emit(result: dict[str, Any], output: str, out: TextIO | None = None, err: TextIO | None = None) -> None:
@@ -69,7 +70,8 @@ def table(r: dict[str, Any]) -> str:
     nano = r.get("nanogpt")
     if nano:
         m = nano.get("metrics") or {}
-        extra = f" (loss {m.get('first_loss')} -> {m.get('final_loss')})" if m.get("final_loss") is not None else ""
+        extra = (f" (loss {fmt_number(m.get('first_loss'))} -> {fmt_number(m.get('final_loss'))})"
+                 if m.get("final_loss") is not None else "")
         lines.append(f"nanogpt: {'PASS' if nano.get('ok') else 'FAIL'}{extra}")
     sweep = r.get("sweep")
     if sweep:

@@ -287,6 +287,9 @@ def test_report_names_node_step_cause_and_log():
     table = report.table(result)
     assert "observe: FAIL: below 95% of the expected series: worker-1 60%" in table
     assert "  worker-1: 3/5 series (d, e)" in table
+    # nanoGPT's losses as every verdict shows them (outcome.fmt_number), never a float's repr
+    result["nanogpt"] = {"ok": True, "metrics": {"first_loss": 3.3293685913085938, "final_loss": 2.786975860595703}}
+    assert "nanogpt: PASS (loss 3.3294 -> 2.7870)" in report.table(result).splitlines()
 
 
 def test_state_round_trip_and_idempotent_teardown(tmp_path, monkeypatch):
