@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hpq import atomic
+from hpq import atomic, user_files
 from hpq.aws.session import make_session
 from hpq.errors import UsageError
 from hpq.lifecycle import names
@@ -82,13 +82,11 @@ def latest(region: str, cluster: str) -> list[dict[str, Any]]:
         if not path.is_file():
             continue
         entry: dict[str, Any] = {"test": test, "file": str(path)}
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                raise ValueError(f"over {MAX_FILE_BYTES} bytes")
-            doc = json.loads(path.read_text(encoding="utf-8"))
+        try:  # the shared reader's guards (size, UTF-8, nesting): a deeply nested file was a RecursionError here
+            doc = user_files.read_json(str(path), MAX_FILE_BYTES, "saved result")
             if not isinstance(doc, dict) or doc.get("test") != test or doc.get("cluster") != cluster:
                 raise ValueError(f"not a {test} result of {cluster}")
-        except (OSError, ValueError) as exc:
+        except (UsageError, ValueError) as exc:
             entry.update(outcome="unreadable", when=None, headline=" ".join(str(exc).split())[:200])
         else:
             entry.update(outcome=str(doc.get("outcome", "")), when=doc.get("saved_at"),

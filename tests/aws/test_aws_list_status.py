@@ -339,6 +339,21 @@ def _result(test: str, cluster: str, outcome: str, headline: str) -> TestResult:
                       headline + "\nthe explanation follows on its own lines", "ml.g5.8xlarge", 2)
 
 
+def test_a_saved_result_of_any_bad_kind_is_unreadable_never_a_traceback(results_home):
+    """The results folder's files go through the shared reader (hpq.user_files): deep nesting was a RecursionError
+    out of `hpq status`; non-UTF-8 and another cluster's result are unreadable too. Twin: a good one reads."""
+    saved.save(_result("nccl", "c1", "PASS", "PASS: 3.02 GB/s vs >= 3.0 expected"), "us-east-1")
+    where = saved.folder("us-east-1", "c1")
+    (where / "nanogpt.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    (where / "sweep.json").write_bytes(b'{"test": "sweep", "cluster": "c1", "message": "\xff"}')
+    (where / "doctor.json").write_text(json.dumps({"test": "doctor", "cluster": "c2", "outcome": "PASS"}))
+    got = {e["test"]: e for e in saved.latest("us-east-1", "c1")}
+    assert got["nccl"]["outcome"] == "PASS"
+    assert {t: got[t]["outcome"] for t in ("nanogpt", "sweep", "doctor")} == dict.fromkeys(
+        ("nanogpt", "sweep", "doctor"), "unreadable")
+    assert "nests too deeply" in got["nanogpt"]["headline"] and "not UTF-8" in got["sweep"]["headline"]
+
+
 def test_status_shows_the_latest_saved_result_of_each_test(account, capsys, results_home, monkeypatch):
     old = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     saved.save(_result("nccl", "glance-slurm", "FAIL", "FAIL: 1.1 GB/s vs >= 3.0 expected: slow network"), "us-east-1",
